@@ -1,0 +1,3 @@
+from envlock.cli import main
+
+main()

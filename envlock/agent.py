@@ -1,0 +1,711 @@
+"""The target-side agent: stdlib only, shipped to the target in one command line.
+
+It runs with the environment's own interpreter (probe) or the target's python3 (apply),
+reads a JSON request on stdin and prints JSON on stdout, so gathering state costs one round
+trip over any transport. It never imports torch: versions come from dist-info metadata and
+`torch/version.py` is read as text.
+
+Compatible with Python 3.8+ (the target's interpreter is not ours to choose).
+"""
+
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+META_DIR = ".envlock"
+MANIFEST = META_DIR + "/manifest.json"
+GENERATION = META_DIR + "/generation.json"
+LOCK_COPY = META_DIR + "/pylock.toml"
+GEN_RE = re.compile(r"^(\d+)-([0-9a-f]{12})$")
+
+
+# -- small helpers ------------------------------------------------------------------------
+def sha256_file(path, bufsize=1 << 20):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(bufsize)
+            if not block:
+                break
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_hash(path):
+    """sha256 in RECORD's urlsafe-base64 form."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+
+
+def write_atomic(path, data):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def symlink_atomic(link, target):
+    tmp = "%s.%d.tmp" % (link, os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return default
+
+
+def progress(message):
+    sys.stderr.write("envlock-progress: %s\n" % message)
+    sys.stderr.flush()
+
+
+# -- generations --------------------------------------------------------------------------
+def list_generations(root):
+    gens = []
+    base = os.path.join(root, "generations")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return gens
+    for name in names:
+        match = GEN_RE.match(name)
+        if not match:
+            continue
+        path = os.path.join(base, name)
+        meta = read_json(os.path.join(path, GENERATION))
+        gens.append(
+            {
+                "number": int(match.group(1)),
+                "name": name,
+                "lock_hash": match.group(2),
+                "complete": meta is not None,
+                "meta": meta or {},
+            }
+        )
+    gens.sort(key=lambda g: g["number"])
+    return gens
+
+
+def current_generation(root):
+    try:
+        target = os.readlink(os.path.join(root, "current"))
+    except OSError:
+        return None
+    return os.path.basename(target.rstrip("/"))
+
+
+def read_history(root, limit=200):
+    try:
+        with open(os.path.join(root, "history.jsonl")) as handle:
+            lines = handle.readlines()[-limit:]
+    except OSError:
+        return []
+    entries = []
+    for line in lines:
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    return entries
+
+
+def append_history(root, entry):
+    entry = dict(entry, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    fd = os.open(os.path.join(root, "history.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def dir_size(path):
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+# -- venv content -------------------------------------------------------------------------
+def walk_files(venv):
+    """Every file and symlink in a venv, relative, envlock's own metadata left out."""
+    found = {}
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            entries = os.scandir(os.path.join(venv, rel_dir))
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                rel = rel_dir + "/" + entry.name if rel_dir else entry.name
+                if rel == META_DIR or entry.name == "__pycache__":
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(rel)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                found[rel] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_nlink]
+    return found
+
+
+def site_packages(venv):
+    lib = os.path.join(venv, "lib")
+    try:
+        for name in sorted(os.listdir(lib)):
+            candidate = os.path.join(lib, name, "site-packages")
+            if name.startswith("python") and os.path.isdir(candidate):
+                return candidate
+    except OSError:
+        pass
+    return None
+
+
+def read_records(venv):
+    """Map venv-relative path -> (dist name, RECORD hash or '') from every dist-info RECORD."""
+    site = site_packages(venv)
+    owners = {}
+    if site is None:
+        return owners
+    site_rel = os.path.relpath(site, venv)
+    for name in os.listdir(site):
+        if not name.endswith(".dist-info"):
+            continue
+        dist = canonical(name[: -len(".dist-info")].rsplit("-", 1)[0])
+        try:
+            with open(os.path.join(site, name, "RECORD")) as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.rsplit(",", 2)
+            if len(parts) != 3 or not parts[0]:
+                continue
+            path = os.path.normpath(os.path.join(site_rel, parts[0]))
+            digest = parts[1].split("=", 1)[1] if parts[1].startswith("sha256=") else ""
+            owners[path] = (dist, digest)
+    return owners
+
+
+def canonical(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def write_manifest(venv):
+    """Stat manifest of every file, with owners; sha256 only for files no RECORD covers."""
+    owners = read_records(venv)
+    files = walk_files(venv)
+    entries = {}
+    for rel, (size, mtime, ino, _) in files.items():
+        dist, digest = owners.get(rel, ("", ""))
+        entry = [size, mtime, ino, dist]
+        if not digest:
+            entry.append(
+                sha256_file(os.path.join(venv, rel))
+                if not os.path.islink(os.path.join(venv, rel))
+                else "link:" + os.readlink(os.path.join(venv, rel))
+            )
+        entries[rel] = entry
+    os.makedirs(os.path.join(venv, META_DIR), exist_ok=True)
+    write_atomic(os.path.join(venv, MANIFEST), json.dumps({"files": entries}).encode())
+    return len(entries)
+
+
+def verify_files(venv, deep=False):
+    """Compare a generation with its manifest; deep re-hashes every file against RECORDs."""
+    manifest = read_json(os.path.join(venv, MANIFEST))
+    if manifest is None:
+        return {"error": "no manifest"}
+    expected = manifest["files"]
+    actual = walk_files(venv)
+    owners = None
+    changed, missing, added, relinked = [], [], [], []
+    for rel, entry in expected.items():
+        now = actual.get(rel)
+        if now is None:
+            missing.append({"path": rel, "dist": entry[3]})
+        elif deep or now[0] != entry[0] or now[1] != entry[1] or now[2] != entry[2]:
+            if owners is None:
+                owners = read_records(venv)
+            verdict = content_verdict(venv, rel, entry, owners)
+            if verdict is not None:
+                item = {"path": rel, "dist": entry[3], "why": verdict, "links": now[3]}
+                changed.append(item)
+            elif now[2] != entry[2]:
+                relinked.append(rel)
+    for rel in actual:
+        if rel not in expected:
+            if owners is None:
+                owners = read_records(venv)
+            added.append(
+                {"path": rel, "dist": owners.get(rel, ("", ""))[0], "pth": rel.endswith(".pth")}
+            )
+    return {
+        "modified": changed,
+        "missing": missing,
+        "added": added,
+        "checked": len(expected),
+        "deep": bool(deep),
+    }
+
+
+def content_verdict(venv, rel, entry, owners):
+    """None when the content is still what was installed; else why it is not."""
+    path = os.path.join(venv, rel)
+    if os.path.islink(path):
+        now = "link:" + os.readlink(path)
+        return None if len(entry) > 4 and entry[4] == now else "symlink changed"
+    digest = owners.get(rel, ("", ""))[1]
+    if digest:
+        return None if record_hash(path) == digest else "content differs from the wheel's RECORD"
+    if len(entry) > 4:
+        return None if sha256_file(path) == entry[4] else "content differs from the build"
+    return "changed since the build"
+
+
+# -- probe --------------------------------------------------------------------------------
+def installed_distributions(site):
+    from importlib import metadata
+
+    found = {}
+    for dist in metadata.distributions(path=[site]):
+        name = dist.metadata["Name"]
+        if name:
+            found[canonical(name)] = {
+                "version": dist.version,
+                "requires": list(dist.requires or []),
+            }
+    return found
+
+
+def torch_build(dists, site):
+    """torch's version, local label and CUDA from metadata and version.py, never importing it."""
+    info = dists.get("torch")
+    if info is None:
+        return None
+    version = info["version"]
+    build = {"version": version, "local": version.split("+", 1)[1] if "+" in version else None}
+    candidate = os.path.join(site, "torch", "version.py")
+    if os.path.isfile(candidate):
+        with open(candidate) as handle:
+            text = handle.read()
+        for key in ("cuda", "hip", "git_version"):
+            match = re.search(r"^%s\s*(?::\s*\S+\s*)?=\s*(.+)$" % key, text, re.M)
+            if match:
+                value = match.group(1).strip()
+                build[key] = None if value == "None" else value.strip("'\"")
+    majors = sorted(
+        {
+            m.group(1)
+            for req in info["requires"]
+            for m in [re.match(r"nvidia-[a-z0-9-]+-cu(\d+)", canonical(req))]
+            if m
+        }
+    )
+    build["cuda_requires"] = ["cu" + m for m in majors]
+    return build
+
+
+def nvidia_facts():
+    """GPUs and driver from /proc (cheap); compute capability from nvidia-smi when present."""
+    facts = {"driver": None, "gpus": []}
+    try:
+        with open("/proc/driver/nvidia/version") as handle:
+            match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", handle.read())
+            facts["driver"] = match.group(1) if match else None
+    except OSError:
+        return facts
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run(
+                [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout
+            for line in out.strip().splitlines():
+                name, _, cap = line.partition(",")
+                facts["gpus"].append({"name": name.strip(), "capability": cap.strip()})
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return facts
+
+
+def cache_fingerprint(torch, dists, hardware):
+    """The compile-cache key of a build: torch+label, triton, CUDA, GPUs."""
+    if torch is None:
+        return None
+    parts = {
+        "torch": torch["version"],
+        "triton": (dists.get("triton") or dists.get("pytorch-triton") or {}).get("version"),
+        "cuda": torch.get("cuda") or torch.get("hip"),
+        "gpus": sorted(
+            {
+                "%s sm%s" % (g["name"], g["capability"].replace(".", ""))
+                for g in hardware.get("gpus", [])
+            }
+        ),
+    }
+    text = json.dumps(parts, sort_keys=True)
+    slug = "torch-" + re.sub(r"[^A-Za-z0-9.+_-]", "_", torch["version"])
+    return {"parts": parts, "id": slug + "-" + hashlib.sha256(text.encode()).hexdigest()[:10]}
+
+
+def cache_warmth(path):
+    files = size = 0
+    newest = 0.0
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            files += 1
+            size += st.st_size
+            newest = max(newest, st.st_mtime)
+    return {"files": files, "bytes": size, "last_used": newest or None}
+
+
+def probe(req):
+    root = req["root"]
+    state = {
+        "agent": 1,
+        "python": {
+            "version": "%d.%d.%d" % sys.version_info[:3],
+            "executable": sys.executable,
+            "prefix": sys.prefix,
+            "in_venv": sys.prefix != sys.base_prefix,
+        },
+        "hostname": os.uname().nodename,
+        "root_exists": os.path.isdir(root),
+        "generations": list_generations(root),
+        "current": current_generation(root),
+        "history": read_history(root, 20),
+        "venv_link": link_state(req.get("venv"), root),
+    }
+    in_generation = (
+        state["python"]["in_venv"]
+        and state["current"] is not None
+        and os.path.basename(os.path.realpath(sys.prefix)) == state["current"]
+    )
+    state["in_generation"] = in_generation
+    state["hardware"] = nvidia_facts()
+    if in_generation:
+        gen_dir = os.path.realpath(sys.prefix)
+        facts = generation_facts(gen_dir, state["hardware"])
+        state.update(facts)
+        state["files"] = verify_files(gen_dir, deep=req.get("deep", False))
+        state["cache"] = cache_state(req.get("cache_dir"), facts["fingerprint"])
+    state["scripts"] = scripts_state(req.get("scripts"))
+    return state
+
+
+def generation_facts(gen_dir, hardware):
+    """Packages, torch build and cache fingerprint of a generation, read from its files."""
+    site = site_packages(gen_dir) or gen_dir
+    dists = installed_distributions(site)
+    torch = torch_build(dists, site)
+    return {
+        "packages": {name: d["version"] for name, d in dists.items()},
+        "torch": torch,
+        "fingerprint": cache_fingerprint(torch, dists, hardware),
+    }
+
+
+def link_state(venv, root):
+    if not venv:
+        return None
+    if os.path.islink(venv):
+        return {"kind": "symlink", "target": os.readlink(venv)}
+    if os.path.isdir(venv):
+        return {"kind": "directory"}
+    if os.path.lexists(venv):
+        return {"kind": "file"}
+    return {"kind": "absent"}
+
+
+def cache_state(cache_dir, fingerprint):
+    if not cache_dir or fingerprint is None:
+        return None
+    path = os.path.join(cache_dir, fingerprint["id"])
+    state = {"dir": path, "fingerprint": fingerprint, "exists": os.path.isdir(path)}
+    if state["exists"]:
+        state.update(cache_warmth(path))
+    return state
+
+
+def scripts_state(spec):
+    if not spec:
+        return None
+    found = {}
+    for rel in spec["files"]:
+        path = os.path.join(spec["dest"], rel)
+        found[rel] = sha256_file(path) if os.path.isfile(path) else None
+    return {"dest": spec["dest"], "hashes": found}
+
+
+# -- apply --------------------------------------------------------------------------------
+class RootLock:
+    """flock on <root>/.envlock.lock: one apply, rollback or gc per root at a time."""
+
+    def __init__(self, root, wait):
+        self.path = os.path.join(root, ".envlock.lock")
+        self.wait = wait
+        self.fd = -1
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 200, 0).decode(errors="replace").strip()
+            if not self.wait:
+                raise AgentError(
+                    "busy",
+                    "another envlock operation holds %s (%s)" % (self.path, holder or "unknown"),
+                )
+            progress("waiting for another envlock operation on this root (%s)" % holder)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, ("pid %d on %s" % (os.getpid(), os.uname().nodename)).encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+class AgentError(Exception):
+    def __init__(self, kind, message):
+        Exception.__init__(self, message)
+        self.kind = kind
+
+
+def run_step(argv, env=None, what=""):
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    if proc.returncode != 0:
+        raise AgentError(
+            "command",
+            "%s failed (exit %d): %s\n%s"
+            % (
+                what or argv[0],
+                proc.returncode,
+                " ".join(argv),
+                proc.stderr.decode(errors="replace").strip(),
+            ),
+        )
+    return proc
+
+
+def uv_env(req):
+    env = dict(os.environ)
+    env.update(req.get("uv_env") or {})
+    env.pop("VIRTUAL_ENV", None)
+    if req.get("offline"):
+        env["UV_OFFLINE"] = "1"
+        env["UV_PYTHON_DOWNLOADS"] = "never"
+    return env
+
+
+def sync_argv(req, gen_dir, extra=()):
+    argv = [
+        req["uv"],
+        "pip",
+        "sync",
+        os.path.join(gen_dir, LOCK_COPY),
+        "--python",
+        os.path.join(gen_dir, "bin", "python"),
+        "--quiet",
+    ]
+    for link in req.get("find_links") or []:
+        argv += ["--find-links", link]
+    return argv + list(extra)
+
+
+def do_build(req, action):
+    root = req["root"]
+    gen_dir = os.path.join(root, "generations", action["name"])
+    existing = os.path.join(gen_dir, GENERATION)
+    if os.path.exists(existing):
+        progress("generation %s already built" % action["name"])
+        return
+    if os.path.lexists(gen_dir):
+        shutil.rmtree(gen_dir)
+    env = uv_env(req)
+    progress("creating venv for Python %s" % req["python_version"])
+    run_step(
+        [req["uv"], "venv", "--quiet", "--python", req["python_version"], gen_dir], env, "uv venv"
+    )
+    os.makedirs(os.path.join(gen_dir, META_DIR), exist_ok=True)
+    write_atomic(os.path.join(gen_dir, LOCK_COPY), req["lock_text"].encode())
+    progress("installing %d packages from the lock" % req.get("package_count", 0))
+    run_step(sync_argv(req, gen_dir), env, "uv pip sync")
+    finish_generation(req, gen_dir, action)
+
+
+def finish_generation(req, gen_dir, action):
+    progress("writing the manifest")
+    count = write_manifest(gen_dir)
+    meta = {
+        "number": action["number"],
+        "lock_sha256": req["lock_sha256"],
+        "files": count,
+        "python_version": req["python_version"],
+        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_atomic(os.path.join(gen_dir, GENERATION), json.dumps(meta, sort_keys=True).encode())
+
+
+def do_repair(req, action):
+    """Re-sync a generation in place to its own lock: reinstall what changed, drop strays."""
+    gen_dir = os.path.join(req["root"], "generations", action["name"])
+    env = uv_env(req)
+    for dist in action.get("clean_cache", []):
+        progress("dropping %s from uv's cache (a hardlinked file was edited)" % dist)
+        run_step([req["uv"], "cache", "clean", dist], env, "uv cache clean")
+    for rel in action.get("remove", []):
+        path = os.path.join(gen_dir, rel)
+        if os.path.realpath(path).startswith(os.path.realpath(gen_dir) + os.sep):
+            os.unlink(path)
+    extra = []
+    for dist in action.get("reinstall", []):
+        extra += ["--reinstall-package", dist]
+    progress("re-syncing generation %s to its lock" % action["name"])
+    run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
+    meta = read_json(os.path.join(gen_dir, GENERATION)) or {}
+    write_manifest(gen_dir)
+    meta["repaired"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_atomic(os.path.join(gen_dir, GENERATION), json.dumps(meta, sort_keys=True).encode())
+
+
+def do_switch(req, action):
+    root = req["root"]
+    gen_dir = os.path.join(root, "generations", action["name"])
+    if not os.path.exists(os.path.join(gen_dir, GENERATION)):
+        raise AgentError(
+            "state", "generation %s is not complete; refusing to switch to it" % action["name"]
+        )
+    previous = current_generation(root)
+    symlink_atomic(os.path.join(root, "current"), os.path.join("generations", action["name"]))
+    append_history(
+        root, {"action": action.get("why", "switch"), "from": previous, "to": action["name"]}
+    )
+
+
+def do_link_venv(req, action):
+    venv = req["venv"]
+    if os.path.lexists(venv) and not os.path.islink(venv):
+        raise AgentError(
+            "state",
+            "%s exists and is not a symlink; envlock will not replace a "
+            "real directory or file" % venv,
+        )
+    parent = os.path.dirname(venv.rstrip("/"))
+    os.makedirs(parent, exist_ok=True)
+    symlink_atomic(venv, os.path.join(req["root"], "current"))
+
+
+def do_scripts(req, action):
+    dest = action["dest"]
+    for rel, item in sorted(action["files"].items()):
+        data = base64.b64decode(item["data"])
+        if hashlib.sha256(data).hexdigest() != item["sha256"]:
+            raise AgentError("integrity", "script %s arrived corrupted" % rel)
+        path = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, data)
+        os.chmod(path, item.get("mode", 0o644))
+        if sha256_file(path) != item["sha256"]:
+            raise AgentError("integrity", "script %s does not match its pinned hash" % path)
+
+
+def do_cache_dir(req, action):
+    gen_dir = os.path.join(req["root"], "generations", action["generation"])
+    fingerprint = generation_facts(gen_dir, nvidia_facts())["fingerprint"]
+    if fingerprint is not None:
+        path = os.path.join(req["cache_dir"], fingerprint["id"])
+        os.makedirs(os.path.join(path, "inductor"), exist_ok=True)
+        os.makedirs(os.path.join(path, "triton"), exist_ok=True)
+
+
+def do_cleanup(req, action):
+    for name in action["names"]:
+        path = os.path.join(req["root"], "generations", name)
+        if GEN_RE.match(name) and os.path.isdir(path) and name != current_generation(req["root"]):
+            progress("removing generation %s" % name)
+            shutil.rmtree(path)
+
+
+ACTIONS = {
+    "cleanup": do_cleanup,
+    "build": do_build,
+    "repair": do_repair,
+    "switch": do_switch,
+    "link-venv": do_link_venv,
+    "scripts": do_scripts,
+    "cache-dir": do_cache_dir,
+}
+
+
+def apply(req):
+    root = req["root"]
+    os.makedirs(os.path.join(root, "generations"), exist_ok=True)
+    done = []
+    with RootLock(root, req.get("wait", True)):
+        for action in req["actions"]:
+            progress(action["description"])
+            ACTIONS[action["kind"]](req, action)
+            done.append(action["kind"])
+    return {"done": done, "current": current_generation(root)}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv else "probe"
+    req = json.loads(sys.stdin.read() or "{}")
+    try:
+        result = {"probe": probe, "apply": apply}[command](req)
+    except AgentError as exc:
+        sys.stdout.write(json.dumps({"error": {"kind": exc.kind, "message": str(exc)}}) + "\n")
+        return 4
+    except OSError as exc:
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "error": {
+                        "kind": "os",
+                        "message": "%s: %s" % (exc.filename or "", exc.strerror or exc),
+                    }
+                }
+            )
+            + "\n"
+        )
+        return 4
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

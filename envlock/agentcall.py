@@ -1,0 +1,82 @@
+"""Calling the target-side agent over a transport: one command line, JSON in and out."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import zlib
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from envlock.errors import OperationError
+from envlock.targets.base import Result, Transport
+
+PROGRESS_PREFIX = "envlock-progress: "
+
+# Picks the environment's own interpreter when the root has a current generation, else the
+# target's python3. The root arrives as "$1": data, never code.
+CHOOSE_PYTHON = (
+    'p="$1/current/bin/python"; fallback="$2"; shift 2; '
+    '[ -x "$p" ] && "$p" -c "" 2>/dev/null || p="$fallback"; exec "$p" "$@"'
+)
+
+
+@functools.lru_cache(maxsize=1)
+def agent_bootstrap() -> str:
+    """A one-line program that unpacks and runs the agent (keeps the command line small)."""
+    source = resources.files("envlock").joinpath("agent.py").read_bytes()
+    packed = base64.b64encode(zlib.compress(source, 9)).decode()
+    return f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"
+
+
+def agent_argv(transport: Transport, root: str, command: str, *, env_python: bool) -> list[str]:
+    program = ["-c", agent_bootstrap(), command]
+    if env_python:
+        return ["sh", "-c", CHOOSE_PYTHON, "sh", root, transport.system_python, *program]
+    return [transport.system_python, *program]
+
+
+def call_agent(
+    transport: Transport,
+    root: str,
+    command: str,
+    request: dict[str, Any],
+    *,
+    env_python: bool = False,
+    on_progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run one agent command; returns its JSON answer or raises OperationError."""
+
+    def stderr_line(line: str) -> None:
+        if on_progress is not None and line.startswith(PROGRESS_PREFIX):
+            on_progress(line[len(PROGRESS_PREFIX) :])
+
+    result = transport.run(
+        agent_argv(transport, root, command, env_python=env_python),
+        stdin=json.dumps(request).encode(),
+        on_stderr_line=stderr_line,
+    )
+    return parse_answer(transport, command, result)
+
+
+def parse_answer(transport: Transport, command: str, result: Result) -> dict[str, Any]:
+    lines = result.text().strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        stderr = "\n  ".join(
+            line
+            for line in result.error_text().splitlines()
+            if not line.startswith(PROGRESS_PREFIX)
+        )
+        raise OperationError(
+            f"{transport.name}: the envlock agent ({command}) failed with exit "
+            f"{result.exit_code}" + (f":\n  {stderr}" if stderr else "")
+        )
+    if "error" in answer:
+        raise OperationError(f"{transport.name}: {answer['error']['message']}")
+    return answer

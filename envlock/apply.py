@@ -1,0 +1,134 @@
+"""Applying: gather, plan, act through the agent, then gather again and verify."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from envlock.agentcall import call_agent
+from envlock.drift import Drift, Expectation, compute_drift
+from envlock.errors import OperationError
+from envlock.lock import Lock, load_fresh_lock, read_lock, stale_reasons
+from envlock.plan import Plan
+from envlock.profile import Profile, load_profile
+from envlock.state import State, gather
+from envlock.targets import target_uv, transport_for
+from envlock.targets.base import Transport
+
+
+@dataclass(frozen=True)
+class Context:
+    """A profile with its lock and the transport to its target."""
+
+    profile: Profile
+    lock: Lock
+    transport: Transport
+    stale: tuple[str, ...] = ()
+
+    @property
+    def scripts(self) -> dict[str, str]:
+        pinned = self.lock.meta.get("scripts", {})
+        return dict(pinned) if isinstance(pinned, dict) else {}
+
+    def expectation(self) -> Expectation:
+        return Expectation(
+            lock=self.lock,
+            root=self.profile.target.root,
+            venv=self.profile.target.venv,
+            python_version=self.profile.python_version,
+            scripts=self.scripts,
+            stale=self.stale,
+        )
+
+
+def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = False) -> Context:
+    """Load profile and lock; a stale lock is refused unless the caller reports it as drift."""
+    profile = load_profile(profile_path)
+    if allow_stale:
+        lock = read_lock(profile.lock_path)
+        stale = tuple(stale_reasons(profile, lock))
+    else:
+        lock, stale = load_fresh_lock(profile), ()
+    return Context(profile, lock, transport_for(profile), stale)
+
+
+def gather_state(ctx: Context, *, deep: bool = False) -> State:
+    return gather(ctx.transport, ctx.profile, sorted(ctx.scripts), deep=deep)
+
+
+def check(ctx: Context, *, deep: bool = False) -> tuple[State, list[Drift]]:
+    state = gather_state(ctx, deep=deep)
+    return state, compute_drift(ctx.expectation(), state)
+
+
+def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, Any]:
+    profile = ctx.profile
+    actions = [action.to_json() for action in plan.actions]
+    for action in actions:
+        if action["kind"] == "scripts":
+            action["dest"] = profile.scripts.dest if profile.scripts else ""
+            action["files"] = script_payload(profile, ctx.scripts)
+    return {
+        "root": profile.target.root,
+        "venv": profile.target.venv,
+        "uv": target_uv(profile),
+        "python_version": profile.python_version,
+        "cache_dir": profile.cache_dir,
+        "lock_text": ctx.lock.text,
+        "lock_sha256": ctx.lock.sha256,
+        "package_count": len(ctx.lock.packages),
+        "offline": profile.dependencies.offline,
+        "find_links": list(profile.dependencies.find_links),
+        "wait": wait,
+        "actions": actions,
+    }
+
+
+def script_payload(profile: Profile, pinned: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Script contents to deploy; each must still match the hash the lock pinned."""
+    assert profile.scripts is not None
+    payload = {}
+    for rel, sha in pinned.items():
+        path = profile.scripts.source / rel
+        data = path.read_bytes()
+        payload[rel] = {
+            "data": base64.b64encode(data).decode(),
+            "sha256": sha,
+            "mode": path.stat().st_mode & 0o777,
+        }
+    return payload
+
+
+def execute(
+    ctx: Context,
+    plan: Plan,
+    *,
+    wait: bool = True,
+    on_progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Carry out a plan on the target (under the root's lock) and return the agent's answer."""
+    if plan.empty:
+        return {"done": []}
+    return call_agent(
+        ctx.transport,
+        ctx.profile.target.root,
+        "apply",
+        apply_request(ctx, plan, wait=wait),
+        on_progress=on_progress,
+    )
+
+
+def verify_after(ctx: Context) -> list[Drift]:
+    """Re-gather after acting; whatever drift remains means apply did not converge."""
+    _, drifts = check(ctx)
+    remaining = [d for d in drifts if d.kind != "cache-dir"]
+    if remaining:
+        listed = "; ".join(f"{d.kind} {d.subject}" for d in remaining[:6])
+        raise OperationError(
+            f"apply finished but the target still drifts: {listed}",
+            hint="run `envlock check -v` to see everything",
+        )
+    return drifts

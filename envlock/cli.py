@@ -1,0 +1,88 @@
+"""The `envlock` command line: one click group; each command lives in envlock/commands/."""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+
+import click
+
+from envlock import __version__, ui
+from envlock.errors import EXIT_USAGE, EnvlockError
+
+# name -> module under envlock.commands defining a click command named `command`.
+COMMANDS = {
+    "lock": "lock",
+    "plan": "plan",
+    "apply": "apply",
+    "check": "check",
+    "run": "run",
+    "rollback": "rollback",
+    "generations": "generations",
+    "gc": "gc",
+    "snapshot": "snapshot",
+    "diff": "diff",
+    "inspect": "inspect",
+    "cache": "cache",
+}
+
+
+class EnvlockGroup(click.Group):
+    """Loads commands lazily (fast start-up) and turns EnvlockError into exit codes."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module_name = COMMANDS.get(name)
+        if module_name is None:
+            return None
+        try:
+            module = import_module(f"envlock.commands.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"envlock.commands.{module_name}":
+                raise
+            return not_built(name, "Not part of this build")
+        command = getattr(module, "command", None) or getattr(module, f"{module_name}_cmd")
+        return command  # type: ignore[no-any-return]
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except EnvlockError as exc:
+            if ctx.obj and ctx.obj.get("verbose"):
+                raise
+            ui.error(str(exc))
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=EnvlockGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="envlock")
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and the commands run.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
+    """Declared, locked, verifiable Python/CUDA environments for GPU training containers."""
+    ctx.ensure_object(dict)
+    ctx.obj["verbose"] = verbose
+
+
+def main() -> None:
+    try:
+        cli(prog_name="envlock")
+    except KeyboardInterrupt:
+        ui.error("interrupted")
+        sys.exit(130)
+
+
+def not_built(name: str, summary: str) -> click.Command:
+    """A command of the CLI contract this version does not implement yet: says so, exit 2."""
+
+    @click.command(
+        name, help=f"{summary} (not built yet)", context_settings={"ignore_unknown_options": True}
+    )
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        ui.error(f"`envlock {name}` is not built yet in envlock {__version__}")
+        sys.exit(EXIT_USAGE)
+
+    return command

@@ -1,0 +1,49 @@
+"""`envlock check PROFILE`: report drift before a run."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from envlock import ui
+from envlock.apply import check, open_context
+from envlock.commands.common import json_option, print_drift, profile_argument
+from envlock.errors import EXIT_DRIFT
+
+CHECK_SCHEMA = 1
+
+
+@click.command("check")
+@profile_argument
+@click.option("--deep", is_flag=True, help="Re-hash every file against the wheels' RECORDs.")
+@json_option
+def command(profile: str, deep: bool, as_json: bool) -> None:
+    """Report drift between the target and the lock (exit 1 on drift)."""
+    ctx = open_context(profile, allow_stale=True)
+    with ui.status("checking", quiet=as_json or not deep):
+        state, drifts = check(ctx, deep=deep)
+    if as_json:
+        files = state.files or {}
+        ui.emit_json(
+            {
+                "schema": CHECK_SCHEMA,
+                "profile": ctx.profile.name,
+                "lock": ctx.lock.short_hash,
+                "generation": state.current,
+                "deep": deep,
+                "files_checked": files.get("checked", 0),
+                "clean": not drifts,
+                "drift": [d.to_json() for d in drifts],
+            }
+        )
+    else:
+        gen = state.current_generation
+        where = f"generation {gen.number}" if gen else "target"
+        mode = "deep" if deep else "fast"
+        print_drift(
+            drifts,
+            f"{where} matches lock {ctx.lock.short_hash} ({mode} check, "
+            f"{(state.files or {}).get('checked', 0)} files)",
+        )
+    sys.exit(EXIT_DRIFT if drifts else 0)

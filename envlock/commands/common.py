@@ -1,0 +1,61 @@
+"""Pieces every command shares: arguments, options and the rendering of reports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.table import Table
+
+from envlock import ui
+from envlock.drift import Drift
+from envlock.plan import Plan
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+profile_argument = click.argument(
+    "profile", type=click.Path(dir_okay=False, path_type=str), metavar="PROFILE"
+)
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(func)
+
+
+def progress_printer(quiet: bool) -> Callable[[str], None] | None:
+    if quiet:
+        return None
+    return lambda line: ui.info(f"  {line}")
+
+
+def drift_table(drifts: list[Drift]) -> Table:
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for column in ("kind", "subject", "expected", "actual"):
+        table.add_column(column, overflow="fold")
+    for d in drifts:
+        table.add_row(d.kind, d.subject, d.expected, d.actual)
+        if d.detail:
+            table.add_row("", f"[dim]{ui.escape(d.detail)}[/]", "", "")
+    return table
+
+
+def print_drift(drifts: list[Drift], clean_message: str) -> None:
+    if not drifts:
+        ui.out.print(f"[green]✓[/] {ui.escape(clean_message)}")
+        return
+    ui.out.print(f"[bold red]✗ {len(drifts)} drift item(s)[/]")
+    ui.out.print(drift_table(drifts))
+
+
+def print_plan(plan: Plan) -> None:
+    if plan.empty:
+        ui.out.print(f"[green]✓[/] nothing to do: {ui.escape(plan.reason or 'in sync')}")
+        return
+    ui.out.print(f"[bold]plan: {len(plan.actions)} action(s)[/]")
+    for index, action in enumerate(plan.actions, 1):
+        ui.out.print(f"  {index}. {ui.escape(action.description)}")
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    return {"actions": [a.to_json() for a in plan.actions], "reason": plan.reason}

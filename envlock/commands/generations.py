@@ -1,0 +1,48 @@
+"""`envlock generations PROFILE`: the generations on the target and which is active."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from envlock import ui
+from envlock.apply import gather_state, open_context
+from envlock.commands.common import json_option, profile_argument
+
+
+@click.command("generations")
+@profile_argument
+@json_option
+def command(profile: str, as_json: bool) -> None:
+    """List generations, their locks and which one is active."""
+    ctx = open_context(profile, allow_stale=True)
+    state = gather_state(ctx)
+    rows = [
+        {
+            "number": g.number,
+            "name": g.name,
+            "lock": g.lock_hash,
+            "complete": g.complete,
+            "active": g.name == state.current,
+            "built": g.meta.get("built"),
+            "files": g.meta.get("files"),
+            "matches_lock": g.lock_hash == ctx.lock.short_hash,
+        }
+        for g in state.generations
+    ]
+    if as_json:
+        ui.emit_json({"current": state.current, "generations": rows,
+                      "history": state.raw.get("history", [])})
+        return
+    if not rows:
+        ui.out.print("no generations yet: run `envlock apply`")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("", "gen", "lock", "built", "files", "note"):
+        table.add_column(column)
+    for row in rows:
+        note = "incomplete" if not row["complete"] else (
+            "current lock" if row["matches_lock"] else "")
+        table.add_row("*" if row["active"] else "", str(row["number"]), row["lock"],
+                      row["built"] or "", str(row["files"] or ""), note)
+    ui.out.print(table)

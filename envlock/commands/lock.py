@@ -1,0 +1,59 @@
+"""`envlock lock PROFILE`: resolve the profile into pylock.<name>.toml."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from envlock import ui
+from envlock.errors import EXIT_DRIFT, LockError
+from envlock.lock import read_lock, stale_reasons, write_lock
+from envlock.profile import load_profile
+from envlock.commands.common import json_option, profile_argument
+
+
+@click.command("lock")
+@profile_argument
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Write nothing; exit 1 when the lock is missing or stale.",
+)
+@json_option
+def command(profile: str, check_only: bool, as_json: bool) -> None:
+    """Write or refresh pylock.<name>.toml beside PROFILE."""
+    prof = load_profile(profile)
+    if check_only:
+        try:
+            reasons = stale_reasons(prof, read_lock(prof.lock_path))
+        except LockError:
+            reasons = ["no lock"]
+        if as_json:
+            ui.emit_json({"lock": str(prof.lock_path), "fresh": not reasons, "reasons": reasons})
+        elif reasons:
+            ui.out.print(f"[red]✗[/] {prof.lock_path.name} is stale: {'; '.join(reasons)}")
+        else:
+            ui.out.print(f"[green]✓[/] {prof.lock_path.name} is fresh")
+        sys.exit(EXIT_DRIFT if reasons else 0)
+    with ui.status(f"resolving {prof.path.name} with uv", quiet=as_json):
+        lock, changed = write_lock(prof)
+    torch = lock.packages.get("torch")
+    if as_json:
+        ui.emit_json(
+            {
+                "lock": str(lock.path),
+                "changed": changed,
+                "sha256": lock.sha256,
+                "packages": lock.versions(),
+                "torch": torch.version if torch else None,
+            }
+        )
+        return
+    verb = "wrote" if changed else "unchanged:"
+    torch_text = f", torch {torch.version}" if torch else ""
+    ui.out.print(
+        f"[green]✓[/] {verb} {lock.path.name}: {len(lock.packages)} packages"
+        f"{torch_text}, lock {lock.short_hash}"
+    )

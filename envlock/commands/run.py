@@ -1,0 +1,45 @@
+"""`envlock run PROFILE -- CMD…`: run CMD in the locked environment, refusing on drift."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from envlock import ui
+from envlock.apply import check, open_context
+from envlock.commands.common import drift_table, profile_argument
+from envlock.errors import EXIT_DRIFT, UsageError
+from envlock.runenv import run_environment
+
+
+@click.command(
+    "run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@profile_argument
+@click.option("--allow-drift", is_flag=True, help="Run even when the check finds drift.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def command(profile: str, allow_drift: bool, cmd: tuple[str, ...]) -> None:
+    """Run CMD with the environment's bin first on PATH, its caches and [env]."""
+    argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
+    if not argv:
+        raise UsageError("no command given", hint="envlock run PROFILE -- python train.py")
+    ctx = open_context(profile, allow_stale=True)
+    state, drifts = check(ctx)
+    blocking = [d for d in drifts if d.kind != "cache-dir"]
+    if state.current is None or not state.in_generation:
+        ui.error("no working environment on the target")
+        ui.err.print(drift_table(drifts))
+        sys.exit(EXIT_DRIFT)
+    if blocking and not allow_drift:
+        ui.error(
+            f"refusing to run: {len(blocking)} drift item(s); repair with `envlock apply` "
+            "or `envlock rollback`, or pass --allow-drift"
+        )
+        ui.err.print(drift_table(blocking))
+        sys.exit(EXIT_DRIFT)
+    if blocking:
+        ui.warn(f"running despite {len(blocking)} drift item(s) (--allow-drift)")
+    env = run_environment(ctx.profile, state, os.environ)
+    sys.exit(ctx.transport.exec(argv, env))

@@ -1,0 +1,304 @@
+"""Locks: a profile resolved by uv into a PEP 751 `pylock.<name>.toml` plus `[tool.envlock]`.
+
+Torch-family packages are pinned with the backend's local label and taken only from the
+backend's index (through an explicit uv index source), unless a find-links location already
+holds the pinned wheel (air-gapped clusters, this project's test wheelhouse), in which case
+the label pin alone guarantees the right build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from envlock.atomic import write_atomic
+from envlock.errors import LockError, OperationError
+from envlock.profile import TORCH_FAMILY, Profile
+from envlock.tomlread import TOMLDecodeError, tomllib
+from envlock.uvbin import uv_path
+
+LOCK_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: str
+    version: str
+    wheels: tuple[dict[str, Any], ...] = ()
+    sdist: dict[str, Any] | None = None
+
+    @property
+    def sha256s(self) -> set[str]:
+        found = {w.get("hashes", {}).get("sha256", "") for w in self.wheels}
+        if self.sdist:
+            found.add(self.sdist.get("hashes", {}).get("sha256", ""))
+        return found - {""}
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A parsed lock file."""
+
+    path: Path
+    text: str
+    packages: dict[str, LockedPackage]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    @property
+    def short_hash(self) -> str:
+        return self.sha256[:12]
+
+    def versions(self) -> dict[str, str]:
+        return {name: pkg.version for name, pkg in self.packages.items()}
+
+
+def read_lock(path: Path) -> Lock:
+    """Parse a pylock file written by `envlock lock`."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise LockError(f"{path}: no lock", hint="run `envlock lock PROFILE` first") from None
+    return parse_lock(path, text)
+
+
+def parse_lock(path: Path, text: str) -> Lock:
+    try:
+        data = tomllib.loads(text)
+    except TOMLDecodeError as exc:
+        raise LockError(
+            f"{path}: not a valid lock: {exc}", hint="delete it and run `envlock lock PROFILE`"
+        ) from None
+    packages = {}
+    for entry in data.get("packages", []):
+        name = canonicalize_name(entry["name"])
+        packages[name] = LockedPackage(
+            name=name,
+            version=str(entry.get("version", "")),
+            wheels=tuple(entry.get("wheels", [])),
+            sdist=entry.get("sdist"),
+        )
+    meta = data.get("tool", {}).get("envlock", {})
+    return Lock(path=path, text=text, packages=packages, meta=meta)
+
+
+# -- staleness ----------------------------------------------------------------------------
+def stale_reasons(profile: Profile, lock: Lock) -> list[str]:
+    """Why a lock no longer matches its profile (empty when it is fresh)."""
+    meta = lock.meta
+    reasons = []
+    if meta.get("format") != LOCK_FORMAT:
+        reasons.append(f"lock format {meta.get('format')!r}, this envlock writes {LOCK_FORMAT}")
+    if meta.get("profile-sha256") != profile.sha256:
+        reasons.append(f"{profile.path.name} changed since the lock was written")
+    scripts = meta.get("scripts", {})
+    current = profile.script_hashes()
+    for rel in sorted(set(scripts) | set(current)):
+        if scripts.get(rel) != current.get(rel):
+            what = "added" if rel not in scripts else "removed" if rel not in current else "changed"
+            reasons.append(f"script {rel} {what}")
+    return reasons
+
+
+def load_fresh_lock(profile: Profile) -> Lock:
+    """The profile's lock, refusing a missing or stale one with what to do."""
+    lock = read_lock(profile.lock_path)
+    reasons = stale_reasons(profile, lock)
+    if reasons:
+        raise LockError(
+            f"{lock.path}: stale lock: " + "; ".join(reasons),
+            hint=f"run `envlock lock {_shown(profile.path)}` to refresh it",
+        )
+    return lock
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+# -- resolving ----------------------------------------------------------------------------
+def environment_find_links() -> list[str]:
+    """Find-links this machine's installers are configured with (uv and pip variables)."""
+    found: list[str] = []
+    for var in ("UV_FIND_LINKS", "PIP_FIND_LINKS"):
+        found += [p for p in re.split(r"[\s,]+", os.environ.get(var, "")) if p]
+    return found
+
+
+def find_links_for(profile: Profile) -> list[str]:
+    return list(dict.fromkeys([*profile.dependencies.find_links, *environment_find_links()]))
+
+
+def wheel_in_find_links(links: list[str], name: str, version: str) -> bool:
+    """Whether a local find-links directory holds a wheel of exactly name==version."""
+    wanted = canonicalize_name(name)
+    for link in links:
+        directory = Path(link.removeprefix("file://"))
+        if not directory.is_dir():
+            continue
+        for wheel in directory.glob("*.whl"):
+            try:
+                wname, wversion, _, _ = parse_wheel_filename(wheel.name)
+            except ValueError:
+                continue
+            if wname == wanted and str(wversion) == version:
+                return True
+    return False
+
+
+def resolver_input(profile: Profile, links: list[str]) -> str:
+    """The pyproject.toml uv resolves: the requirements plus the torch index source."""
+    requirements = [
+        *(profile.torch.requirements() if profile.torch else []),
+        *profile.dependencies.packages,
+    ]
+    lines = [
+        "[project]",
+        'name = "envlock-resolve"',
+        'version = "0"',
+        f"dependencies = {json.dumps(requirements)}",
+    ]
+    torch = profile.torch
+    use_index = (
+        torch is not None
+        and torch.backend_index is not None
+        and not profile.dependencies.offline
+        and not wheel_in_find_links(links, "torch", torch.pinned_version)
+    )
+    if use_index and torch is not None:
+        family = sorted(
+            {"torch"}
+            | {canonicalize_name(Requirement(p).name) for p in torch.packages} & TORCH_FAMILY
+        )
+        lines += ["", "[tool.uv.sources]"]
+        lines += [f'{name} = {{ index = "torch-backend" }}' for name in family]
+        lines += [
+            "",
+            "[[tool.uv.index]]",
+            'name = "torch-backend"',
+            f"url = {json.dumps(torch.backend_index)}",
+            "explicit = true",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def uv_compile_argv(
+    profile: Profile, input_file: Path, output: Path, links: list[str]
+) -> list[str]:
+    deps = profile.dependencies
+    argv = [
+        uv_path(),
+        "pip",
+        "compile",
+        str(input_file),
+        "--quiet",
+        "--format",
+        "pylock.toml",
+        "--generate-hashes",
+        "--no-header",
+        "--python-version",
+        profile.python_version,
+        "--python-platform",
+        profile.python_platform,
+        "--output-file",
+        str(output),
+    ]
+    if deps.offline:
+        argv += ["--no-index", "--offline"]
+    else:
+        if deps.index_url:
+            argv += ["--default-index", deps.index_url]
+        for url in deps.extra_index_urls:
+            argv += ["--index", url]
+    for link in links:
+        argv += ["--find-links", link]
+    return argv
+
+
+def envlock_table(profile: Profile) -> str:
+    """The `[tool.envlock]` table, written by hand: flat strings only, stable order."""
+    torch = profile.torch
+    entries = {
+        "format": LOCK_FORMAT,
+        "profile": profile.name,
+        "profile-sha256": profile.sha256,
+        "python-version": profile.python_version,
+        "python-platform": profile.python_platform,
+        "torch-backend": torch.backend if torch else "",
+        "torch": torch.pinned_version if torch else "",
+    }
+    lines = ["", "[tool.envlock]"]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in entries.items()]
+    lines += ["", "[tool.envlock.scripts]"]
+    lines += [f"{_toml_value(k)} = {_toml_value(v)}" for k, v in profile.script_hashes().items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: str | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    # A JSON string with ASCII escapes is a valid TOML basic string, DEL aside.
+    return json.dumps(value, ensure_ascii=True).replace("\x7f", "\\u007f")
+
+
+def resolve(profile: Profile) -> str:
+    """Run uv to resolve the profile; returns the full lock text."""
+    links = find_links_for(profile)
+    with tempfile.TemporaryDirectory(prefix="envlock-lock-") as tmp:
+        input_file = Path(tmp) / "pyproject.toml"
+        input_file.write_text(resolver_input(profile, links))
+        output = Path(tmp) / f"pylock.{profile.name}.toml"
+        argv = uv_compile_argv(profile, input_file, output, links)
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0:
+            raise OperationError(
+                f"uv could not resolve {profile.path.name}:\n{_clean_uv_error(proc.stderr, tmp)}",
+                hint=_resolve_hint(profile, links),
+            )
+        body = output.read_text()
+    return body.rstrip("\n") + "\n" + envlock_table(profile)
+
+
+def _clean_uv_error(stderr: str, tmp: str) -> str:
+    return "\n".join("  " + line for line in stderr.replace(tmp + "/", "").strip().splitlines())
+
+
+def _resolve_hint(profile: Profile, links: list[str]) -> str:
+    torch = profile.torch
+    if (
+        torch
+        and torch.backend_index
+        and not wheel_in_find_links(links, "torch", torch.pinned_version)
+    ):
+        return (
+            f"torch {torch.pinned_version} is taken from {torch.backend_index}: is it "
+            "reachable? Otherwise set [torch] index-url to a mirror, or put the wheel in "
+            "[dependencies] find-links"
+        )
+    return "check the package names and versions; is the index reachable?"
+
+
+def write_lock(profile: Profile) -> tuple[Lock, bool]:
+    """Resolve and write the lock atomically; returns (lock, changed)."""
+    text = resolve(profile)
+    path = profile.lock_path
+    old = path.read_text() if path.exists() else None
+    if old != text:
+        write_atomic(path, text.encode())
+    return parse_lock(path, text), old != text

@@ -1,0 +1,665 @@
+"""Profiles: the declared environment, parsed from TOML and validated in full.
+
+Every problem is one `ProfileError` that names the file, the table and key, what was
+expected and what was found. Nothing here touches a target or writes a file.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import platform as host_platform
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, NoReturn
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from envlock.errors import ProfileError
+from envlock.tomlread import Table, describe, load_toml, suggest
+
+SCHEMA_VERSION = 1
+TARGET_TYPES = ("local", "ssh", "proxmox-lxc")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+BACKEND_RE = re.compile(r"^(cpu|cu\d{2,3}|rocm\d+\.\d+(\.\d+)?|xpu|pypi)$")
+PLATFORM_RE = re.compile(
+    r"^(linux|(x86_64|aarch64)-(manylinux2014|manylinux_2_\d+|unknown-linux-(gnu|musl)))$"
+)
+PYTHON_RE = re.compile(r"^3\.\d+(\.\d+)?$")
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+# Packages that PyTorch publishes per backend: they must come from the backend's index.
+TORCH_FAMILY = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "triton",
+        "pytorch-triton",
+        "pytorch-triton-rocm",
+        "pytorch-triton-xpu",
+        "torchtext",
+        "torchdata",
+    }
+)
+# The ones whose versions carry the backend's local label (e.g. 0.26.0+cu128).
+LABELLED_FAMILY = frozenset({"torch", "torchvision", "torchaudio"})
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    path: str
+    ro: bool = False
+
+
+@dataclass(frozen=True)
+class Container:
+    """A Proxmox LXC container as the profile declares it."""
+
+    ostemplate: str
+    rootfs: str
+    cores: int = 1
+    memory: int = 1024
+    swap: int = 0
+    hostname: str | None = None
+    unprivileged: bool = False
+    features: tuple[str, ...] = ()
+    net: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    snapshot_before_apply: bool = False
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the environment lives. Connection fields depend on `type`."""
+
+    type: str
+    root: str
+    venv: str
+    host: str | None = None
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    ssh_options: tuple[str, ...] = ()
+    # proxmox-lxc
+    api_url: str | None = None
+    node: str | None = None
+    vmid: int | None = None
+    api_user: str | None = None
+    token_id: str | None = None
+    secret_env: str | None = None
+    secret_file: str | None = None
+    ca_file: str | None = None
+    verify_tls: bool = True
+
+
+@dataclass(frozen=True)
+class TorchSpec:
+    version: str
+    backend: str
+    index_url: str | None = None
+    packages: tuple[str, ...] = ()
+
+    @property
+    def local_label(self) -> str | None:
+        """The local version label the backend's wheels carry (`cu128`), None for PyPI's."""
+        return None if self.backend == "pypi" else self.backend.replace(".", "")
+
+    @property
+    def pinned_version(self) -> str:
+        label = self.local_label
+        return f"{self.version}+{label}" if label and "+" not in self.version else self.version
+
+    @property
+    def backend_index(self) -> str | None:
+        if self.index_url:
+            return self.index_url
+        return None if self.backend == "pypi" else f"{PYTORCH_INDEX}/{self.backend}"
+
+    def requirements(self) -> list[str]:
+        return [f"torch=={self.pinned_version}", *self.packages]
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    packages: tuple[str, ...] = ()
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    offline: bool = False
+
+
+@dataclass(frozen=True)
+class Scripts:
+    source: Path
+    dest: str
+    files: tuple[str, ...]
+
+    def resolve(self) -> list[Path]:
+        """Every script file the globs match, sorted, relative paths under `source`."""
+        found: set[Path] = set()
+        for pattern in self.files:
+            matches = [Path(p) for p in glob.glob(str(self.source / pattern), recursive=True)]
+            found.update(m.relative_to(self.source) for m in matches if m.is_file())
+        return sorted(found)
+
+
+@dataclass(frozen=True)
+class Profile:
+    path: Path
+    name: str
+    description: str
+    target: Target
+    python_version: str
+    python_platform: str
+    torch: TorchSpec | None
+    dependencies: Dependencies
+    cache_dir: str
+    env: dict[str, str]
+    scripts: Scripts | None
+    container: Container | None
+    sha256: str = field(repr=False, default="")
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.parent / f"pylock.{self.name}.toml"
+
+    def script_hashes(self) -> dict[str, str]:
+        """sha256 of every pinned script source, keyed by its path relative to `source`."""
+        if self.scripts is None:
+            return {}
+        return {
+            str(rel): hashlib.sha256((self.scripts.source / rel).read_bytes()).hexdigest()
+            for rel in self.scripts.resolve()
+        }
+
+
+def load_profile(path: str | os.PathLike[str]) -> Profile:
+    """Parse and validate a profile file; raises ProfileError on the first problem."""
+    file = Path(path)
+    data = load_toml(file)
+    return _ProfileReader(file, data).read()
+
+
+class _ProfileReader:
+    TABLES = (
+        "profile",
+        "target",
+        "container",
+        "python",
+        "torch",
+        "dependencies",
+        "cache",
+        "env",
+        "scripts",
+    )
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.label = str(path)
+        self.root = Table(self.label, "", data)
+
+    def table(self, name: str) -> Table | None:
+        value = self.root.raw(name, None)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise_profile(self.label, f"[{name}] must be a table, found {describe(value)}")
+        return Table(self.label, name, value)
+
+    def read(self) -> Profile:
+        for key in self.root.data:
+            if key not in self.TABLES:
+                raise_profile(self.label, f"unknown table [{key}]", suggest(key, self.TABLES))
+        profile_t = self.required_table("profile")
+        name = profile_t.string("name")
+        if not NAME_RE.match(name):
+            profile_t.fail(
+                "name",
+                f'expected lowercase letters, digits, "-" and "_" (starting with a letter or digit),'
+                f' found "{name}"',
+                hint=f"it becomes pylock.<name>.toml; try `{_slug(name)}`",
+            )
+        description = profile_t.string("description", "")
+        profile_t.finish()
+
+        target = self.read_target(name)
+        python_version, python_platform = self.read_python(target)
+        torch = self.read_torch()
+        deps = self.read_dependencies(torch)
+        container = self.read_container(target)
+        cache_dir = self.read_cache(target)
+        env = self.read_env()
+        scripts = self.read_scripts(target)
+        return Profile(
+            path=self.path.resolve(),
+            name=name,
+            description=description,
+            target=target,
+            python_version=python_version,
+            python_platform=python_platform,
+            torch=torch,
+            dependencies=deps,
+            cache_dir=cache_dir,
+            env=env,
+            scripts=scripts,
+            container=container,
+            sha256=hashlib.sha256(self.path.read_bytes()).hexdigest(),
+        )
+
+    def required_table(self, name: str) -> Table:
+        table = self.table(name)
+        if table is None:
+            raise_profile(
+                self.label,
+                f"missing required table [{name}]",
+                f"add a [{name}] table (see the profile reference in the README)",
+            )
+        return table
+
+    # -- [target] ---------------------------------------------------------------------------
+    def read_target(self, name: str) -> Target:
+        t = self.required_table("target")
+        kind = t.string("type")
+        if kind not in TARGET_TYPES:
+            t.fail(
+                "type",
+                f'expected one of {", ".join(TARGET_TYPES)}, found "{kind}"',
+                hint=suggest(kind, list(TARGET_TYPES)),
+            )
+        remote = kind != "local"
+        default_root = None if remote else f"~/.local/share/envlock/{name}"
+        root = self.path_value(t, "root", default_root, absolute=remote)
+        venv = self.path_value(t, "venv", str(PurePosixPath(root) / "venv"), absolute=remote)
+        fields: dict[str, Any] = {"type": kind, "root": root, "venv": venv}
+        if kind == "ssh":
+            fields.update(self.read_ssh_fields(t, required_host=True))
+        if kind == "proxmox-lxc":
+            fields.update(self.read_ssh_fields(t, required_host=True))
+            fields.update(self.read_proxmox_fields(t))
+        t.finish()
+        if _is_within(venv, root + "/generations") or venv.rstrip("/") == root.rstrip("/"):
+            t.fail(
+                "venv",
+                f'"{venv}" must not be the root or inside its generations',
+                hint="use a path such as <root>/venv or /root/venv",
+            )
+        return Target(**fields)
+
+    def path_value(self, t: Table, key: str, default: Any, *, absolute: bool) -> Any:
+        value = t.string(key, default) if default is not None else t.string(key)
+        if absolute and not value.startswith("/"):
+            t.fail(
+                key,
+                f'expected an absolute path on the target, found "{value}"',
+                hint=f'write it from the filesystem root, e.g. "/{value.lstrip("./~")}"',
+            )
+        if not absolute:
+            value = str(self.local_path(value))
+        return value
+
+    def local_path(self, value: str) -> Path:
+        """A controller-side path: `~` expanded, relative paths taken from the profile's dir."""
+        expanded = Path(os.path.expanduser(value))
+        return expanded if expanded.is_absolute() else (self.path.parent / expanded).resolve()
+
+    def read_ssh_fields(self, t: Table, *, required_host: bool) -> dict[str, Any]:
+        host = t.string("host") if required_host else t.string("host", None)
+        if host.startswith("-") or not host.strip() or any(c.isspace() for c in host):
+            t.fail("host", f'expected a host name or ssh alias, found "{host}"')
+        port = t.integer("port", None, minimum=1)
+        if port is not None and port > 65535:
+            t.fail("port", f"expected a TCP port (1-65535), found {port}")
+        identity = t.string("identity-file", None)
+        options = t.strings("ssh-options", [])
+        for index, option in enumerate(options):
+            if not re.match(r"^[A-Za-z]+=", option):
+                t.fail(f"ssh-options[{index}]", f'expected "Name=value", found "{option}"')
+        user = t.string("user", None)
+        return {
+            "host": host,
+            "user": user,
+            "port": port,
+            "identity_file": str(self.local_path(identity)) if identity else None,
+            "ssh_options": tuple(options),
+        }
+
+    def read_proxmox_fields(self, t: Table) -> dict[str, Any]:
+        api_url = t.string("api-url")
+        if not re.match(r"^https://[^/\s]+", api_url):
+            t.fail(
+                "api-url",
+                f'expected an https:// URL of the Proxmox API, found "{api_url}"',
+                hint='e.g. "https://pve1.example:8006"',
+            )
+        node = t.string("node")
+        vmid = t.integer("vmid", minimum=100)
+        api_user = t.string("api-user", "root@pam")
+        if "@" not in api_user:
+            t.fail("api-user", f'expected user@realm, found "{api_user}"', hint='e.g. "root@pam"')
+        token_id = t.string("token-id", None)
+        secret_env = t.string("secret-env", None)
+        secret_file = t.string("secret-file", None)
+        if secret_env is None and secret_file is None:
+            t.fail(
+                "secret-env",
+                "missing: the Proxmox secret must come from an environment "
+                "variable or a file, never from the profile",
+                hint='add `secret-env = "PVE_TOKEN_SECRET"` or `secret-file = "..."`',
+            )
+        if secret_env is not None and not ENV_NAME_RE.match(secret_env):
+            t.fail("secret-env", f'expected an environment variable name, found "{secret_env}"')
+        ca_file = t.string("ca-file", None)
+        return {
+            "api_url": api_url,
+            "node": node,
+            "vmid": vmid,
+            "api_user": api_user,
+            "token_id": token_id,
+            "secret_env": secret_env,
+            "secret_file": str(self.local_path(secret_file)) if secret_file else None,
+            "ca_file": str(self.local_path(ca_file)) if ca_file else None,
+            "verify_tls": t.boolean("verify-tls", True),
+        }
+
+    # -- [python] ---------------------------------------------------------------------------
+    def read_python(self, target: Target) -> tuple[str, str]:
+        t = self.required_table("python")
+        version = t.string("version")
+        if not PYTHON_RE.match(version):
+            t.fail("version", f'expected a Python version such as "3.11", found "{version}"')
+        default_platform = "x86_64-manylinux_2_28"
+        if target.type == "local":
+            default_platform = f"{host_platform.machine()}-manylinux_2_28"
+        plat = t.string("platform", default_platform)
+        if not PLATFORM_RE.match(plat):
+            t.fail(
+                "platform",
+                f'expected a Linux platform such as "x86_64-manylinux_2_28", found "{plat}"',
+            )
+        t.finish()
+        return version, plat
+
+    # -- [torch] ----------------------------------------------------------------------------
+    def read_torch(self) -> TorchSpec | None:
+        t = self.table("torch")
+        if t is None:
+            return None
+        version = t.string("version")
+        try:
+            parsed = Version(version)
+        except InvalidVersion:
+            t.fail("version", f'expected a torch version such as "2.11.0", found "{version}"')
+        backend = t.raw(
+            "backend",
+            required_because="a torch version needs a backend: "
+            "cpu, cu126, cu128, cu130, rocm6.4, xpu or pypi",
+        )
+        if not isinstance(backend, str):
+            t.fail("backend", f"expected a string, found {describe(backend)}")
+        if not BACKEND_RE.match(backend):
+            t.fail(
+                "backend",
+                f'expected cpu, cuXYZ (e.g. cu128), rocmX.Y, xpu or pypi, found "{backend}"',
+                hint=_backend_hint(backend),
+            )
+        if parsed.local and parsed.local != backend.replace(".", ""):
+            t.fail(
+                "version",
+                f'local label "+{parsed.local}" contradicts backend "{backend}"',
+                hint=f'write version = "{parsed.public}" and let the backend set the label',
+            )
+        index_url = t.string("index-url", None)
+        if index_url is not None:
+            _check_url(t, "index-url", index_url)
+        packages = t.strings("packages", [])
+        seen: dict[str, str] = {"torch": "[torch] version"}
+        for index, text in enumerate(packages):
+            req = _requirement(t, f"packages[{index}]", text)
+            name = canonicalize_name(req.name)
+            if name == "torch":
+                t.fail(
+                    f"packages[{index}]",
+                    "torch itself is pinned by [torch] version",
+                    hint="remove it from [torch] packages",
+                )
+            if name in seen:
+                t.fail(f"packages[{index}]", f'duplicate package "{req.name}"')
+            seen[name] = text
+        t.finish()
+        return TorchSpec(
+            version=version, backend=backend, index_url=index_url, packages=tuple(packages)
+        )
+
+    # -- [dependencies] ---------------------------------------------------------------------
+    def read_dependencies(self, torch: TorchSpec | None) -> Dependencies:
+        t = self.table("dependencies")
+        if t is None:
+            return Dependencies()
+        packages = t.strings("packages", [])
+        torch_names = (
+            {canonicalize_name(Requirement(p).name) for p in torch.packages} if torch else set()
+        )
+        seen: set[str] = set()
+        for index, text in enumerate(packages):
+            key = f"packages[{index}]"
+            req = _requirement(t, key, text)
+            name = canonicalize_name(req.name)
+            if name in seen:
+                t.fail(key, f'duplicate package "{req.name}"', hint="list each package once")
+            seen.add(name)
+            if torch is not None and name == "torch":
+                self.torch_conflict(t, key, req, torch)
+            if name in torch_names:
+                t.fail(
+                    key,
+                    f'"{req.name}" is already in [torch] packages',
+                    hint="keep torch-family packages in [torch] packages only",
+                )
+        index_url = t.string("index-url", None)
+        if index_url is not None:
+            _check_url(t, "index-url", index_url)
+        extras = t.strings("extra-index-urls", [])
+        for index, url in enumerate(extras):
+            _check_url(t, f"extra-index-urls[{index}]", url)
+        links = [
+            self.find_link(t, index, link) for index, link in enumerate(t.strings("find-links", []))
+        ]
+        offline = t.boolean("offline", False)
+        if offline and not links:
+            t.fail(
+                "offline",
+                "offline = true needs at least one entry in find-links",
+                hint='add `find-links = ["wheelhouse"]`',
+            )
+        t.finish()
+        return Dependencies(
+            packages=tuple(packages),
+            index_url=index_url,
+            extra_index_urls=tuple(extras),
+            find_links=tuple(links),
+            offline=offline,
+        )
+
+    def torch_conflict(self, t: Table, key: str, req: Requirement, torch: TorchSpec) -> None:
+        pin = Version(torch.pinned_version)
+        if req.specifier and not req.specifier.contains(pin, prereleases=True):
+            t.fail(
+                key,
+                f'"{req}" conflicts with the torch pin {pin} from [torch]',
+                hint="remove it; [torch] version decides torch",
+            )
+        t.fail(key, "torch is pinned by [torch] version", hint="remove it from [dependencies]")
+
+    def find_link(self, t: Table, index: int, link: str) -> str:
+        if re.match(r"^[a-z]+://", link):
+            return link
+        return str(self.local_path(link))
+
+    # -- [container] ------------------------------------------------------------------------
+    def read_container(self, target: Target) -> Container | None:
+        t = self.table("container")
+        if t is None:
+            return None
+        if target.type != "proxmox-lxc":
+            t.fail(
+                None,
+                f'a container only applies to proxmox-lxc targets, target type is "{target.type}"',
+                hint="remove [container] or set [target] type",
+            )
+        ostemplate = t.string("ostemplate")
+        rootfs = t.string("rootfs")
+        if not re.match(r"^[A-Za-z0-9][\w.-]*:\S+$", rootfs):
+            t.fail("rootfs", f'expected STORAGE:SIZE_GB such as "local-lvm:64", found "{rootfs}"')
+        devices = t.strings("devices", [])
+        for index, dev in enumerate(devices):
+            if not dev.startswith("/dev/") or ".." in dev.split("/"):
+                t.fail(f"devices[{index}]", f'expected a device path under /dev, found "{dev}"')
+        if len(set(devices)) != len(devices):
+            t.fail("devices", "a device is listed twice")
+        container = Container(
+            ostemplate=ostemplate,
+            rootfs=rootfs,
+            cores=t.integer("cores", 1, minimum=1),
+            memory=t.integer("memory", 1024, minimum=16),
+            swap=t.integer("swap", 0, minimum=0),
+            hostname=t.string("hostname", None),
+            unprivileged=t.boolean("unprivileged", False),
+            features=tuple(t.strings("features", [])),
+            net=tuple(t.strings("net", [])),
+            devices=tuple(devices),
+            mounts=self.read_mounts(t),
+            snapshot_before_apply=t.boolean("snapshot-before-apply", False),
+        )
+        t.finish()
+        return container
+
+    def read_mounts(self, t: Table) -> tuple[Mount, ...]:
+        raw = t.raw("mounts", [])
+        if not isinstance(raw, list):
+            t.fail(
+                "mounts", f"expected an array of tables {{source, path, ro}}, found {describe(raw)}"
+            )
+        mounts = []
+        for index, item in enumerate(raw):
+            if not isinstance(item, dict):
+                t.fail(
+                    f"mounts[{index}]",
+                    f"expected a table {{source, path, ro}}, found {describe(item)}",
+                )
+            m = Table(self.label, f"container.mounts[{index}]", item)
+            mount = Mount(
+                source=m.string("source"), path=m.string("path"), ro=m.boolean("ro", False)
+            )
+            for key in ("source", "path"):
+                value = getattr(mount, key)
+                if not value.startswith("/"):
+                    m.fail(key, f'expected an absolute path, found "{value}"')
+            m.finish()
+            mounts.append(mount)
+        return tuple(mounts)
+
+    # -- [cache], [env], [scripts] ----------------------------------------------------------
+    def read_cache(self, target: Target) -> str:
+        t = self.table("cache")
+        default = str(PurePosixPath(target.root) / "cache")
+        if t is None:
+            return default
+        value = self.path_value(t, "dir", default, absolute=target.type != "local")
+        t.finish()
+        return value
+
+    def read_env(self) -> dict[str, str]:
+        t = self.table("env")
+        if t is None:
+            return {}
+        env: dict[str, str] = {}
+        for key, value in t.data.items():
+            t.seen.add(key)
+            if not ENV_NAME_RE.match(key):
+                t.fail(key, "expected an environment variable name (letters, digits, _)")
+            if not isinstance(value, str):
+                t.fail(
+                    key,
+                    f"expected a string, found {describe(value)}",
+                    hint=f'quote it: {key} = "{value}"' if not isinstance(value, dict) else None,
+                )
+            if "\0" in value:
+                t.fail(key, "environment values cannot contain NUL characters")
+            env[key] = value
+        return env
+
+    def read_scripts(self, target: Target) -> Scripts | None:
+        t = self.table("scripts")
+        if t is None:
+            return None
+        source = self.local_path(t.string("source", "."))
+        dest = self.path_value(t, "dest", None, absolute=target.type != "local")
+        files = t.strings("files")
+        if not files:
+            t.fail("files", "expected at least one file or glob")
+        t.finish()
+        if not source.is_dir():
+            t.fail(
+                "source",
+                f'"{source}" is not a directory',
+                hint="source is relative to the profile's directory",
+            )
+        scripts = Scripts(source=source, dest=dest, files=tuple(files))
+        for pattern in files:
+            if not glob.glob(str(source / pattern), recursive=True):
+                t.fail("files", f'"{pattern}" matches no file under {source}')
+        return scripts
+
+
+def raise_profile(path: str, message: str, hint: str | None = None) -> NoReturn:
+    raise ProfileError(path, message, hint=hint)
+
+
+def _requirement(t: Table, key: str, text: str) -> Requirement:
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as exc:
+        t.fail(
+            key,
+            f'invalid requirement "{text}": {exc}',
+            hint='write it as PEP 508, e.g. "transformers==4.57.1" or "datasets>=3"',
+        )
+    try:
+        SpecifierSet(str(req.specifier))
+    except InvalidSpecifier:  # pragma: no cover - Requirement already checks this
+        t.fail(key, f'invalid version specifier in "{text}"')
+    if req.url:
+        t.fail(
+            key,
+            f'direct URL requirements cannot be locked with hashes: "{text}"',
+            hint="put the wheel in find-links instead",
+        )
+    return req
+
+
+def _check_url(t: Table, key: str, url: str) -> None:
+    if not re.match(r"^(https?|file)://\S+$", url):
+        t.fail(key, f'expected an http(s):// or file:// URL, found "{url}"')
+
+
+def _backend_hint(backend: str) -> str | None:
+    match = re.match(r"^cuda[-_]?(\d+)\.?(\d*)$", backend.lower())
+    if match:
+        return f'did you mean "cu{match.group(1)}{match.group(2)}"?'
+    return suggest(backend, ["cpu", "cu126", "cu128", "cu130", "xpu", "pypi"])
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-") or "my-env"
+
+
+def _is_within(path: str, parent: str) -> bool:
+    return (path.rstrip("/") + "/").startswith(parent.rstrip("/") + "/")

@@ -1,0 +1,32 @@
+"""The environment a command sees under `envlock run`. Pure: state and profile in, env out."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from envlock.profile import Profile
+from envlock.state import State
+
+# Variables that would make the generation's interpreter look elsewhere.
+SCRUBBED = ("PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX", "__PYVENV_LAUNCHER__")
+
+
+def generation_dir(profile: Profile, state: State) -> str:
+    assert state.current is not None
+    return os.path.join(profile.target.root, "generations", state.current)
+
+
+def run_environment(profile: Profile, state: State, base: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in SCRUBBED}
+    gen = generation_dir(profile, state)
+    env["VIRTUAL_ENV"] = gen
+    env["PATH"] = os.pathsep.join([os.path.join(gen, "bin"), base.get("PATH", os.defpath)])
+    cache = state.cache or {}
+    if cache.get("dir"):
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache["dir"], "inductor")
+        env["TRITON_CACHE_DIR"] = os.path.join(cache["dir"], "triton")
+    env.update(profile.env)
+    env["ENVLOCK_PROFILE"] = str(profile.path)
+    env["ENVLOCK_GENERATION"] = state.current or ""
+    return env

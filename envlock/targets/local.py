@@ -1,0 +1,88 @@
+"""The local target: commands run as subprocesses of envlock itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import IO
+
+from envlock.errors import OperationError
+from envlock.targets.base import Result
+
+
+class LocalTransport:
+    name = "local"
+
+    def __init__(self) -> None:
+        # The agent needs any Python 3.8+; the one running envlock is always there.
+        self.system_python = sys.executable
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        on_stderr_line: Callable[[str], None] | None = None,
+    ) -> Result:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(env) if env is not None else None,
+            )
+        except FileNotFoundError:
+            raise OperationError(f"command not found: {argv[0]}") from None
+        return _communicate(proc, argv, stdin, on_stderr_line)
+
+    def exec(self, argv: list[str], env: Mapping[str, str]) -> int:
+        try:
+            return subprocess.call(argv, env=dict(env))
+        except FileNotFoundError:
+            raise OperationError(
+                f"command not found: {argv[0]}",
+                hint="is it installed in the environment? `envlock run` puts its bin first on PATH",
+            ) from None
+        except KeyboardInterrupt:
+            return 130
+
+
+def _communicate(
+    proc: subprocess.Popen[bytes],
+    argv: list[str],
+    stdin: bytes | None,
+    on_stderr_line: Callable[[str], None] | None,
+) -> Result:
+    """Like Popen.communicate, but stderr lines are handed over as they arrive (progress)."""
+    err_chunks: list[bytes] = []
+
+    def pump(stream: IO[bytes]) -> None:
+        for line in iter(stream.readline, b""):
+            err_chunks.append(line)
+            if on_stderr_line is not None:
+                on_stderr_line(line.decode(errors="replace").rstrip("\n"))
+
+    assert proc.stderr is not None and proc.stdout is not None and proc.stdin is not None
+    reader = threading.Thread(target=pump, args=(proc.stderr,), daemon=True)
+    reader.start()
+    try:
+        if stdin:
+            proc.stdin.write(stdin)
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    stdout = proc.stdout.read()
+    code = proc.wait()
+    reader.join()
+    return Result(tuple(argv), code, stdout, b"".join(err_chunks))
+
+
+def environ_for_exec(extra: Mapping[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    return env

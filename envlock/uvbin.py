@@ -1,0 +1,26 @@
+"""The uv binary envlock drives: the one shipped in the `uv` wheel envlock depends on."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+
+from envlock.errors import OperationError
+
+
+@functools.lru_cache(maxsize=1)
+def uv_path() -> str:
+    """Absolute path of uv: $ENVLOCK_UV, else the uv package's binary, else uv on PATH."""
+    override = os.environ.get("ENVLOCK_UV")
+    if override:
+        return override
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found:
+            return found
+    raise OperationError("uv not found", hint="reinstall envlock (it depends on the uv package)")
