@@ -103,7 +103,7 @@ def compute_drift(expect: Expectation, state: State) -> list[Drift]:
     drifts += file_drift(state, {d.subject for d in package_drifts} | cuda_dists(package_drifts))
     drifts += script_drift(expect, state)
     drifts += link_drift(expect, state)
-    if state.cache is not None and not state.cache.get("exists"):
+    if state.cache is not None and not state.cache.get("exists") and not package_drifts:
         drifts.append(
             Drift(
                 "cache-dir",
@@ -129,7 +129,7 @@ def package_drift(lock: Lock, state: State) -> list[Drift]:
         del want["torch"], have["torch"]
     gone = {n: v for n, v in want.items() if n not in have}
     new = {n: v for n, v in have.items() if n not in want}
-    cuda = cuda_library_drift(gone, new)
+    cuda = cuda_library_drift(want, new, state.torch or {})
     if cuda is not None:
         drifts.append(cuda)
         for name in cuda.dist.split(","):
@@ -174,22 +174,41 @@ def torch_drift(want: str, have: str, torch: dict[str, Any]) -> Drift:
 NVIDIA_RE = re.compile(r"^(nvidia-[a-z0-9-]+?)-cu(\d+)$")
 
 
-def cuda_library_drift(gone: dict[str, str], new: dict[str, str]) -> Drift | None:
-    """nvidia-*-cu12 replaced by nvidia-*-cu13: a CUDA-major change, said as one thing."""
-    old_majors = {m.group(2) for n in gone for m in [NVIDIA_RE.match(n)] if m}
-    new_majors = {m.group(2) for n in new for m in [NVIDIA_RE.match(n)] if m}
-    if not old_majors or not new_majors or old_majors == new_majors:
+def cuda_majors(names: object) -> set[str]:
+    """CUDA majors named by nvidia-*-cuNN packages or requirements."""
+    found = set()
+    for name in names:  # type: ignore[attr-defined]
+        match = NVIDIA_RE.match(str(name).split(";")[0].split("=")[0].split("<")[0].split(">")[0]
+                                .strip().lower().replace("_", "-"))
+        if match:
+            found.add(match.group(2))
+    return found
+
+
+def cuda_library_drift(
+    want: dict[str, str], new: dict[str, str], torch: dict[str, Any]
+) -> Drift | None:
+    """torch now needing nvidia-*-cu13 where the lock has -cu12: a CUDA-major change.
+
+    Seen through the installed torch's own requirements (an install over it rarely removes
+    the old libraries) and through newly installed nvidia-* packages.
+    """
+    locked = cuda_majors(want)
+    required = {m.removeprefix("cu") for m in torch.get("cuda_requires", [])}
+    now = required or cuda_majors(new)
+    if not locked or not now or now <= locked:
         return None
-    names = sorted(n for n in [*gone, *new] if NVIDIA_RE.match(n))
-    before = "/".join(f"cu{m}" for m in sorted(old_majors))
-    after = "/".join(f"cu{m}" for m in sorted(new_majors))
+    names = sorted(n for n in new if cuda_majors([n]) - locked)
+    before = "/".join(f"cu{m}" for m in sorted(locked))
+    after = "/".join(f"cu{m}" for m in sorted(now))
     return Drift(
         "cuda-libraries",
         "nvidia-* libraries",
-        f"CUDA {before}",
-        f"CUDA {after}",
-        f"the NVIDIA CUDA libraries changed major version ({before} -> {after}): "
-        f"{len(names)} packages",
+        f"nvidia-*-{before}",
+        f"nvidia-*-{after}",
+        f"the CUDA major version changed: the installed packages need nvidia-*-{after} "
+        f"libraries where the lock has nvidia-*-{before}"
+        + (f" ({len(names)} new: {', '.join(names)})" if names else ""),
         dist=",".join(names),
     )
 

@@ -308,7 +308,8 @@ class _ProfileReader:
     def local_path(self, value: str) -> Path:
         """A controller-side path: `~` expanded, relative paths taken from the profile's dir."""
         expanded = Path(os.path.expanduser(value))
-        return expanded if expanded.is_absolute() else (self.path.parent / expanded).resolve()
+        full = expanded if expanded.is_absolute() else self.path.parent.resolve() / expanded
+        return Path(os.path.normpath(full))
 
     def read_ssh_fields(self, t: Table, *, required_host: bool) -> dict[str, Any]:
         host = t.string("host") if required_host else t.string("host", None)

@@ -30,13 +30,15 @@ def progress_printer(quiet: bool) -> Callable[[str], None] | None:
 
 
 def drift_table(drifts: list[Drift]) -> Table:
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in ("kind", "subject", "expected", "actual"):
-        table.add_column(column, overflow="fold")
+    """Kind in one column; "subject: expected → actual" and the detail (dim) in the other."""
+    table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    table.add_column("kind", style="bold", no_wrap=True)
+    table.add_column("what", overflow="fold")
     for d in drifts:
-        table.add_row(d.kind, d.subject, d.expected, d.actual)
+        text = f"{ui.escape(d.subject)}: {ui.escape(d.expected)} → {ui.escape(d.actual)}"
         if d.detail:
-            table.add_row("", f"[dim]{ui.escape(d.detail)}[/]", "", "")
+            text += f"\n[dim]{ui.escape(d.detail)}[/]"
+        table.add_row(d.kind, text)
     return table
 
 

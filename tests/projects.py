@@ -1,0 +1,45 @@
+"""Writing throwaway envlock projects (profile + scripts) for tests and benchmarks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def toml_list(items: list[str]) -> str:
+    return json.dumps(items)
+
+
+def write_seed_project(
+    base: Path,
+    wheelhouse: Path,
+    *,
+    name: str = "seed",
+    backend: str = "cu128",
+    packages: tuple[str, ...] = ("trainutil", "tinydep==1.0"),
+    env: dict[str, str] | None = None,
+    scripts: dict[str, str] | None = None,
+) -> Path:
+    """A local-target profile resolved offline from the test wheelhouse; returns its path."""
+    base.mkdir(parents=True, exist_ok=True)
+    scripts = {"train.py": "print('training')\n"} if scripts is None else scripts
+    (base / "scripts").mkdir(exist_ok=True)
+    for rel, text in scripts.items():
+        (base / "scripts" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / "scripts" / rel).write_text(text)
+    lines = [
+        "[profile]", f'name = "{name}"', "",
+        "[target]", 'type = "local"', 'root = "root"', 'venv = "venv"', "",
+        "[python]", 'version = "3.11"', "",
+        "[torch]", 'version = "2.11.0"', f'backend = "{backend}"', "",
+        "[dependencies]", f"packages = {toml_list(list(packages))}",
+        f"find-links = {toml_list([str(wheelhouse)])}", "offline = true", "",
+    ]
+    if env:
+        lines += ["[env]"] + [f"{k} = {json.dumps(v)}" for k, v in env.items()] + [""]
+    if scripts:
+        lines += ["[scripts]", 'source = "scripts"', 'dest = "deployed"',
+                  f"files = {toml_list(sorted(scripts))}", ""]
+    profile = base / f"{name}.toml"
+    profile.write_text("\n".join(lines))
+    return profile
