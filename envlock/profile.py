@@ -109,8 +109,8 @@ class TorchSpec:
 
     @property
     def local_label(self) -> str | None:
-        """The local version label the backend's wheels carry (`cu128`), None for PyPI's."""
-        return None if self.backend == "pypi" else self.backend.replace(".", "")
+        """The local label the backend's wheels carry (`cu128`, `rocm6.4`), None for PyPI's."""
+        return None if self.backend == "pypi" else self.backend
 
     @property
     def pinned_version(self) -> str:
@@ -216,14 +216,24 @@ class _ProfileReader:
 
     def read(self) -> Profile:
         for key in self.root.data:
-            if key not in self.TABLES:
-                raise_profile(self.label, f"unknown table [{key}]", suggest(key, self.TABLES))
+            if key in self.TABLES:
+                continue
+            if not isinstance(self.root.data[key], dict):
+                raise_profile(
+                    self.label,
+                    f"unknown top-level key `{key}`: every setting belongs in a table",
+                    f"put `{key} = ...` under the table it belongs to ([profile], [target], ...)",
+                )
+            hint = suggest(key, self.TABLES)
+            if hint and hint.startswith("known keys: "):
+                hint = "known tables: " + hint.removeprefix("known keys: ")
+            raise_profile(self.label, f"unknown table [{key}]", hint)
         profile_t = self.required_table("profile")
         name = profile_t.string("name")
         if not NAME_RE.match(name):
             profile_t.fail(
                 "name",
-                f'expected lowercase letters, digits, "-" and "_" (starting with a letter or digit),'
+                'expected lowercase letters, digits, "-" and "_" (starting with a letter or digit),'
                 f' found "{name}"',
                 hint=f"it becomes pylock.<name>.toml; try `{_slug(name)}`",
             )
@@ -411,7 +421,7 @@ class _ProfileReader:
                 f'expected cpu, cuXYZ (e.g. cu128), rocmX.Y, xpu or pypi, found "{backend}"',
                 hint=_backend_hint(backend),
             )
-        if parsed.local and parsed.local != backend.replace(".", ""):
+        if parsed.local and parsed.local != backend:
             t.fail(
                 "version",
                 f'local label "+{parsed.local}" contradicts backend "{backend}"',
@@ -590,7 +600,7 @@ class _ProfileReader:
                 t.fail(
                     key,
                     f"expected a string, found {describe(value)}",
-                    hint=f'quote it: {key} = "{value}"' if not isinstance(value, dict) else None,
+                    hint=None if isinstance(value, dict) else f'quote it: {key} = "{_toml(value)}"',
                 )
             if "\0" in value:
                 t.fail(key, "environment values cannot contain NUL characters")
@@ -656,6 +666,11 @@ def _backend_hint(backend: str) -> str | None:
     if match:
         return f'did you mean "cu{match.group(1)}{match.group(2)}"?'
     return suggest(backend, ["cpu", "cu126", "cu128", "cu130", "xpu", "pypi"])
+
+
+def _toml(value: object) -> str:
+    """A scalar as TOML spells it (`true`, not `True`), for hints."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _slug(name: str) -> str:

@@ -7,6 +7,7 @@ asked for is reported as unknown, with a "did you mean" suggestion.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,9 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise ProfileError(str(path), "not UTF-8 text; TOML files must be UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)
+        if line is None:  # tomllib before 3.14 only puts "(at line N, column M)" in the text
+            found = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+            line = int(found.group(1)) if found else None
         raise ProfileError(str(path), f"invalid TOML: {exc}", line=line) from None
 
 
@@ -52,6 +56,8 @@ def describe(value: object) -> str:
         dict: "a table",
     }.get(type(value), type(value).__name__)
     text = repr(value) if not isinstance(value, (dict, list)) else ""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
     if isinstance(value, str):
         text = f'"{value}"'
     if len(text) > 60:
