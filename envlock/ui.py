@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape as rich_escape
 
 # Reports go to stdout; progress, prompts and errors to stderr so `--json` stays parseable.
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def no_color() -> bool:

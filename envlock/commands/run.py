@@ -14,9 +14,7 @@ from envlock.errors import EXIT_DRIFT, UsageError
 from envlock.runenv import run_environment
 
 
-@click.command(
-    "run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
-)
+@click.command("run", context_settings={"ignore_unknown_options": True})
 @profile_argument
 @click.option("--allow-drift", is_flag=True, help="Run even when the check finds drift.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
