@@ -8,6 +8,7 @@ the label pin alone guarantees the right build.
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import json
 import os
@@ -134,11 +135,31 @@ def _shown(path: Path) -> str:
 
 # -- resolving ----------------------------------------------------------------------------
 def environment_find_links() -> list[str]:
-    """Find-links this machine's installers are configured with (uv and pip variables)."""
+    """Find-links this machine's installers are configured with: uv's and pip's variables,
+    then pip's configuration files (uv does not read those, so envlock does)."""
     found: list[str] = []
     for var in ("UV_FIND_LINKS", "PIP_FIND_LINKS"):
         found += [p for p in re.split(r"[\s,]+", os.environ.get(var, "")) if p]
-    return found
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(pip_config_files())
+    for section in ("global", "install"):
+        if parser.has_option(section, "find-links"):
+            found += parser.get(section, "find-links").split()
+    return list(dict.fromkeys(found))
+
+
+def pip_config_files() -> list[str]:
+    if os.environ.get("PIP_CONFIG_FILE"):
+        return [os.environ["PIP_CONFIG_FILE"]]
+    xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
+    home = os.path.expanduser("~")
+    config_home = os.environ.get("XDG_CONFIG_HOME", os.path.join(home, ".config"))
+    return [
+        *(os.path.join(d, "pip", "pip.conf") for d in xdg),
+        "/etc/pip.conf",
+        os.path.join(home, ".pip", "pip.conf"),
+        os.path.join(config_home, "pip", "pip.conf"),
+    ]
 
 
 def find_links_for(profile: Profile) -> list[str]:

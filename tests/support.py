@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import configparser
 import os
 import subprocess
 from pathlib import Path
 
 from uv import find_uv_bin
 
+from envlock.lock import environment_find_links
+
 UV = find_uv_bin()
 TORCH_CPU_VERSION = os.environ.get("ENVLOCK_TEST_TORCH", "2.13.0+cpu")
 
 
 def machine_find_links() -> list[str]:
-    """The find-links this machine's pip is configured with (env first, then pip.conf files)."""
-    found: list[str] = []
-    for var in ("UV_FIND_LINKS", "PIP_FIND_LINKS"):
-        found += [p for p in os.environ.get(var, "").replace(",", " ").split() if p]
-    parser = configparser.ConfigParser()
-    parser.read(
-        [
-            "/etc/pip.conf",
-            "/etc/xdg/pip/pip.conf",
-            os.path.expanduser("~/.config/pip/pip.conf"),
-            os.path.expanduser("~/.pip/pip.conf"),
-        ]
-    )
-    for section in ("global", "install"):
-        if parser.has_option(section, "find-links"):
-            found += parser.get(section, "find-links").split()
-    return list(dict.fromkeys(found))
+    """The find-links this machine's pip and uv are configured with."""
+    return environment_find_links()
 
 
 def make_torch_venv(dest: Path) -> Path:

@@ -1,0 +1,138 @@
+"""Locks resolved for real by uv from the suite's wheelhouse: variants, determinism, staleness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envlock.lock import read_lock, resolver_input, stale_reasons, wheel_in_find_links
+from envlock.profile import load_profile
+from tests.conftest import Envlock
+from tests.projects import write_seed_project
+from tests.wheelhouse import build_wheelhouse
+
+
+@pytest.mark.parametrize(
+    ("backend", "torch_version", "cuda_libs", "other_libs"),
+    [
+        ("cu128", "2.11.0+cu128", {"nvidia-cublas-cu12", "nvidia-cuda-runtime-cu12"}, "-cu13"),
+        ("cu130", "2.11.0+cu130", {"nvidia-cublas-cu13", "nvidia-cuda-runtime-cu13"}, "-cu12"),
+        ("cpu", "2.11.0+cpu", set(), "nvidia-"),
+    ],
+)
+def test_variant_locks_pin_the_backend_build(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock,
+    backend: str, torch_version: str, cuda_libs: set[str], other_libs: str,
+) -> None:
+    profile = write_seed_project(tmp_path, wheelhouse, backend=backend)
+    result = envlock("lock", "--json", profile)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["torch"] == torch_version
+    lock = read_lock(profile.parent / "pylock.seed.toml")
+    names = set(lock.packages)
+    assert cuda_libs <= names
+    assert not any(other_libs in name for name in names)
+    torch = lock.packages["torch"]
+    assert torch.version == torch_version
+    wheel_file = wheelhouse / f"torch-{torch_version}-py3-none-any.whl"
+    import hashlib
+
+    assert torch.sha256s == {hashlib.sha256(wheel_file.read_bytes()).hexdigest()}
+    meta = lock.meta
+    assert meta["torch-backend"] == backend and meta["torch"] == torch_version
+    assert meta["profile-sha256"] == hashlib.sha256(profile.read_bytes()).hexdigest()
+    assert meta["python-version"] == "3.11"
+    assert set(meta["scripts"]) == {"train.py"}
+    # Every package carries a hash: the lock can be installed with verification.
+    assert all(pkg.sha256s for pkg in lock.packages.values())
+
+
+def test_same_inputs_give_a_byte_identical_lock(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = write_seed_project(tmp_path, wheelhouse)
+    lock_file = profile.parent / "pylock.seed.toml"
+    assert envlock("lock", profile).returncode == 0
+    first = lock_file.read_bytes()
+    again = envlock("lock", profile)
+    assert "unchanged" in again.stdout
+    assert lock_file.read_bytes() == first
+    # A wheelhouse rebuilt from scratch gives the same bytes too (no timestamps anywhere).
+    other = build_wheelhouse(tmp_path / "rebuilt")
+    assert sorted(p.read_bytes() for p in other.glob("*.whl")) == sorted(
+        p.read_bytes() for p in wheelhouse.glob("*.whl"))
+    lock_file.unlink()
+    assert envlock("lock", profile).returncode == 0
+    assert lock_file.read_bytes() == first
+
+
+def test_stale_lock_is_refused_with_what_to_do(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = write_seed_project(tmp_path, wheelhouse)
+    missing = envlock("lock", "--check", profile)
+    assert missing.returncode == 1 and "no lock" in missing.stdout
+    assert envlock("lock", profile).returncode == 0
+    assert envlock("lock", "--check", profile).returncode == 0
+
+    (profile.parent / "scripts" / "train.py").write_text("print('changed')\n")
+    stale = envlock("lock", "--check", "--json", profile)
+    assert stale.returncode == 1
+    assert json.loads(stale.stdout)["reasons"] == ["script train.py changed"]
+    refused = envlock("plan", profile)
+    assert refused.returncode == 2
+    assert "stale lock" in refused.stderr and "envlock lock" in refused.stderr
+
+    assert envlock("lock", profile).returncode == 0
+    profile.write_text(profile.read_text() + "\n# a comment is a change too\n")
+    prof = load_profile(profile)
+    assert stale_reasons(prof, read_lock(prof.lock_path)) == ["seed.toml changed since the lock "
+                                                              "was written"]
+
+
+def test_offline_lock_fails_clearly_when_a_wheel_is_missing(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = write_seed_project(tmp_path, wheelhouse, packages=("no-such-package==1.0",))
+    result = envlock("lock", profile)
+    assert result.returncode == 3
+    assert "uv could not resolve" in result.stderr and "no-such-package" in result.stderr
+    assert not (profile.parent / "pylock.seed.toml").exists()
+
+
+def test_torch_comes_from_the_backend_index_unless_find_links_has_it(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    profile_path = write_seed_project(tmp_path, wheelhouse)
+    text = profile_path.read_text().replace("offline = true", "offline = false")
+    profile_path.write_text(text)
+    profile = load_profile(profile_path)
+    # The wheelhouse holds torch 2.11.0+cu128, so no index source is needed.
+    assert wheel_in_find_links([str(wheelhouse)], "torch", "2.11.0+cu128")
+    assert "[tool.uv.sources]" not in resolver_input(profile, [str(wheelhouse)])
+    # Without it, torch (and only the torch family) is tied to the backend's index.
+    pinned = resolver_input(profile, [])
+    assert 'torch = { index = "torch-backend" }' in pinned
+    assert 'url = "https://download.pytorch.org/whl/cu128"' in pinned
+    assert "trainutil = " not in pinned.split("[tool.uv.sources]")[1]
+    mirror = profile_path.read_text().replace(
+        'backend = "cu128"', 'backend = "cu128"\nindex-url = "https://mirror.example/whl/cu128"')
+    profile_path.write_text(mirror)
+    assert 'url = "https://mirror.example/whl/cu128"' in resolver_input(
+        load_profile(profile_path), [])
+
+
+def test_local_cpu_profile_resolves_here(tmp_path: Path, envlock: Envlock) -> None:
+    """The README demo's profile resolves on this machine (CPU torch from find-links)."""
+    source = Path(__file__).parent.parent / "profiles" / "local-cpu.toml"
+    copy = tmp_path / "profiles" / "local-cpu.toml"
+    copy.parent.mkdir()
+    copy.write_text(source.read_text())
+    result = envlock("lock", "--json", copy)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["torch"].endswith("+cpu")
+    assert "numpy" in report["packages"]
