@@ -9,6 +9,8 @@ Compatible with Python 3.8+ (the target's interpreter is not ours to choose).
 """
 
 import base64
+import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -48,7 +50,7 @@ def record_hash(path):
 
 
 def write_atomic(path, data):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as handle:
         handle.write(data)
         handle.flush()
@@ -57,7 +59,7 @@ def write_atomic(path, data):
 
 
 def symlink_atomic(link, target):
-    tmp = "%s.%d.tmp" % (link, os.getpid())
+    tmp = f"{link}.{os.getpid()}.tmp"
     if os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(target, tmp)
@@ -73,13 +75,13 @@ def read_json(path, default=None):
 
 
 def progress(message):
-    sys.stderr.write("envlock-progress: %s\n" % message)
+    sys.stderr.write(f"envlock-progress: {message}\n")
     sys.stderr.flush()
 
 
 # -- generations --------------------------------------------------------------------------
 def list_generations(root):
-    gens = []
+    gens = []  # type: list
     base = os.path.join(root, "generations")
     try:
         names = os.listdir(base)
@@ -140,10 +142,8 @@ def dir_size(path):
     total = 0
     for dirpath, _, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
     return total
 
 
@@ -186,7 +186,7 @@ def site_packages(venv):
 def read_records(venv):
     """Map venv-relative path -> (dist name, RECORD hash or '') from every dist-info RECORD."""
     site = site_packages(venv)
-    owners = {}
+    owners = {}  # type: dict
     if site is None:
         return owners
     site_rel = os.path.relpath(site, venv)
@@ -312,7 +312,7 @@ def torch_build(dists, site):
         with open(candidate) as handle:
             text = handle.read()
         for key in ("cuda", "hip", "git_version"):
-            match = re.search(r"^%s\s*(?::\s*\S+\s*)?=\s*(.+)$" % key, text, re.M)
+            match = re.search(rf"^{key}\s*(?::\s*\S+\s*)?=\s*(.+)$", text, re.M)
             if match:
                 value = match.group(1).strip()
                 build[key] = None if value == "None" else value.strip("'\"")
@@ -330,7 +330,7 @@ def torch_build(dists, site):
 
 def nvidia_facts():
     """GPUs and driver from /proc (cheap); compute capability from nvidia-smi when present."""
-    facts = {"driver": None, "gpus": []}
+    facts = {"driver": None, "gpus": []}  # type: dict
     try:
         with open("/proc/driver/nvidia/version") as handle:
             match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", handle.read())
@@ -364,7 +364,7 @@ def cache_fingerprint(torch, dists, hardware):
         "cuda": torch.get("cuda") or torch.get("hip"),
         "gpus": sorted(
             {
-                "%s sm%s" % (g["name"], g["capability"].replace(".", ""))
+                "{} sm{}".format(g["name"], g["capability"].replace(".", ""))
                 for g in hardware.get("gpus", [])
             }
         ),
@@ -394,7 +394,7 @@ def probe(req):
     state = {
         "agent": 1,
         "python": {
-            "version": "%d.%d.%d" % sys.version_info[:3],
+            "version": "{}.{}.{}".format(*sys.version_info[:3]),
             "executable": sys.executable,
             "prefix": sys.prefix,
             "in_venv": sys.prefix != sys.base_prefix,
@@ -483,14 +483,12 @@ class RootLock:
         except BlockingIOError:
             holder = os.pread(self.fd, 200, 0).decode(errors="replace").strip()
             if not self.wait:
-                raise AgentError(
-                    "busy",
-                    "another envlock operation holds %s (%s)" % (self.path, holder or "unknown"),
-                )
-            progress("waiting for another envlock operation on this root (%s)" % holder)
+                message = f"another envlock operation holds {self.path} ({holder or 'unknown'})"
+                raise AgentError("busy", message) from None
+            progress(f"waiting for another envlock operation on this root ({holder})")
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, ("pid %d on %s" % (os.getpid(), os.uname().nodename)).encode(), 0)
+        os.pwrite(self.fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
         return self
 
     def __exit__(self, *exc):
@@ -504,17 +502,12 @@ class AgentError(Exception):
 
 
 def run_step(argv, env=None, what=""):
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.run(argv, capture_output=True, env=env)
     if proc.returncode != 0:
         raise AgentError(
             "command",
-            "%s failed (exit %d): %s\n%s"
-            % (
-                what or argv[0],
-                proc.returncode,
-                " ".join(argv),
-                proc.stderr.decode(errors="replace").strip(),
-            ),
+            f"{what or argv[0]} failed (exit {proc.returncode}): {' '.join(argv)}\n"
+            + proc.stderr.decode(errors="replace").strip(),
         )
     return proc
 
@@ -549,18 +542,37 @@ def do_build(req, action):
     gen_dir = os.path.join(root, "generations", action["name"])
     existing = os.path.join(gen_dir, GENERATION)
     if os.path.exists(existing):
-        progress("generation %s already built" % action["name"])
+        progress("generation {} already built".format(action["name"]))
         return
     if os.path.lexists(gen_dir):
         shutil.rmtree(gen_dir)
+    try:
+        build_into(req, gen_dir, action)
+    except BaseException:
+        # Never leave a half-built generation behind when we still can (a full disk wants
+        # its space back); after a kill -9 the next apply's cleanup does it.
+        shutil.rmtree(gen_dir, ignore_errors=True)
+        raise
+
+
+def build_into(req, gen_dir, action):
     env = uv_env(req)
-    progress("creating venv for Python %s" % req["python_version"])
-    run_step(
-        [req["uv"], "venv", "--quiet", "--python", req["python_version"], gen_dir], env, "uv venv"
-    )
+    version = req["python_version"]
+    progress(f"creating venv for Python {version}")
+    try:
+        run_step([req["uv"], "venv", "--quiet", "--python", version, gen_dir], env, "uv venv")
+    except AgentError as exc:
+        reason = str(exc).splitlines()[-1]
+        if "no interpreter found" in reason.lower():
+            raise AgentError(
+                "python",
+                f"no Python {version} on the target: {reason}\n(install Python {version} "
+                "there, or let uv download it by not running offline)",
+            ) from None
+        raise
     os.makedirs(os.path.join(gen_dir, META_DIR), exist_ok=True)
     write_atomic(os.path.join(gen_dir, LOCK_COPY), req["lock_text"].encode())
-    progress("installing %d packages from the lock" % req.get("package_count", 0))
+    progress(f"installing {req.get('package_count', 0)} packages from the lock")
     run_step(sync_argv(req, gen_dir), env, "uv pip sync")
     finish_generation(req, gen_dir, action)
 
@@ -583,7 +595,7 @@ def do_repair(req, action):
     gen_dir = os.path.join(req["root"], "generations", action["name"])
     env = uv_env(req)
     for dist in action.get("clean_cache", []):
-        progress("dropping %s from uv's cache (a hardlinked file was edited)" % dist)
+        progress(f"dropping {dist} from uv's cache (a hardlinked file was edited)")
         run_step([req["uv"], "cache", "clean", dist], env, "uv cache clean")
     for rel in action.get("remove", []):
         path = os.path.join(gen_dir, rel)
@@ -592,7 +604,7 @@ def do_repair(req, action):
     extra = []
     for dist in action.get("reinstall", []):
         extra += ["--reinstall-package", dist]
-    progress("re-syncing generation %s to its lock" % action["name"])
+    progress("re-syncing generation {} to its lock".format(action["name"]))
     run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
     meta = read_json(os.path.join(gen_dir, GENERATION)) or {}
     write_manifest(gen_dir)
@@ -605,7 +617,8 @@ def do_switch(req, action):
     gen_dir = os.path.join(root, "generations", action["name"])
     if not os.path.exists(os.path.join(gen_dir, GENERATION)):
         raise AgentError(
-            "state", "generation %s is not complete; refusing to switch to it" % action["name"]
+            "state",
+            "generation {} is not complete; refusing to switch to it".format(action["name"]),
         )
     previous = current_generation(root)
     symlink_atomic(os.path.join(root, "current"), os.path.join("generations", action["name"]))
@@ -619,8 +632,8 @@ def do_link_venv(req, action):
     if os.path.lexists(venv) and not os.path.islink(venv):
         raise AgentError(
             "state",
-            "%s exists and is not a symlink; envlock will not replace a "
-            "real directory or file" % venv,
+            f"{venv} exists and is not a symlink; envlock will not replace a "
+            "real directory or file",
         )
     parent = os.path.dirname(venv.rstrip("/"))
     os.makedirs(parent, exist_ok=True)
@@ -632,13 +645,13 @@ def do_scripts(req, action):
     for rel, item in sorted(action["files"].items()):
         data = base64.b64decode(item["data"])
         if hashlib.sha256(data).hexdigest() != item["sha256"]:
-            raise AgentError("integrity", "script %s arrived corrupted" % rel)
+            raise AgentError("integrity", f"script {rel} arrived corrupted")
         path = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_atomic(path, data)
         os.chmod(path, item.get("mode", 0o644))
         if sha256_file(path) != item["sha256"]:
-            raise AgentError("integrity", "script %s does not match its pinned hash" % path)
+            raise AgentError("integrity", f"script {path} does not match its pinned hash")
 
 
 def do_cache_dir(req, action):
@@ -654,7 +667,7 @@ def do_cleanup(req, action):
     for name in action["names"]:
         path = os.path.join(req["root"], "generations", name)
         if GEN_RE.match(name) and os.path.isdir(path) and name != current_generation(req["root"]):
-            progress("removing generation %s" % name)
+            progress(f"removing generation {name}")
             shutil.rmtree(path)
 
 
@@ -691,17 +704,12 @@ def main(argv=None):
         sys.stdout.write(json.dumps({"error": {"kind": exc.kind, "message": str(exc)}}) + "\n")
         return 4
     except OSError as exc:
-        sys.stdout.write(
-            json.dumps(
-                {
-                    "error": {
-                        "kind": "os",
-                        "message": "%s: %s" % (exc.filename or "", exc.strerror or exc),
-                    }
-                }
-            )
-            + "\n"
-        )
+        error = {
+            "kind": "os",
+            "errno": errno.errorcode.get(exc.errno or 0, ""),
+            "message": "{}: {}".format(exc.filename or "", exc.strerror or exc),
+        }
+        sys.stdout.write(json.dumps({"error": error}) + "\n")
         return 4
     sys.stdout.write(json.dumps(result) + "\n")
     return 0

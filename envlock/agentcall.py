@@ -14,6 +14,12 @@ from envlock.errors import OperationError
 from envlock.targets.base import Result, Transport
 
 PROGRESS_PREFIX = "envlock-progress: "
+OS_HINTS = {
+    "ENOSPC": "the target's disk is full: free space (e.g. `envlock gc`) and apply again",
+    "EROFS": "the root is on a read-only filesystem: set [target] root to a writable path",
+    "EACCES": "permission denied: run as a user who may write the root, or change the root",
+    "EPERM": "operation not permitted: run as a user who may write the root",
+}
 
 # Picks the environment's own interpreter when the root has a current generation, else the
 # target's python3. The root arrives as "$1": data, never code.
@@ -78,5 +84,8 @@ def parse_answer(transport: Transport, command: str, result: Result) -> dict[str
             f"{result.exit_code}" + (f":\n  {stderr}" if stderr else "")
         )
     if "error" in answer:
-        raise OperationError(f"{transport.name}: {answer['error']['message']}")
+        error = answer["error"]
+        raise OperationError(
+            f"{transport.name}: {error['message']}", hint=OS_HINTS.get(error.get("errno", ""))
+        )
     return answer

@@ -44,7 +44,7 @@ class EnvlockGroup(click.Group):
                 raise
             return not_built(name, "Not part of this build")
         command = getattr(module, "command", None) or getattr(module, f"{module_name}_cmd")
-        return command  # type: ignore[no-any-return]
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         try:

@@ -93,11 +93,10 @@ def compute_drift(expect: Expectation, state: State) -> list[Drift]:
                 "another lock; apply builds or switches to the locked one",
             )
         )
-    if not state.python_version.startswith(expect.python_version.rstrip(".") + "."):
-        if state.python_version != expect.python_version:
-            drifts.append(
-                Drift("python-version", "python", expect.python_version, state.python_version)
-            )
+    if not _same_python(expect.python_version, state.python_version):
+        drifts.append(
+            Drift("python-version", "python", expect.python_version, state.python_version)
+        )
     package_drifts = package_drift(expect.lock, state)
     drifts += package_drifts
     drifts += file_drift(state, {d.subject for d in package_drifts} | cuda_dists(package_drifts))
@@ -114,6 +113,11 @@ def compute_drift(expect: Expectation, state: State) -> list[Drift]:
             )
         )
     return sorted(drifts, key=lambda d: KINDS.index(d.kind))
+
+
+def _same_python(wanted: str, actual: str) -> bool:
+    """'3.11' matches any 3.11.x; '3.11.7' only itself."""
+    return actual == wanted or actual.startswith(wanted + ".")
 
 
 def cuda_dists(drifts: list[Drift]) -> set[str]:
@@ -178,8 +182,16 @@ def cuda_majors(names: object) -> set[str]:
     """CUDA majors named by nvidia-*-cuNN packages or requirements."""
     found = set()
     for name in names:  # type: ignore[attr-defined]
-        match = NVIDIA_RE.match(str(name).split(";")[0].split("=")[0].split("<")[0].split(">")[0]
-                                .strip().lower().replace("_", "-"))
+        match = NVIDIA_RE.match(
+            str(name)
+            .split(";")[0]
+            .split("=")[0]
+            .split("<")[0]
+            .split(">")[0]
+            .strip()
+            .lower()
+            .replace("_", "-")
+        )
         if match:
             found.add(match.group(2))
     return found

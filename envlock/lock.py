@@ -83,7 +83,7 @@ def parse_lock(path: Path, text: str) -> Lock:
         raise LockError(
             f"{path}: not a valid lock: {exc}", hint="delete it and run `envlock lock PROFILE`"
         ) from None
-    packages = {}
+    packages: dict[str, LockedPackage] = {}
     for entry in data.get("packages", []):
         name = canonicalize_name(entry["name"])
         packages[name] = LockedPackage(
@@ -255,7 +255,7 @@ def uv_compile_argv(
 def envlock_table(profile: Profile) -> str:
     """The `[tool.envlock]` table, written by hand: flat strings only, stable order."""
     torch = profile.torch
-    entries = {
+    entries: dict[str, str | int] = {
         "format": LOCK_FORMAT,
         "profile": profile.name,
         "profile-sha256": profile.sha256,

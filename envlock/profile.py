@@ -224,7 +224,7 @@ class _ProfileReader:
                     f"unknown top-level key `{key}`: every setting belongs in a table",
                     f"put `{key} = ...` under the table it belongs to ([profile], [target], ...)",
                 )
-            hint = suggest(key, self.TABLES)
+            hint = suggest(key, list(self.TABLES))
             if hint and hint.startswith("known keys: "):
                 hint = "known tables: " + hint.removeprefix("known keys: ")
             raise_profile(self.label, f"unknown table [{key}]", hint)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -143,10 +143,11 @@ def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else (kind,)
 
 
-def suggest(word: str, choices: set[str] | list[str]) -> str | None:
-    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+def suggest(word: str, choices: Iterable[str]) -> str | None:
+    options = sorted(choices)
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     if close:
         return f"did you mean `{close[0]}`?"
-    if choices:
-        return "known keys: " + ", ".join(sorted(choices))
+    if options:
+        return "known keys: " + ", ".join(options)
     return None

@@ -25,12 +25,20 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"))
 
 
-def run_envlock(*args: str | Path, cwd: Path | None = None, input: str | None = None,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_envlock(
+    *args: str | Path,
+    cwd: Path | None = None,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess, as a user runs it."""
     return subprocess.run(
         [sys.executable, "-m", "envlock", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, input=input, env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        input=input,
+        env=env,
     )
 
 

@@ -28,18 +28,37 @@ def write_seed_project(
         (base / "scripts" / rel).parent.mkdir(parents=True, exist_ok=True)
         (base / "scripts" / rel).write_text(text)
     lines = [
-        "[profile]", f'name = "{name}"', "",
-        "[target]", 'type = "local"', 'root = "root"', 'venv = "venv"', "",
-        "[python]", 'version = "3.11"', "",
-        "[torch]", 'version = "2.11.0"', f'backend = "{backend}"', "",
-        "[dependencies]", f"packages = {toml_list(list(packages))}",
-        f"find-links = {toml_list([str(wheelhouse)])}", "offline = true", "",
+        "[profile]",
+        f'name = "{name}"',
+        "",
+        "[target]",
+        'type = "local"',
+        'root = "root"',
+        'venv = "venv"',
+        "",
+        "[python]",
+        'version = "3.11"',
+        "",
+        "[torch]",
+        'version = "2.11.0"',
+        f'backend = "{backend}"',
+        "",
+        "[dependencies]",
+        f"packages = {toml_list(list(packages))}",
+        f"find-links = {toml_list([str(wheelhouse)])}",
+        "offline = true",
+        "",
     ]
     if env:
         lines += ["[env]"] + [f"{k} = {json.dumps(v)}" for k, v in env.items()] + [""]
     if scripts:
-        lines += ["[scripts]", 'source = "scripts"', 'dest = "deployed"',
-                  f"files = {toml_list(sorted(scripts))}", ""]
+        lines += [
+            "[scripts]",
+            'source = "scripts"',
+            'dest = "deployed"',
+            f"files = {toml_list(sorted(scripts))}",
+            "",
+        ]
     profile = base / f"{name}.toml"
     profile.write_text("\n".join(lines))
     return profile

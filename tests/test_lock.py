@@ -23,8 +23,13 @@ from tests.wheelhouse import build_wheelhouse
     ],
 )
 def test_variant_locks_pin_the_backend_build(
-    tmp_path: Path, wheelhouse: Path, envlock: Envlock,
-    backend: str, torch_version: str, cuda_libs: set[str], other_libs: str,
+    tmp_path: Path,
+    wheelhouse: Path,
+    envlock: Envlock,
+    backend: str,
+    torch_version: str,
+    cuda_libs: set[str],
+    other_libs: str,
 ) -> None:
     profile = write_seed_project(tmp_path, wheelhouse, backend=backend)
     result = envlock("lock", "--json", profile)
@@ -63,7 +68,8 @@ def test_same_inputs_give_a_byte_identical_lock(
     # A wheelhouse rebuilt from scratch gives the same bytes too (no timestamps anywhere).
     other = build_wheelhouse(tmp_path / "rebuilt")
     assert sorted(p.read_bytes() for p in other.glob("*.whl")) == sorted(
-        p.read_bytes() for p in wheelhouse.glob("*.whl"))
+        p.read_bytes() for p in wheelhouse.glob("*.whl")
+    )
     lock_file.unlink()
     assert envlock("lock", profile).returncode == 0
     assert lock_file.read_bytes() == first
@@ -89,8 +95,9 @@ def test_stale_lock_is_refused_with_what_to_do(
     assert envlock("lock", profile).returncode == 0
     profile.write_text(profile.read_text() + "\n# a comment is a change too\n")
     prof = load_profile(profile)
-    assert stale_reasons(prof, read_lock(prof.lock_path)) == ["seed.toml changed since the lock "
-                                                              "was written"]
+    assert stale_reasons(prof, read_lock(prof.lock_path)) == [
+        "seed.toml changed since the lock was written"
+    ]
 
 
 def test_offline_lock_fails_clearly_when_a_wheel_is_missing(
@@ -119,10 +126,12 @@ def test_torch_comes_from_the_backend_index_unless_find_links_has_it(
     assert 'url = "https://download.pytorch.org/whl/cu128"' in pinned
     assert "trainutil = " not in pinned.split("[tool.uv.sources]")[1]
     mirror = profile_path.read_text().replace(
-        'backend = "cu128"', 'backend = "cu128"\nindex-url = "https://mirror.example/whl/cu128"')
+        'backend = "cu128"', 'backend = "cu128"\nindex-url = "https://mirror.example/whl/cu128"'
+    )
     profile_path.write_text(mirror)
     assert 'url = "https://mirror.example/whl/cu128"' in resolver_input(
-        load_profile(profile_path), [])
+        load_profile(profile_path), []
+    )
 
 
 def test_local_cpu_profile_resolves_here(tmp_path: Path, envlock: Envlock) -> None:

@@ -40,8 +40,18 @@ def seed(tmp_path: Path, wheelhouse: Path, envlock: Envlock) -> Path:
 def pollute_with_sglang(profile: Path, wheelhouse: Path) -> None:
     """What a user does: install another package into the live venv with uv directly."""
     subprocess.run(
-        [UV, "pip", "install", "-q", "--python", str(profile.parent / "venv" / "bin" / "python"),
-         "--offline", "--find-links", str(wheelhouse), "sglang"],
+        [
+            UV,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(profile.parent / "venv" / "bin" / "python"),
+            "--offline",
+            "--find-links",
+            str(wheelhouse),
+            "sglang",
+        ],
         check=True,
     )
 
@@ -79,8 +89,12 @@ def test_seed_scenario(seed: Path, wheelhouse: Path, envlock: Envlock) -> None:
 
 def test_bare_python_lacks_what_envlock_run_has(seed: Path, envlock: Envlock) -> None:
     # The seed failure: the system interpreter has no torch; envlock run's has.
-    bare = subprocess.run(["python3", "-c", "import trainutil"], capture_output=True, text=True,
-                          env={"PATH": os.environ["PATH"]})
+    bare = subprocess.run(
+        ["python3", "-c", "import trainutil"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert bare.returncode != 0 and "No module named 'trainutil'" in bare.stderr
     ran = envlock("run", seed, "--", "python3", "-c", "import trainutil, sys; print(sys.prefix)")
     assert ran.returncode == 0, ran.stderr
@@ -111,8 +125,21 @@ def test_drift_is_detected_and_repaired(
     elif damage == "pth":
         (site(project) / "zz-inject.pth").write_text("import os\n")
     elif damage == "downgrade":
-        subprocess.run([UV, "pip", "install", "-q", "--python", str(project / "venv/bin/python"),
-                        "--offline", "--find-links", str(wheelhouse), "tinydep==0.9"], check=True)
+        subprocess.run(
+            [
+                UV,
+                "pip",
+                "install",
+                "-q",
+                "--python",
+                str(project / "venv/bin/python"),
+                "--offline",
+                "--find-links",
+                str(wheelhouse),
+                "tinydep==0.9",
+            ],
+            check=True,
+        )
     elif damage == "script":
         with open(project / "deployed" / "train.py", "a") as handle:
             handle.write("print('tampered')\n")
@@ -167,7 +194,7 @@ def test_generations_rollback_and_gc(seed: Path, envlock: Envlock) -> None:
     assert envlock("lock", seed).returncode == 0
     planned = envlock("plan", "--json", seed)
     assert planned.returncode == 1
-    assert [a["kind"] for a in json.loads(planned.stdout)["actions"]][0] == "build"
+    assert next(a["kind"] for a in json.loads(planned.stdout)["actions"]) == "build"
     assert envlock("apply", "-y", seed).returncode == 0
     version = "import tinydep; print(tinydep.VERSION)"
     assert envlock("run", seed, "--", "python", "-c", version).stdout.strip() == "0.9"
@@ -203,20 +230,28 @@ def test_env_values_reach_the_command_literally(
     tmp_path: Path, wheelhouse: Path, envlock: Envlock
 ) -> None:
     canary = tmp_path / "CANARY"
-    nasty = f"it's \"quoted\" $(touch {canary}); `touch {canary}` ; echo > {canary}"
+    nasty = f'it\'s "quoted" $(touch {canary}); `touch {canary}` ; echo > {canary}'
     profile = write_seed_project(tmp_path / "p", wheelhouse, env={"NASTY": nasty})
     assert envlock("lock", profile).returncode == 0
     assert envlock("apply", "-y", profile).returncode == 0
-    ran = envlock("run", profile, "--", "python", "-c",
-                  "import os, sys; sys.stdout.write(os.environ['NASTY'])")
+    ran = envlock(
+        "run",
+        profile,
+        "--",
+        "python",
+        "-c",
+        "import os, sys; sys.stdout.write(os.environ['NASTY'])",
+    )
     assert ran.stdout == nasty
     assert not canary.exists()
 
 
 def test_run_passes_exit_code_stdin_and_cache_variables(seed: Path, envlock: Envlock) -> None:
-    code = ("import os, sys; data = sys.stdin.read(); "
-            "print(data.upper()); print(os.environ['TORCHINDUCTOR_CACHE_DIR']); "
-            "print(os.environ['VIRTUAL_ENV']); sys.exit(7)")
+    code = (
+        "import os, sys; data = sys.stdin.read(); "
+        "print(data.upper()); print(os.environ['TORCHINDUCTOR_CACHE_DIR']); "
+        "print(os.environ['VIRTUAL_ENV']); sys.exit(7)"
+    )
     ran = envlock("run", seed, "--", "python", "-c", code, input="hello")
     assert ran.returncode == 7
     lines = ran.stdout.splitlines()

@@ -36,7 +36,7 @@ def build_wheel(
     }
     if not any(path.startswith(f"{dist}/") for path in contents):
         contents[f"{dist}/__init__.py"] = b""
-    metadata = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     metadata += [f"Requires-Dist: {req}" for req in requires or []]
     contents[f"{info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
     contents[f"{info}/WHEEL"] = (
@@ -57,8 +57,7 @@ def build_wheel(
 def torch_files(version: str, cuda: str | None) -> dict[str, str]:
     cuda_text = repr(cuda)
     return {
-        "torch/__init__.py": "from torch.version import __version__\n"
-        "from torch import version\n",
+        "torch/__init__.py": "from torch.version import __version__\nfrom torch import version\n",
         "torch/version.py": f"__version__ = {version!r}\ncuda = {cuda_text}\n"
         "hip = None\ngit_version = 'envlock-test'\n",
         "torch/lib/libtorch_stub.txt": f"stand-in for the {version} shared libraries\n" * 64,
@@ -70,23 +69,38 @@ def build_wheelhouse(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     cu12 = ["nvidia-cublas-cu12==12.8.4.1", "nvidia-cuda-runtime-cu12==12.8.90"]
     cu13 = ["nvidia-cublas-cu13==13.0.2.14", "nvidia-cuda-runtime-cu13==13.0.96"]
-    build_wheel(dest, "torch", "2.11.0+cu128", [*cu12, "filelock>=3"],
-                torch_files("2.11.0+cu128", "12.8"))
-    build_wheel(dest, "torch", "2.11.0+cu130", [*cu13, "filelock>=3"],
-                torch_files("2.11.0+cu130", "13.0"))
+    build_wheel(
+        dest, "torch", "2.11.0+cu128", [*cu12, "filelock>=3"], torch_files("2.11.0+cu128", "12.8")
+    )
+    build_wheel(
+        dest, "torch", "2.11.0+cu130", [*cu13, "filelock>=3"], torch_files("2.11.0+cu130", "13.0")
+    )
     build_wheel(dest, "torch", "2.11.0+cpu", ["filelock>=3"], torch_files("2.11.0+cpu", None))
-    for lib in ("nvidia-cublas-cu12==12.8.4.1", "nvidia-cuda-runtime-cu12==12.8.90",
-                "nvidia-cublas-cu13==13.0.2.14", "nvidia-cuda-runtime-cu13==13.0.96"):
+    for lib in (
+        "nvidia-cublas-cu12==12.8.4.1",
+        "nvidia-cuda-runtime-cu12==12.8.90",
+        "nvidia-cublas-cu13==13.0.2.14",
+        "nvidia-cuda-runtime-cu13==13.0.96",
+    ):
         name, version = lib.split("==")
         build_wheel(dest, name, version)
     build_wheel(dest, "filelock", "3.20.0")
     build_wheel(dest, "tinydep", "0.9", files={"tinydep/__init__.py": "VERSION = '0.9'\n"})
     build_wheel(dest, "tinydep", "1.0", files={"tinydep/__init__.py": "VERSION = '1.0'\n"})
-    build_wheel(dest, "trainutil", "2.0", ["tinydep>=0.9"],
-                {"trainutil/__init__.py": "import tinydep\nNAME = 'trainutil'\n"})
+    build_wheel(
+        dest,
+        "trainutil",
+        "2.0",
+        ["tinydep>=0.9"],
+        {"trainutil/__init__.py": "import tinydep\nNAME = 'trainutil'\n"},
+    )
     # The polluter: installing it swaps torch's CUDA build and drags in two extras.
-    build_wheel(dest, "sglang", "0.5.0",
-                ["torch==2.11.0+cu130", "flashinfer-python==0.2.0", "sgl-kernel==0.3.0"])
+    build_wheel(
+        dest,
+        "sglang",
+        "0.5.0",
+        ["torch==2.11.0+cu130", "flashinfer-python==0.2.0", "sgl-kernel==0.3.0"],
+    )
     build_wheel(dest, "flashinfer-python", "0.2.0")
     build_wheel(dest, "sgl-kernel", "0.3.0")
     return dest

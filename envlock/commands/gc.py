@@ -21,14 +21,26 @@ def gc_plan(state: State, keep: int) -> Plan:
     doomed = [g.name for g in newest_first if g.name not in kept | protected]
     if not doomed:
         return Plan((), f"nothing to remove ({len(state.generations)} generation(s) kept)")
-    return Plan((Action("cleanup", f"remove {len(doomed)} generation(s): {', '.join(doomed)}",
-                        {"names": doomed}),))
+    return Plan(
+        (
+            Action(
+                "cleanup",
+                f"remove {len(doomed)} generation(s): {', '.join(doomed)}",
+                {"names": doomed},
+            ),
+        )
+    )
 
 
 @click.command("gc")
 @profile_argument
-@click.option("--keep", default=3, show_default=True, type=click.IntRange(min=0),
-              help="How many of the newest generations to keep.")
+@click.option(
+    "--keep",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="How many of the newest generations to keep.",
+)
 @json_option
 def command(profile: str, keep: int, as_json: bool) -> None:
     """Remove old generations; the active and the previous one always stay."""
@@ -38,4 +50,6 @@ def command(profile: str, keep: int, as_json: bool) -> None:
     if as_json:
         ui.emit_json(plan_json(plan))
     else:
-        print_plan(plan) if plan.empty else ui.out.print(f"[green]✓[/] {plan.actions[0].description}")
+        print_plan(plan) if plan.empty else ui.out.print(
+            f"[green]✓[/] {plan.actions[0].description}"
+        )

@@ -31,8 +31,9 @@ def command(profile: str, as_json: bool) -> None:
         for g in state.generations
     ]
     if as_json:
-        ui.emit_json({"current": state.current, "generations": rows,
-                      "history": state.raw.get("history", [])})
+        ui.emit_json(
+            {"current": state.current, "generations": rows, "history": state.raw.get("history", [])}
+        )
         return
     if not rows:
         ui.out.print("no generations yet: run `envlock apply`")
@@ -41,8 +42,15 @@ def command(profile: str, as_json: bool) -> None:
     for column in ("", "gen", "lock", "built", "files", "note"):
         table.add_column(column)
     for row in rows:
-        note = "incomplete" if not row["complete"] else (
-            "current lock" if row["matches_lock"] else "")
-        table.add_row("*" if row["active"] else "", str(row["number"]), row["lock"],
-                      row["built"] or "", str(row["files"] or ""), note)
+        note = (
+            "incomplete" if not row["complete"] else ("current lock" if row["matches_lock"] else "")
+        )
+        table.add_row(
+            "*" if row["active"] else "",
+            str(row["number"]),
+            str(row["lock"]),
+            str(row["built"] or ""),
+            str(row["files"] or ""),
+            note,
+        )
     ui.out.print(table)

@@ -7,10 +7,10 @@ import sys
 import click
 
 from envlock import ui
+from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_DRIFT, LockError
 from envlock.lock import read_lock, stale_reasons, write_lock
 from envlock.profile import load_profile
-from envlock.commands.common import json_option, profile_argument
 
 
 @click.command("lock")

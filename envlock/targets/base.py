@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,7 +53,7 @@ class Transport(Protocol):
         *,
         stdin: bytes | None = None,
         env: Mapping[str, str] | None = None,
-        on_stderr_line: object = None,
+        on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result: ...
 
     def exec(self, argv: list[str], env: Mapping[str, str]) -> int:
