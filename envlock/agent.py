@@ -562,12 +562,13 @@ def build_into(req, gen_dir, action):
     try:
         run_step([req["uv"], "venv", "--quiet", "--python", version, gen_dir], env, "uv venv")
     except AgentError as exc:
-        reason = str(exc).splitlines()[-1]
-        if "no interpreter found" in reason.lower():
+        uv_says = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
+        if "interpreter" in " ".join(uv_says).lower():
             raise AgentError(
                 "python",
-                f"no Python {version} on the target: {reason}\n(install Python {version} "
-                "there, or let uv download it by not running offline)",
+                f"no usable Python {version} on the target (install Python {version} there, "
+                "or let uv download it by not running offline); uv says:\n  "
+                + "\n  ".join(uv_says[:4]),
             ) from None
         raise
     os.makedirs(os.path.join(gen_dir, META_DIR), exist_ok=True)
