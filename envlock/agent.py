@@ -148,8 +148,9 @@ def dir_size(path):
 
 
 # -- venv content -------------------------------------------------------------------------
-def walk_files(venv):
-    """Every file and symlink in a venv, relative, envlock's own metadata left out."""
+def walk_files(venv, prefix=""):
+    """Every file and symlink under a directory, relative (to it, plus `prefix`), envlock's
+    own metadata and bytecode caches left out."""
     found = {}
     stack = [""]
     while stack:
@@ -161,13 +162,14 @@ def walk_files(venv):
         with entries:
             for entry in entries:
                 rel = rel_dir + "/" + entry.name if rel_dir else entry.name
-                if rel == META_DIR or entry.name == "__pycache__":
+                if (not prefix and rel == META_DIR) or entry.name == "__pycache__":
                     continue
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(rel)
                     continue
                 st = entry.stat(follow_symlinks=False)
-                found[rel] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_nlink]
+                key = prefix + "/" + rel if prefix else rel
+                found[key] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_nlink]
     return found
 
 
@@ -234,34 +236,38 @@ def write_manifest(venv):
 
 
 def verify_files(venv, deep=False):
-    """Compare a generation with its manifest; deep re-hashes every file against RECORDs."""
+    """Compare a generation with its manifest.
+
+    Fast mode lstat()s each recorded file and hashes only those whose size, mtime or inode
+    moved; deep mode hashes every file against the wheels' RECORDs (in threads: hashlib
+    releases the GIL, so this keeps up with sha256sum).
+    """
     manifest = read_json(os.path.join(venv, MANIFEST))
     if manifest is None:
         return {"error": "no manifest"}
     expected = manifest["files"]
-    actual = walk_files(venv)
-    owners = None
-    changed, missing, added, relinked = [], [], [], []
+    prefix = venv + os.sep
+    lstat = os.lstat
+    suspects, missing = [], []
     for rel, entry in expected.items():
-        now = actual.get(rel)
-        if now is None:
+        try:
+            st = lstat(prefix + rel)
+        except OSError:
             missing.append({"path": rel, "dist": entry[3]})
-        elif deep or now[0] != entry[0] or now[1] != entry[1] or now[2] != entry[2]:
-            if owners is None:
-                owners = read_records(venv)
-            verdict = content_verdict(venv, rel, entry, owners)
-            if verdict is not None:
-                item = {"path": rel, "dist": entry[3], "why": verdict, "links": now[3]}
-                changed.append(item)
-            elif now[2] != entry[2]:
-                relinked.append(rel)
-    for rel in actual:
-        if rel not in expected:
-            if owners is None:
-                owners = read_records(venv)
-            added.append(
-                {"path": rel, "dist": owners.get(rel, ("", ""))[0], "pth": rel.endswith(".pth")}
-            )
+            continue
+        if deep or st.st_size != entry[0] or st.st_mtime_ns != entry[1] or st.st_ino != entry[2]:
+            suspects.append((rel, entry, st.st_nlink))
+    owners = read_records(venv) if suspects else {}
+    changed = []
+    verdicts = judge_all(venv, suspects, owners, deep)
+    for (rel, entry, links), verdict in zip(suspects, verdicts):  # noqa: B905 (py3.8)
+        if verdict is not None:
+            changed.append({"path": rel, "dist": entry[3], "why": verdict, "links": links})
+    added = added_files(venv, expected)
+    if added:
+        owners = owners or read_records(venv)
+        for item in added:
+            item["dist"] = owners.get(item["path"], ("", ""))[0]
     return {
         "modified": changed,
         "missing": missing,
@@ -269,6 +275,44 @@ def verify_files(venv, deep=False):
         "checked": len(expected),
         "deep": bool(deep),
     }
+
+
+def judge_all(venv, suspects, owners, deep):
+    if not deep or len(suspects) < 64:
+        return [content_verdict(venv, rel, entry, owners) for rel, entry, _ in suspects]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        return list(
+            pool.map(lambda s: content_verdict(venv, s[0], s[1], owners), suspects, chunksize=32)
+        )
+
+
+def added_files(venv, expected):
+    """Files present in the venv that the manifest does not know (new dirs walked whole)."""
+    known_dirs = {""}
+    for rel in expected:
+        parts = rel.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            known_dirs.add("/".join(parts[:depth]))
+    added = []
+    for rel_dir in known_dirs:
+        try:
+            names = os.listdir(os.path.join(venv, rel_dir))
+        except OSError:
+            continue
+        for name in names:
+            rel = rel_dir + "/" + name if rel_dir else name
+            if rel in expected or rel in known_dirs or name == "__pycache__" or rel == META_DIR:
+                continue
+            path = os.path.join(venv, rel)
+            if os.path.isdir(path) and not os.path.islink(path):
+                added += [
+                    {"path": sub, "pth": sub.endswith(".pth")} for sub in walk_files(path, rel)
+                ]
+            else:
+                added.append({"path": rel, "pth": rel.endswith(".pth")})
+    return sorted(added, key=lambda item: item["path"])
 
 
 def content_verdict(venv, rel, entry, owners):
@@ -420,7 +464,25 @@ def probe(req):
         state["files"] = verify_files(gen_dir, deep=req.get("deep", False))
         state["cache"] = cache_state(req.get("cache_dir"), facts["fingerprint"])
     state["scripts"] = scripts_state(req.get("scripts"))
+    state["uv"] = uv_state(req.get("uv"))
     return state
+
+
+def uv_state(spec):
+    """Whether the bootstrapped uv is the one envlock pushed (sidecar record + stat)."""
+    if not spec:
+        return None
+    record = read_json(spec["path"] + ".json") or {}
+    try:
+        st = os.stat(spec["path"])
+    except OSError:
+        return {"present": False, "ok": False}
+    same_file = [st.st_size, st.st_mtime_ns] == [record.get("size"), record.get("mtime_ns")]
+    return {
+        "present": True,
+        "ok": same_file and record.get("version") == spec["version"],
+        "version": record.get("version"),
+    }
 
 
 def generation_facts(gen_dir, hardware):
@@ -523,6 +585,7 @@ def uv_env(req):
 
 
 def sync_argv(req, gen_dir, extra=()):
+    # The lock names every wheel by URL; no index or find-links is consulted.
     argv = [
         req["uv"],
         "pip",
@@ -532,8 +595,6 @@ def sync_argv(req, gen_dir, extra=()):
         os.path.join(gen_dir, "bin", "python"),
         "--quiet",
     ]
-    for link in req.get("find_links") or []:
-        argv += ["--find-links", link]
     return argv + list(extra)
 
 
@@ -672,6 +733,24 @@ def do_cleanup(req, action):
             shutil.rmtree(path)
 
 
+def do_install_uv(req, action):
+    """Verify the uploaded uv binary's hash, then move it into place atomically."""
+    tmp, final = action["tmp"], action["path"]
+    if sha256_file(tmp) != action["sha256"]:
+        os.unlink(tmp)
+        raise AgentError("integrity", "the uploaded uv binary does not match its sha256")
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, final)
+    st = os.stat(final)
+    record = {
+        "version": action["version"],
+        "sha256": action["sha256"],
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+    write_atomic(final + ".json", json.dumps(record, sort_keys=True).encode())
+
+
 ACTIONS = {
     "cleanup": do_cleanup,
     "build": do_build,
@@ -680,6 +759,7 @@ ACTIONS = {
     "link-venv": do_link_venv,
     "scripts": do_scripts,
     "cache-dir": do_cache_dir,
+    "install-uv": do_install_uv,
 }
 
 

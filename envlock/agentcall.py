@@ -25,7 +25,7 @@ OS_HINTS = {
 # target's python3. The root arrives as "$1": data, never code.
 CHOOSE_PYTHON = (
     'p="$1/current/bin/python"; fallback="$2"; shift 2; '
-    '[ -x "$p" ] && "$p" -c "" 2>/dev/null || p="$fallback"; exec "$p" "$@"'
+    '[ -x "$p" ] && [ -e "$(readlink -f "$p")" ] || p="$fallback"; exec "$p" "$@"'
 )
 
 

@@ -16,7 +16,8 @@ from envlock.plan import Plan
 from envlock.profile import Profile, load_profile
 from envlock.state import State, gather
 from envlock.targets import target_uv, transport_for
-from envlock.targets.base import Transport
+from envlock.targets.base import CommandFailed, Transport
+from envlock.uvbin import uv_path, uv_sha256
 
 
 @dataclass(frozen=True)
@@ -112,11 +113,15 @@ def execute(
     """Carry out a plan on the target (under the root's lock) and return the agent's answer."""
     if plan.empty:
         return {"done": []}
+    request = apply_request(ctx, plan, wait=wait)
+    for action in request["actions"]:
+        if action["kind"] == "install-uv":
+            upload_uv(ctx.transport, action, on_progress)
     return call_agent(
         ctx.transport,
         ctx.profile.target.root,
         "apply",
-        apply_request(ctx, plan, wait=wait),
+        request,
         on_progress=on_progress,
     )
 
@@ -132,3 +137,23 @@ def verify_after(ctx: Context) -> list[Drift]:
             hint="run `envlock check -v` to see everything",
         )
     return drifts
+
+
+def upload_uv(
+    transport: Transport, action: dict[str, Any], on_progress: Callable[[str], None] | None
+) -> None:
+    """Stream envlock's uv binary to a temp file beside its final place; the agent then
+    checks its sha256 and moves it into place."""
+    final = action["path"]
+    action["tmp"] = f"{final}.upload"
+    action["sha256"] = uv_sha256()
+    if on_progress:
+        on_progress(f"uploading uv {action['version']} to {final}")
+    with open(uv_path(), "rb") as handle:
+        data = handle.read()
+    script = 'mkdir -p "$1" && cat > "$2"'
+    result = transport.run(
+        ["sh", "-c", script, "sh", os.path.dirname(final), action["tmp"]], stdin=data
+    )
+    if not result.ok:
+        raise CommandFailed(f"{transport.name}: uploading uv", result)

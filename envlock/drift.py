@@ -12,6 +12,7 @@ from envlock.state import State
 
 # Kinds, roughly from most to least consequential; the order reports use.
 KINDS = (
+    "uv",
     "no-environment",
     "interpreter",
     "stale-lock",
@@ -60,6 +61,17 @@ class Expectation:
 
 def compute_drift(expect: Expectation, state: State) -> list[Drift]:
     drifts: list[Drift] = [Drift("stale-lock", "lock", "fresh", reason) for reason in expect.stale]
+    if state.uv is not None and not state.uv.get("ok"):
+        found = state.uv.get("version") or ("missing" if not state.uv.get("present") else "?")
+        drifts.append(
+            Drift(
+                "uv",
+                f"{expect.root}/bin/uv",
+                "envlock's uv",
+                found,
+                "apply pushes envlock's uv binary to the target (no internet needed)",
+            )
+        )
     gen = state.current_generation
     if gen is None or not gen.complete:
         drifts.append(

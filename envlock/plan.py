@@ -8,6 +8,7 @@ from typing import Any
 from envlock.drift import Drift, Expectation
 from envlock.errors import UsageError
 from envlock.state import Generation, State
+from envlock.uvbin import uv_version
 
 REPAIRABLE = {
     "torch-build",
@@ -51,6 +52,15 @@ def make_plan(expect: Expectation, state: State, drifts: list[Drift]) -> Plan:
         )
     refuse_real_venv_dir(expect, state)
     actions: list[Action] = []
+    if "uv" in kinds:
+        actions.append(
+            Action(
+                "install-uv",
+                f"install uv {uv_version()} into "
+                f"{expect.root}/bin (pushed from here, hash-verified)",
+                {"path": f"{expect.root}/bin/uv", "version": uv_version()},
+            )
+        )
     stray = [g.name for g in state.generations if not g.complete and g.name != state.current]
     if stray:
         actions.append(

@@ -7,7 +7,9 @@ from typing import Any
 
 from envlock.agentcall import call_agent
 from envlock.profile import Profile
+from envlock.targets import is_remote, target_uv
 from envlock.targets.base import Transport
+from envlock.uvbin import uv_version
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class State:
     cache: dict[str, Any] | None
     scripts: dict[str, Any] | None
     hardware: dict[str, Any]
+    uv: dict[str, Any] | None = None
 
     @property
     def current_generation(self) -> Generation | None:
@@ -67,6 +70,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         cache=raw.get("cache"),
         scripts=raw.get("scripts"),
         hardware=raw.get("hardware") or {},
+        uv=raw.get("uv"),
     )
 
 
@@ -80,6 +84,7 @@ def probe_request(profile: Profile, script_files: list[str], *, deep: bool = Fal
         "cache_dir": profile.cache_dir,
         "scripts": scripts,
         "deep": deep,
+        "uv": {"path": target_uv(profile), "version": uv_version()} if is_remote(profile) else None,
     }
 
 

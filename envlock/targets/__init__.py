@@ -2,21 +2,37 @@
 
 from __future__ import annotations
 
-from envlock.errors import UsageError
-from envlock.profile import Profile
+from envlock.profile import Profile, Target
 from envlock.targets.base import Transport
 from envlock.targets.local import LocalTransport
+from envlock.targets.pct import PctTransport
+from envlock.targets.ssh import SshTransport
 from envlock.uvbin import uv_path
 
 
-def transport_for(profile: Profile) -> Transport:
-    kind = profile.target.type
-    if kind == "local":
-        return LocalTransport()
-    raise UsageError(
-        f'{profile.path}: [target] type = "{kind}" is not supported by this version yet',
-        hint="use a local target for now",
+def ssh_to(target: Target) -> SshTransport:
+    assert target.host is not None
+    return SshTransport(
+        target.host,
+        user=target.user,
+        port=target.port,
+        identity_file=target.identity_file,
+        options=target.ssh_options,
     )
+
+
+def transport_for(profile: Profile) -> Transport:
+    target = profile.target
+    if target.type == "ssh":
+        return ssh_to(target)
+    if target.type == "proxmox-lxc":
+        assert target.vmid is not None
+        return PctTransport(ssh_to(target), target.vmid)
+    return LocalTransport()
+
+
+def is_remote(profile: Profile) -> bool:
+    return profile.target.type != "local"
 
 
 def target_uv(profile: Profile) -> str:

@@ -38,7 +38,7 @@ class LocalTransport:
             )
         except FileNotFoundError:
             raise OperationError(f"command not found: {argv[0]}") from None
-        return _communicate(proc, argv, stdin, on_stderr_line)
+        return communicate(proc, argv, stdin, on_stderr_line)
 
     def exec(self, argv: list[str], env: Mapping[str, str]) -> int:
         try:
@@ -52,7 +52,7 @@ class LocalTransport:
             return 130
 
 
-def _communicate(
+def communicate(
     proc: subprocess.Popen[bytes],
     argv: list[str],
     stdin: bytes | None,

@@ -1,0 +1,162 @@
+"""The ssh target: the OpenSSH client as a subprocess, multiplexed over one connection.
+
+Using the real client keeps users' ~/.ssh/config, agents and jump hosts working. The remote
+command is an argv joined with shlex.join exactly once, for the remote shell.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from envlock.errors import OperationError
+from envlock.targets.base import Result
+from envlock.targets.local import communicate
+
+SSH_FAILED = 255
+# How long an idle master connection stays up for the next envlock command.
+CONTROL_PERSIST = "60"
+
+
+def control_dir() -> Path:
+    """A private directory for ControlMaster sockets (mode 0700, short path)."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    path = Path(base) / f"envlock-ssh-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    if path.stat().st_uid != os.getuid() or path.stat().st_mode & 0o077:
+        raise OperationError(f"{path} is not a private directory", hint="remove it and retry")
+    return path
+
+
+class SshTransport:
+    """Runs argv on a host over ssh; also the first hop of the pct transport."""
+
+    system_python = "python3"
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        user: str | None = None,
+        port: int | None = None,
+        identity_file: str | None = None,
+        options: tuple[str, ...] = (),
+    ) -> None:
+        self.host = host
+        self.user = user
+        self.port = port
+        self.identity_file = identity_file
+        self.options = options
+        self.name = f"ssh {user + '@' if user else ''}{host}{':' + str(port) if port else ''}"
+
+    def ssh_argv(self, *, tty: bool = False) -> list[str]:
+        argv = [
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={control_dir()}/%C",
+            "-o",
+            f"ControlPersist={CONTROL_PERSIST}",
+        ]
+        argv += ["-t"] if tty else ["-T"]
+        if self.port:
+            argv += ["-p", str(self.port)]
+        if self.identity_file:
+            argv += ["-i", self.identity_file, "-o", "IdentitiesOnly=yes"]
+        if self.user:
+            argv += ["-l", self.user]
+        for option in self.options:
+            argv += ["-o", option]
+        return [*argv, self.host, "--"]
+
+    def remote_command(self, argv: list[str], env: Mapping[str, str] | None) -> str:
+        """The one string the remote shell parses: `env K=V … argv`, quoted once."""
+        if env:
+            argv = ["env", *(f"{k}={v}" for k, v in env.items()), *argv]
+        return shlex.join(argv)
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        on_stderr_line: Callable[[str], None] | None = None,
+    ) -> Result:
+        full = [*self.ssh_argv(), self.remote_command(argv, env)]
+        proc = subprocess.Popen(
+            full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        result = communicate(proc, argv, stdin, on_stderr_line)
+        if result.exit_code == SSH_FAILED:
+            self.raise_for_connection(result)
+        return result
+
+    def exec(self, argv: list[str], env: Mapping[str, str]) -> int:
+        full = [*self.ssh_argv(), self.remote_command(argv, env)]
+        try:
+            code = subprocess.call(full)
+        except KeyboardInterrupt:
+            return 130
+        return code
+
+    def raise_for_connection(self, result: Result) -> None:
+        """ssh's own failures (exit 255) become clear errors; a command's 255 passes."""
+        text = result.error_text()
+        problem = connection_problem(text)
+        if problem is not None:
+            message, hint = problem
+            raise OperationError(f"{self.name}: {message}", hint=hint)
+
+
+PROBLEMS: list[tuple[str, str, str]] = [
+    (
+        r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed",
+        "host key verification failed (the host's key is unknown or changed)",
+        "check the key with the host's administrator, then update known_hosts "
+        "(`ssh-keygen -R HOST`); envlock never disables host-key checking",
+    ),
+    (
+        r"Permission denied",
+        "authentication failed",
+        "load a key into ssh-agent, or set [target] identity-file / user",
+    ),
+    (
+        r"Connection refused",
+        "connection refused",
+        "is sshd running on that host and port? check [target] host and port",
+    ),
+    (
+        r"Could not resolve hostname|Name or service not known",
+        "unknown host name",
+        "check [target] host (or your ~/.ssh/config alias)",
+    ),
+    (
+        r"Connection timed out|No route to host|Network is unreachable",
+        "host unreachable",
+        "check the network path to the host",
+    ),
+]
+
+
+def connection_problem(stderr: str) -> tuple[str, str] | None:
+    for pattern, message, hint in PROBLEMS:
+        if re.search(pattern, stderr):
+            last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+            return f"{message}: {last}", hint
+    return None
+
+
+def close_master(transport: SshTransport) -> None:
+    """Ask the master connection to exit (benchmarks measure cold connections with it)."""
+    subprocess.run(
+        [*transport.ssh_argv()[:-1], "-O", "exit", transport.host], capture_output=True, check=False
+    )
