@@ -444,6 +444,11 @@ def probe(req):
             "in_venv": sys.prefix != sys.base_prefix,
         },
         "hostname": os.uname().nodename,
+        "machine": os.uname().machine,
+        "libc": os.confstr("CS_GNU_LIBC_VERSION")
+        if "CS_GNU_LIBC_VERSION" in os.confstr_names
+        else None,
+        "container": container_kind(),
         "root_exists": os.path.isdir(root),
         "generations": list_generations(root),
         "current": current_generation(root),
@@ -461,11 +466,29 @@ def probe(req):
         gen_dir = os.path.realpath(sys.prefix)
         facts = generation_facts(gen_dir, state["hardware"])
         state.update(facts)
-        state["files"] = verify_files(gen_dir, deep=req.get("deep", False))
+        if req.get("verify", True):
+            state["files"] = verify_files(gen_dir, deep=req.get("deep", False))
         state["cache"] = cache_state(req.get("cache_dir"), facts["fingerprint"])
     state["scripts"] = scripts_state(req.get("scripts"))
     state["uv"] = uv_state(req.get("uv"))
     return state
+
+
+def container_kind():
+    """'lxc', 'docker', … when this runs inside a container (as systemd detects it)."""
+    try:
+        with open("/run/systemd/container") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        pass
+    try:
+        with open("/proc/1/environ", "rb") as handle:
+            for item in handle.read().split(b"\0"):
+                if item.startswith(b"container="):
+                    return item.split(b"=", 1)[1].decode() or None
+    except OSError:
+        pass
+    return None
 
 
 def uv_state(spec):

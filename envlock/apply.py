@@ -6,6 +6,7 @@ import base64
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from envlock.agentcall import call_agent
@@ -34,12 +35,17 @@ class Context:
         pinned = self.lock.meta.get("scripts", {})
         return dict(pinned) if isinstance(pinned, dict) else {}
 
+    @property
+    def python_version(self) -> str:
+        """The lock's Python (a snapshot's lock may pin another than the profile)."""
+        return str(self.lock.meta.get("python-version") or self.profile.python_version)
+
     def expectation(self) -> Expectation:
         return Expectation(
             lock=self.lock,
             root=self.profile.target.root,
             venv=self.profile.target.venv,
-            python_version=self.profile.python_version,
+            python_version=self.python_version,
             scripts=self.scripts,
             stale=self.stale,
         )
@@ -56,8 +62,8 @@ def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = Fa
     return Context(profile, lock, transport_for(profile), stale)
 
 
-def gather_state(ctx: Context, *, deep: bool = False) -> State:
-    return gather(ctx.transport, ctx.profile, sorted(ctx.scripts), deep=deep)
+def gather_state(ctx: Context, *, deep: bool = False, verify: bool = True) -> State:
+    return gather(ctx.transport, ctx.profile, sorted(ctx.scripts), deep=deep, verify=verify)
 
 
 def check(ctx: Context, *, deep: bool = False) -> tuple[State, list[Drift]]:
@@ -76,7 +82,7 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         "root": profile.target.root,
         "venv": profile.target.venv,
         "uv": target_uv(profile),
-        "python_version": profile.python_version,
+        "python_version": ctx.python_version,
         "cache_dir": profile.cache_dir,
         "lock_text": ctx.lock.text,
         "lock_sha256": ctx.lock.sha256,
@@ -157,3 +163,26 @@ def upload_uv(
     )
     if not result.ok:
         raise CommandFailed(f"{transport.name}: uploading uv", result)
+
+
+def context_from_snapshot(profile_path: str | os.PathLike[str], snapshot_dir: str) -> Context:
+    """A context whose lock is the one a snapshot recorded (to rebuild that environment)."""
+    from envlock.snapshots import load_snapshot, snapshot_lock
+
+    profile = load_profile(profile_path)
+    data = load_snapshot(snapshot_dir)
+    lock = snapshot_lock(data, Path(snapshot_dir))
+    return Context(profile, lock, transport_for(profile))
+
+
+def snapshot_compatibility(ctx: Context, data: dict[str, Any], state: State) -> list[str]:
+    """Why a snapshot's environment cannot be built on this target (empty when it can)."""
+    problems = []
+    taken_on = (data.get("platform") or {}).get("machine")
+    here = state.raw.get("machine")
+    if taken_on and here and taken_on != here:
+        problems.append(f"the snapshot was taken on {taken_on}; this target is {here}")
+    platform = str(ctx.lock.meta.get("python-platform", ""))
+    if here and platform and not platform.startswith((here, "linux")):
+        problems.append(f"the snapshot's lock is for {platform}; this target is {here}")
+    return problems

@@ -74,7 +74,9 @@ def parse_state(raw: dict[str, Any]) -> State:
     )
 
 
-def probe_request(profile: Profile, script_files: list[str], *, deep: bool = False) -> dict:
+def probe_request(
+    profile: Profile, script_files: list[str], *, deep: bool = False, verify: bool = True
+) -> dict:
     scripts = None
     if profile.scripts is not None:
         scripts = {"dest": profile.scripts.dest, "files": script_files}
@@ -84,19 +86,25 @@ def probe_request(profile: Profile, script_files: list[str], *, deep: bool = Fal
         "cache_dir": profile.cache_dir,
         "scripts": scripts,
         "deep": deep,
+        "verify": verify,
         "uv": {"path": target_uv(profile), "version": uv_version()} if is_remote(profile) else None,
     }
 
 
 def gather(
-    transport: Transport, profile: Profile, script_files: list[str], *, deep: bool = False
+    transport: Transport,
+    profile: Profile,
+    script_files: list[str],
+    *,
+    deep: bool = False,
+    verify: bool = True,
 ) -> State:
     """One round trip: the agent, run by the environment's own interpreter, reports state."""
     raw = call_agent(
         transport,
         profile.target.root,
         "probe",
-        probe_request(profile, script_files, deep=deep),
+        probe_request(profile, script_files, deep=deep, verify=verify),
         env_python=True,
     )
     return parse_state(raw)

@@ -1,5 +1,71 @@
-"""`envlock diff`: not built yet."""
+"""`envlock diff A B`: what changed between two runs (snapshots, checkpoint dirs or locks)."""
 
-from envlock.cli import not_built
+from __future__ import annotations
 
-command = not_built("diff", "Show what changed between two runs")
+import json
+import sys
+from typing import Any
+
+import click
+from rich.table import Table
+
+from envlock import ui
+from envlock.commands.common import json_option
+from envlock.diff import Group, compare, load_side
+from envlock.errors import EXIT_DRIFT
+
+
+@click.command("diff")
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@json_option
+def command(a: str, b: str, as_json: bool) -> None:
+    """Show what differs between runs A and B (exit 1 when they differ).
+
+    Each side is an envlock-snapshot.json, a checkpoint directory holding one, or a lock.
+    """
+    side_a, side_b = load_side(a), load_side(b)
+    groups = compare(side_a, side_b)
+    if as_json:
+        ui.emit_json(
+            {
+                "a": side_a.label,
+                "b": side_b.label,
+                "identical": not groups,
+                "groups": [g.to_json() for g in groups],
+            }
+        )
+    elif not groups:
+        ui.out.print(f"[green]✓[/] no differences between {ui.escape(a)} and {ui.escape(b)}")
+    else:
+        print_groups(a, b, groups)
+    sys.exit(EXIT_DRIFT if groups else 0)
+
+
+def show(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def print_groups(a: str, b: str, groups: list[Group]) -> None:
+    total = sum(len(g.changes) for g in groups)
+    ui.out.print(
+        f"[bold]{total} difference(s)[/] between A = {ui.escape(a)} and B = {ui.escape(b)}"
+    )
+    for group in groups:
+        ui.out.print(f"\n[bold]{group.name}[/]")
+        table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 2))
+        table.add_column("key", no_wrap=True)
+        table.add_column("change", overflow="fold")
+        for change in group.changes:
+            if change.kind == "added":
+                text = f"[green]+ {ui.escape(show(change.b))}[/] (only in B)"
+            elif change.kind == "removed":
+                text = f"[red]- {ui.escape(show(change.a))}[/] (only in A)"
+            else:
+                text = f"{ui.escape(show(change.a))} → {ui.escape(show(change.b))}"
+            table.add_row(ui.escape(change.key), text)
+        ui.out.print(table)

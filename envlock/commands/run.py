@@ -12,13 +12,22 @@ from envlock.apply import check, open_context
 from envlock.commands.common import drift_table, profile_argument
 from envlock.errors import EXIT_DRIFT, UsageError
 from envlock.runenv import run_environment
+from envlock.snapshots import build_snapshot, write_snapshot
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True})
 @profile_argument
 @click.option("--allow-drift", is_flag=True, help="Run even when the check finds drift.")
+@click.option(
+    "--snapshot-into",
+    "snapshot_dir",
+    type=click.Path(file_okay=False),
+    help="Write DIR/envlock-snapshot.json before CMD starts.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(profile: str, allow_drift: bool, cmd: tuple[str, ...]) -> None:
+def command(
+    profile: str, allow_drift: bool, snapshot_dir: str | None, cmd: tuple[str, ...]
+) -> None:
     """Run CMD with the environment's bin first on PATH, its caches and [env]."""
     argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
     if not argv:
@@ -40,4 +49,15 @@ def command(profile: str, allow_drift: bool, cmd: tuple[str, ...]) -> None:
     if blocking:
         ui.warn(f"running despite {len(blocking)} drift item(s) (--allow-drift)")
     env = run_environment(ctx.profile, state, os.environ)
+    if snapshot_dir:
+        data = build_snapshot(
+            profile=ctx.profile,
+            lock_text=ctx.lock.text,
+            lock_sha256=ctx.lock.sha256,
+            state=state,
+            environ=env,
+            command=argv,
+            target_label=ctx.transport.name,
+        )
+        ui.info(f"envlock: snapshot written to {write_snapshot(snapshot_dir, data)}")
     sys.exit(ctx.transport.exec(argv, env))

@@ -1,5 +1,65 @@
-"""`envlock snapshot`: not built yet."""
+"""`envlock snapshot PROFILE DIR`: record the environment next to a checkpoint."""
 
-from envlock.cli import not_built
+from __future__ import annotations
 
-command = not_built("snapshot", "Write DIR/envlock-snapshot.json")
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from envlock import ui
+from envlock.apply import gather_state, open_context
+from envlock.commands.common import json_option, profile_argument
+from envlock.errors import UsageError
+from envlock.runenv import run_environment
+from envlock.snapshots import build_snapshot, write_snapshot
+
+
+@click.command("snapshot")
+@profile_argument
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A JSON file with the run's config (hyperparameters) to record.",
+)
+@json_option
+def command(profile: str, directory: Path, config_file: str | None, as_json: bool) -> None:
+    """Write DIR/envlock-snapshot.json: lock, observed state, scripts, env, cache, config."""
+    config = None
+    if config_file:
+        try:
+            config = json.loads(Path(config_file).read_text())
+        except ValueError as exc:
+            raise UsageError(f"{config_file}: not valid JSON: {exc}") from None
+    ctx = open_context(profile, allow_stale=True)
+    state = gather_state(ctx, verify=False)
+    data = build_snapshot(
+        profile=ctx.profile,
+        lock_text=ctx.lock.text,
+        lock_sha256=ctx.lock.sha256,
+        state=state,
+        environ=run_environment(ctx.profile, state, os.environ) if state.current else os.environ,
+        command=sys.argv,
+        config=config,
+        target_label=ctx.transport.name,
+    )
+    path = write_snapshot(directory, data)
+    torch = (data["torch"] or {}).get("version")
+    if as_json:
+        ui.emit_json(
+            {
+                "snapshot": str(path),
+                "generation": data["generation"],
+                "packages": len(data["packages"]),
+                "torch": torch,
+            }
+        )
+        return
+    ui.out.print(
+        f"[green]✓[/] wrote {path}: generation {data['generation']}, "
+        f"{len(data['packages'])} packages" + (f", torch {torch}" if torch else "")
+    )
