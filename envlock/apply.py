@@ -132,10 +132,10 @@ def execute(
     )
 
 
-def verify_after(ctx: Context) -> list[Drift]:
+def verify_after(ctx: Context, *, ignore: tuple[str, ...] = ()) -> list[Drift]:
     """Re-gather after acting; whatever drift remains means apply did not converge."""
     _, drifts = check(ctx)
-    remaining = [d for d in drifts if d.kind != "cache-dir"]
+    remaining = [d for d in drifts if d.kind not in ("cache-dir", *ignore)]
     if remaining:
         listed = "; ".join(f"{d.kind} {d.subject}" for d in remaining[:6])
         raise OperationError(

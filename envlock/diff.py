@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envlock.errors import UsageError
+from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
 from envlock.snapshots import SNAPSHOT_FILE, load_snapshot
 
@@ -135,15 +135,21 @@ def lock_of(snapshot: dict[str, Any] | None, origin: Path) -> Lock | None:
 
 
 def checkpoint_config(directory: Path) -> dict[str, Any] | None:
-    """The config a checkpoint in `directory` carries (read without torch, never executed)."""
+    """The config the newest checkpoint in `directory` carries (read without torch, never
+    executed). Keyed by entry name only, so runs whose files are named by step compare."""
     from envlock.checkpoint import read_checkpoint_config
 
-    if not any(p.suffix in CHECKPOINT_SUFFIXES for p in directory.iterdir()):
-        return None
-    try:
-        return read_checkpoint_config(directory)
-    except UsageError:
-        return None
+    candidates = [
+        p for p in directory.iterdir() if p.is_file() and p.name.endswith(CHECKPOINT_SUFFIXES)
+    ]
+    for path in sorted(candidates, key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            config = read_checkpoint_config(path)
+        except EnvlockError:
+            continue
+        if config:
+            return config
+    return None
 
 
 # -- comparing ----------------------------------------------------------------------------
@@ -206,8 +212,9 @@ def compare(a: Side, b: Side) -> list[Group]:
         Group("torch build", mapping_changes(torch_a, torch_b, ordered=True)),
         Group("packages", mapping_changes(pkgs_a, pkgs_b)),
         Group("scripts", mapping_changes(short(a.scripts()), short(b.scripts()))),
-        Group("hyperparameters", mapping_changes(a.config(), b.config())),
     ]
+    if a.config() and b.config():  # a lock, or a run that passed none, has no config
+        groups.append(Group("hyperparameters", mapping_changes(a.config(), b.config())))
     if a.snapshot is not None and b.snapshot is not None:
         # Observed facts exist only in snapshots; a lock side has none to compare.
         groups += [

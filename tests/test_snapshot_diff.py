@@ -1,0 +1,211 @@
+"""Snapshots next to checkpoints, diffs between runs, and rebuilding from a snapshot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import envlock as envlock_api
+from tests.conftest import Envlock
+from tests.projects import write_seed_project
+
+
+def applied_project(base: Path, wheelhouse: Path, envlock_cli: Envlock, **kwargs: object) -> Path:
+    profile = write_seed_project(base, wheelhouse, **kwargs)  # type: ignore[arg-type]
+    assert envlock_cli("lock", profile).returncode == 0
+    result = envlock_cli("apply", "-y", profile)
+    assert result.returncode == 0, result.stderr
+    return profile
+
+
+def groups_of(result: subprocess.CompletedProcess[str]) -> dict[str, set[str]]:
+    data = json.loads(result.stdout)
+    return {g["name"]: {c["key"] for c in g["changes"]} for g in data["groups"]}
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path, wheelhouse: Path, envlock: Envlock) -> tuple[Path, Path]:
+    """Run A: cu128, tinydep 1.0, script v1, lr 3e-4. Run B: cu130, tinydep 0.9, script v2,
+    lr 1e-3 — snapshots written through the Python API, as a training script would."""
+    a = applied_project(tmp_path / "a", wheelhouse, envlock, scripts={"train.py": "print('v1')\n"})
+    b = applied_project(
+        tmp_path / "b",
+        wheelhouse,
+        envlock,
+        backend="cu130",
+        packages=("trainutil", "tinydep==0.9"),
+        scripts={"train.py": "print('v2')\n"},
+    )
+    envlock_api.snapshot(
+        tmp_path / "ckpt-a",
+        profile=a,
+        config={"lr": 3e-4, "batch_size": 64, "model": {"layers": 12}},
+    )
+    envlock_api.snapshot(
+        tmp_path / "ckpt-b",
+        profile=b,
+        config={"lr": 1e-3, "batch_size": 64, "model": {"layers": 12}},
+    )
+    return tmp_path / "ckpt-a", tmp_path / "ckpt-b"
+
+
+def test_diff_names_exactly_what_changed(two_runs: tuple[Path, Path], envlock: Envlock) -> None:
+    ckpt_a, ckpt_b = two_runs
+    result = envlock("diff", "--json", ckpt_a, ckpt_b)
+    assert result.returncode == 1
+    groups = groups_of(result)
+    assert list(groups) == ["torch build", "packages", "scripts", "hyperparameters"]
+    assert {"torch", "local label", "CUDA", "CUDA libraries"} <= groups["torch build"]
+    assert groups["packages"] == {"tinydep"}
+    assert groups["scripts"] == {"train.py"}
+    assert groups["hyperparameters"] == {"run.lr"}
+    data = json.loads(result.stdout)
+    torch = next(g for g in data["groups"] if g["name"] == "torch build")["changes"][0]
+    assert (torch["a"], torch["b"]) == ("2.11.0+cu128", "2.11.0+cu130")
+
+    human = envlock("diff", ckpt_a, ckpt_b).stdout
+    assert human.index("torch build") < human.index("packages") < human.index("hyperparameters")
+    assert "2.11.0+cu128 → 2.11.0+cu130" in human
+    assert "0.0003 → 0.001" in human
+
+
+def test_identical_sides_print_one_line(two_runs: tuple[Path, Path], envlock: Envlock) -> None:
+    ckpt_a, _ = two_runs
+    result = envlock("diff", ckpt_a, ckpt_a / "envlock-snapshot.json")
+    assert result.returncode == 0
+    assert len(result.stdout.strip().splitlines()) == 1
+    assert "no differences" in result.stdout
+
+
+def test_diff_against_a_lock(two_runs: tuple[Path, Path], envlock: Envlock) -> None:
+    ckpt_a, _ = two_runs
+    lock = ckpt_a.parent / "a" / "pylock.seed.toml"
+    same = envlock("diff", lock, ckpt_a)
+    assert same.returncode == 0, same.stdout
+    other = ckpt_a.parent / "b" / "pylock.seed.toml"
+    groups = groups_of(envlock("diff", "--json", lock, other))
+    assert groups["packages"] == {"tinydep"} and "torch" in groups["torch build"]
+
+
+def test_snapshot_contents(two_runs: tuple[Path, Path]) -> None:
+    ckpt_a, _ = two_runs
+    data = json.loads((ckpt_a / "envlock-snapshot.json").read_text())
+    assert data["schema"] == 1
+    assert data["torch"]["version"] == "2.11.0+cu128" and data["torch"]["cuda"] == "12.8"
+    assert data["packages"]["tinydep"] == "1.0"
+    assert data["lock"]["text"].startswith("lock-version")
+    assert data["generation"].startswith("1-")
+    assert set(data["scripts"]["sha256"]) == {"train.py"}
+    assert data["config"] == {"lr": 3e-4, "batch_size": 64, "model": {"layers": 12}}
+    assert data["cache"]["fingerprint"]["parts"]["torch"] == "2.11.0+cu128"
+    assert data["host"]["hostname"] and data["python"].startswith("3.11.")
+    assert data["platform"]["machine"]
+
+
+def test_run_writes_a_snapshot_before_the_command(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = applied_project(tmp_path / "p", wheelhouse, envlock, env={"NCCL_P2P_LEVEL": "NVL"})
+    ckpt = tmp_path / "ckpt"
+    check = f"import os; print(os.path.exists({str(ckpt / 'envlock-snapshot.json')!r}))"
+    ran = envlock("run", profile, "--snapshot-into", ckpt, "--", "python", "-c", check)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "True"
+    data = json.loads((ckpt / "envlock-snapshot.json").read_text())
+    assert data["command"] == ["python", "-c", check]
+    assert data["env"]["NCCL_P2P_LEVEL"] == "NVL"
+    assert data["env"]["TORCHINDUCTOR_CACHE_DIR"].endswith("/inductor")
+
+
+def test_snapshot_cli_with_a_config_file(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = applied_project(tmp_path / "p", wheelhouse, envlock)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"lr": 0.1}))
+    result = envlock("snapshot", "--json", "--config", config, profile, tmp_path / "ckpt")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "ckpt" / "envlock-snapshot.json").read_text())["config"] == {
+        "lr": 0.1
+    }
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    refused = envlock("snapshot", "--config", bad, profile, tmp_path / "ckpt2")
+    assert refused.returncode == 2 and "not valid JSON" in refused.stderr
+    assert not (tmp_path / "ckpt2").exists()
+
+
+def test_compile_cache_warm_to_cold(tmp_path: Path, wheelhouse: Path, envlock: Envlock) -> None:
+    profile = applied_project(tmp_path / "p", wheelhouse, envlock)
+    cache_dirs = list((tmp_path / "p" / "root" / "cache").iterdir())
+    assert len(cache_dirs) == 1
+    (cache_dirs[0] / "inductor" / "kernel.bin").write_bytes(b"\0" * 3_000_000)
+    assert envlock("snapshot", profile, tmp_path / "warm").returncode == 0
+    (cache_dirs[0] / "inductor" / "kernel.bin").unlink()
+    assert envlock("snapshot", profile, tmp_path / "cold").returncode == 0
+    result = envlock("diff", "--json", tmp_path / "warm", tmp_path / "cold")
+    assert groups_of(result) == {"compile cache": {"compile cache"}}
+    human = envlock("diff", tmp_path / "warm", tmp_path / "cold").stdout
+    assert "warm (3 MB) → cold" in human
+
+
+def test_checkpoint_dir_config_is_part_of_the_diff(
+    two_runs: tuple[Path, Path], torch_python: Path, envlock: Envlock
+) -> None:
+    """A checkpoint's own args (argparse.Namespace) are read without torch or pickle code."""
+    ckpt_a, ckpt_b = two_runs
+    for ckpt, lr in ((ckpt_a, 3e-4), (ckpt_b, 1e-3)):
+        code = (
+            "import argparse, torch, sys; "
+            f"args = argparse.Namespace(lr={lr}, warmup=100); "
+            "torch.save({'model_state_dict': {'w': torch.zeros(2, 2)}, 'args': args, "
+            "'step': 10}, sys.argv[1])"
+        )
+        subprocess.run([str(torch_python), "-c", code, str(ckpt / "step10.pt")], check=True)
+    groups = groups_of(envlock("diff", "--json", ckpt_a, ckpt_b))
+    assert groups["hyperparameters"] == {"run.lr", "checkpoint.args.lr"}
+
+
+def test_apply_from_snapshot_rebuilds_that_environment(
+    two_runs: tuple[Path, Path], envlock: Envlock
+) -> None:
+    ckpt_a, _ = two_runs
+    profile_b = ckpt_a.parent / "b" / "seed.toml"
+    # Rebuild run A's environment on B's target.
+    result = envlock("apply", "-y", "--from-snapshot", ckpt_a, profile_b)
+    assert result.returncode == 0, result.stderr
+    assert "differ from the snapshot's pinned hashes" in result.stderr  # B's script is v2
+    probe = "import torch, tinydep; print(torch.__version__, tinydep.VERSION)"
+    ran = envlock("run", "--allow-drift", profile_b, "--", "python", "-c", probe)
+    assert ran.stdout.strip() == "2.11.0+cu128 1.0"
+    rebuilt = ckpt_a.parent / "rebuilt"
+    assert envlock("snapshot", profile_b, rebuilt).returncode == 0
+    groups = groups_of(envlock("diff", "--json", ckpt_a, rebuilt))
+    assert "torch build" not in groups and "packages" not in groups
+
+
+def test_from_snapshot_refuses_another_platform(
+    two_runs: tuple[Path, Path], envlock: Envlock
+) -> None:
+    ckpt_a, _ = two_runs
+    data = json.loads((ckpt_a / "envlock-snapshot.json").read_text())
+    data["platform"]["machine"] = "riscv64"
+    (ckpt_a / "envlock-snapshot.json").write_text(json.dumps(data))
+    profile_b = ckpt_a.parent / "b" / "seed.toml"
+    result = envlock("apply", "-y", "--from-snapshot", ckpt_a, profile_b)
+    assert result.returncode == 2
+    assert "the snapshot was taken on riscv64" in result.stderr
+
+
+def test_bad_diff_sides(tmp_path: Path, envlock: Envlock) -> None:
+    (tmp_path / "empty").mkdir()
+    result = envlock("diff", tmp_path / "empty", tmp_path / "nope")
+    assert result.returncode == 2 and "neither envlock-snapshot.json nor a checkpoint" in (
+        result.stderr
+    )
+    (tmp_path / "broken.json").write_text("{")
+    broken = envlock("diff", tmp_path / "broken.json", tmp_path / "broken.json")
+    assert broken.returncode == 2 and "not a valid snapshot" in broken.stderr
