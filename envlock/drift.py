@@ -12,6 +12,8 @@ from envlock.state import State
 
 # Kinds, roughly from most to least consequential; the order reports use.
 KINDS = (
+    "container",
+    "container-config",
     "uv",
     "no-environment",
     "interpreter",

@@ -1,4 +1,9 @@
-"""`envlock apply PROFILE`: converge the target to the lock (or to a snapshot's lock)."""
+"""`envlock apply PROFILE`: converge the target to the lock (or to a snapshot's lock).
+
+For a proxmox-lxc target the container comes first: created, started and configured through
+the Proxmox API (after an LXC snapshot, when the profile asks for one); then the environment
+inside it is planned and converged like on any other target.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from envlock.apply import (
     verify_after,
 )
 from envlock.commands.common import (
+    drift_table,
     json_option,
     plan_json,
     print_plan,
@@ -26,6 +32,7 @@ from envlock.commands.common import (
 )
 from envlock.errors import EXIT_USAGE, UsageError
 from envlock.plan import Plan, make_plan
+from envlock.provision import check_container, has_container, provision, snapshot_name
 from envlock.snapshots import load_snapshot
 from envlock.state import State
 
@@ -44,50 +51,93 @@ from envlock.state import State
 def command(
     profile: str, yes: bool, no_wait: bool, snapshot_dir: str | None, as_json: bool
 ) -> None:
-    """Converge the target to the lock: build, switch, deploy, link."""
+    """Converge the target to the lock: provision, build, switch, deploy, link."""
     started = time.perf_counter()
     ctx = context_from_snapshot(profile, snapshot_dir) if snapshot_dir else open_context(profile)
+    progress = progress_printer(as_json)
+    report: list[str] = []
+    container = check_container(ctx.profile) if has_container(ctx.profile) else None
+    if container is not None and not container.running:
+        # Nothing inside can be planned before the container runs: provision it first.
+        show_container_steps(list(container.drifts), as_json)
+        confirm(yes)
+        yes = True
+        snap = (
+            snapshot_name(ctx.lock.short_hash)
+            if container.exists and snapshot_wanted(ctx)
+            else None
+        )
+        report += provision(ctx.profile, snapshot_first=snap, on_progress=progress)
+        container = None
     state, drifts = check(ctx)
     if snapshot_dir:
         refuse_incompatible(ctx, snapshot_dir, state)
     plan = make_plan(ctx.expectation(), state, drifts)
     if snapshot_dir:
         plan = without_mismatched_scripts(ctx, plan)
-    if plan.empty:
+    container_steps = list(container.drifts) if container is not None else []
+    if plan.empty and not container_steps:
         if as_json:
-            ui.emit_json({**plan_json(plan), "applied": False})
+            ui.emit_json({**plan_json(plan), "applied": bool(report), "container": report})
         else:
             print_plan(plan)
         return
+    show_container_steps(container_steps, as_json)
     if not as_json:
         print_plan(plan)
-    if not yes:
-        if not sys.stdin.isatty():
-            ui.error("refusing to act without confirmation: pass -y (stdin is not a terminal)")
-            sys.exit(EXIT_USAGE)
-        click.confirm("apply this plan?", abort=True, err=True)
-    answer = execute(ctx, plan, wait=not no_wait, on_progress=progress_printer(as_json))
+    confirm(yes)
+    if container_steps:
+        snap = snapshot_name(target_generation(plan, state)) if snapshot_wanted(ctx) else None
+        report += provision(ctx.profile, snapshot_first=snap, on_progress=progress)
+    answer = execute(ctx, plan, wait=not no_wait, on_progress=progress)
     scripts_skipped = bool(snapshot_dir) and ctx.profile.script_hashes() != ctx.scripts
     verify_after(ctx, ignore=("script-modified", "script-missing") if scripts_skipped else ())
     elapsed = time.perf_counter() - started
+    current = answer.get("current", state.current)
     if as_json:
         ui.emit_json(
             {
                 **plan_json(plan),
                 "applied": True,
-                "current": answer.get("current"),
+                "current": current,
+                "container": report,
                 "seconds": round(elapsed, 3),
             }
         )
         return
-    ui.out.print(
-        f"[green]✓[/] applied: generation {answer.get('current')} is active ({elapsed:.1f}s)"
-    )
+    ui.out.print(f"[green]✓[/] applied: generation {current} is active ({elapsed:.1f}s)")
     if snapshot_dir:
         ui.info(
             "note: this generation follows the snapshot's lock, not the profile's; "
             "`envlock check` reports that until you apply the profile again"
         )
+
+
+def confirm(yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        ui.error("refusing to act without confirmation: pass -y (stdin is not a terminal)")
+        sys.exit(EXIT_USAGE)
+    click.confirm("apply this plan?", abort=True, err=True)
+
+
+def show_container_steps(drifts: list, as_json: bool) -> None:
+    if drifts and not as_json:
+        ui.out.print(f"[bold]container: {len(drifts)} change(s)[/]")
+        ui.out.print(drift_table(drifts))
+
+
+def snapshot_wanted(ctx: Context) -> bool:
+    return bool(ctx.profile.container and ctx.profile.container.snapshot_before_apply)
+
+
+def target_generation(plan: Plan, state: State) -> str:
+    """The generation this apply ends on (the LXC snapshot is named after it)."""
+    for action in plan.actions:
+        if action.kind in ("build", "switch"):
+            return str(action.args["name"])
+    return state.current or "current"
 
 
 def refuse_incompatible(ctx: Context, snapshot_dir: str, state: State) -> None:

@@ -7,10 +7,11 @@ import time
 import click
 
 from envlock import ui
-from envlock.apply import check, execute, open_context, verify_after
+from envlock.apply import check, execute, gather_state, open_context, verify_after
 from envlock.commands.common import json_option, plan_json, print_plan, profile_argument
 from envlock.errors import UsageError
 from envlock.plan import Plan, plan_rollback, repair_action
+from envlock.provision import has_container, rollback_container
 from envlock.state import State
 
 
@@ -22,13 +23,43 @@ from envlock.state import State
     is_flag=True,
     help="Restore the active generation's content from its own lock instead.",
 )
+@click.option(
+    "--container",
+    "container_snapshot",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[SNAPSHOT]",
+    help="Roll the LXC container back through the Proxmox API to SNAPSHOT "
+    "(default: the newest envlock snapshot).",
+)
 @json_option
-def command(profile: str, to: int | None, resync: bool, as_json: bool) -> None:
+def command(
+    profile: str, to: int | None, resync: bool, container_snapshot: str | None, as_json: bool
+) -> None:
     """Switch back to the previous generation (milliseconds), or --resync the active one."""
     started = time.perf_counter()
     ctx = open_context(profile, allow_stale=True)
-    state, drifts = check(ctx)
-    plan = resync_plan(state, drifts) if resync else plan_rollback(state, to)
+    if container_snapshot is not None:
+        if not has_container(ctx.profile):
+            raise UsageError("--container needs a proxmox-lxc target with a [container] table")
+        name = rollback_container(
+            ctx.profile, container_snapshot or None, None if as_json else ui.info
+        )
+        if as_json:
+            ui.emit_json({"container_snapshot": name})
+        else:
+            ui.out.print(
+                f"[green]✓[/] container {ctx.profile.target.vmid} rolled back to snapshot {name}"
+            )
+        return
+    if resync:
+        state, drifts = check(ctx)
+        plan = resync_plan(state, drifts)
+    else:
+        # A switch needs only the generations and their history: no file verification.
+        state = gather_state(ctx, verify=False)
+        plan = plan_rollback(state, to)
     answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
     if resync:
         verify_after(ctx)

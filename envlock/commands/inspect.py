@@ -1,0 +1,244 @@
+"""`envlock inspect PATH`: a checkpoint's keys, shapes, parameter counts and config, torch-free."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from envlock import ui
+from envlock.checkpoint import inspect_checkpoint
+from envlock.errors import EnvlockError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.tree import Tree
+
+
+@click.command("inspect")
+@click.argument("path", type=click.Path(path_type=Path), metavar="PATH")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema 1) for scripts.")
+@click.option(
+    "--keys",
+    "pattern",
+    metavar="PATTERN",
+    help="Detail the tensors whose dotted key matches this glob, e.g. 'model*.layers.0.*'.",
+)
+def inspect_cmd(path: Path, as_json: bool, pattern: str | None) -> None:
+    """Show a checkpoint's keys, tensor shapes, dtypes, parameter counts, sizes and config.
+
+    PATH is a torch.save file (.pt/.pth), a .safetensors file, a sharded *.index.json or a
+    directory holding them. Nothing in the checkpoint is executed and torch is not needed.
+    """
+    data = inspect_checkpoint(path).to_json(pattern)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        render(data)
+
+
+def render(data: dict[str, Any]) -> None:
+    """Print an inspect report for people."""
+    out = ui.out
+    size, tensors = data["size"], data["tensors"]
+    optim = tensors["numel"] - tensors["params"]
+    out.print(
+        f"[bold]{ui.escape(data['path'])}[/]  ({data['format']}, {len(data['files'])} file(s))"
+    )
+    out.print(
+        f"size {human(size['total_bytes'])}: tensors {human(size['tensor_bytes'])} "
+        f"({_pct(size['tensor_bytes'], size['total_bytes'])}), "
+        f"other {human(size['other_bytes'])}"
+    )
+    out.print(
+        f"{tensors['count']} tensors in {tensors['storages']} storages: "
+        f"{_count(tensors['params'])} parameters and buffers"
+        + (f", {_count(optim)} optimizer-state elements" if optim else "")
+    )
+    if data["progress"]:
+        out.print("  ".join(f"{k} [bold]{v}[/]" for k, v in data["progress"].items()))
+    if data["suspicious_globals"]:
+        names = ", ".join(data["suspicious_globals"])
+        out.print(f"[bold red]⚠ code-running globals, described and not executed:[/] {names}")
+    if data["sections"]:
+        out.print(_sections_table(data["sections"], size["total_bytes"]))
+    for section in data["sections"]:
+        if len(section["prefixes"]) > 1:
+            out.print(_prefix_table(section))
+    out.print(_dtype_table(tensors["dtypes"]))
+    for title, rows in (("first tensors", data["first"]), ("largest tensors", data["largest"])):
+        if rows:
+            out.print(_tensor_table(title, rows))
+    if data["shared_storage"]:
+        out.print(_shared_table(data["shared_storage"]))
+    if data["config"]:
+        out.print(_config_tree(data["config"]))
+    out.print(_structure_tree(data["structure"]))
+    if data["stubbed_globals"]:
+        out.print(f"[dim]objects described, not executed: {', '.join(data['stubbed_globals'])}[/]")
+    for note in data["notes"]:
+        out.print(f"[yellow]note:[/] {ui.escape(note)}")
+    if data["keys"] is not None:
+        _print_keys(data["pattern"], data["keys"])
+
+
+def _print_keys(pattern: str, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        ui.out.print(f"[yellow]no tensor key matches {ui.escape(pattern)!r}[/]")
+        return
+    ui.out.print(_tensor_table(f"{len(rows)} tensor(s) matching {pattern!r}", rows))
+
+
+def _table(title: str, *columns: str) -> Table:
+    from rich.table import Table  # only for people: --json skips the import
+
+    table = Table(title=title, title_justify="left", header_style="bold", box=None)
+    for i, column in enumerate(columns):
+        numeric = column in ("tensors", "elements", "numel", "bytes", "of total")
+        table.add_column(
+            column, justify="right" if numeric else "left", no_wrap=i == 0, overflow="fold"
+        )
+    return table
+
+
+def _sections_table(sections: list[dict[str, Any]], total: int) -> Table:
+    table = _table("sections", "key", "kind", "tensors", "elements", "bytes", "of total", "dtypes")
+    for s in sections:
+        dtypes = ", ".join(f"{k}×{v}" for k, v in s["dtypes"].items())
+        table.add_row(
+            ui.escape(s["key"] or "(top level)"),
+            s["kind"],
+            str(s["tensors"]),
+            _count(s["numel"]),
+            human(s["bytes"]),
+            _pct(s["bytes"], total),
+            dtypes,
+        )
+    return table
+
+
+def _prefix_table(section: dict[str, Any]) -> Table:
+    table = _table(
+        f"top-level prefixes of {section['key'] or '(top level)'}", "prefix", "tensors", "elements"
+    )
+    rows = sorted(section["prefixes"], key=lambda p: -p["numel"])
+    for p in rows[:20]:
+        table.add_row(ui.escape(p["prefix"]), str(p["tensors"]), _count(p["numel"]))
+    if len(rows) > 20:
+        table.add_row(f"… {len(rows) - 20} more", "", "")
+    return table
+
+
+def _dtype_table(dtypes: dict[str, dict[str, int]]) -> Table:
+    table = _table("dtypes", "dtype", "tensors", "elements", "bytes")
+    for name, d in dtypes.items():
+        table.add_row(name, str(d["count"]), _count(d["numel"]), human(d["bytes"]))
+    return table
+
+
+def _tensor_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    table = _table(title, "key", "dtype", "shape", "numel", "bytes")
+    for r in rows:
+        shape = "[" + ", ".join(map(str, r["shape"])) + "]"
+        table.add_row(ui.escape(r["key"]), r["dtype"], shape, _count(r["numel"]), human(r["bytes"]))
+    return table
+
+
+def _shared_table(shared: list[dict[str, Any]]) -> Table:
+    table = _table(
+        "storages shared by several keys (tied weights; bytes counted once)", "keys", "bytes"
+    )
+    for s in shared:
+        table.add_row(ui.escape(", ".join(s["keys"])), human(s["bytes"]))
+    return table
+
+
+def _config_tree(config: dict[str, Any]) -> Tree:
+    from rich.tree import Tree
+
+    tree = Tree("[bold]config[/]")
+    for name, value in config.items():
+        _add_plain(tree.add(ui.escape(name)), value)
+    return tree
+
+
+def _add_plain(node: Tree, value: Any) -> None:
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else None
+    )
+    if items is None or (
+        isinstance(value, list) and all(not isinstance(v, dict | list) for v in value)
+    ):
+        node.label = f"{node.label} = {ui.escape(json.dumps(value))}"
+        return
+    for key, item in items:
+        _add_plain(node.add(ui.escape(str(key))), item)
+
+
+def _structure_tree(node: dict[str, Any]) -> Tree:
+    from rich.tree import Tree
+
+    tree = Tree("[bold]structure[/]")
+    _add_node(tree, "(root)", node)
+    return tree
+
+
+def _add_node(parent: Tree, key: str, node: dict[str, Any]) -> None:
+    if node["type"] == "tensor":
+        parent.add(f"{ui.escape(key)}: tensor {node['dtype']} {node['shape']}")
+        return
+    if "value" in node:
+        parent.add(f"{ui.escape(key)}: {node['type']} = {ui.escape(json.dumps(node['value']))}")
+        return
+    label = f"{ui.escape(key)}: {ui.escape(node['type'])}[{node['len']}]"
+    if node["tensors"]:
+        label += (
+            f" [dim]{node['tensors']} tensors{' (state dict)' if node.get('state_dict') else ''}[/]"
+        )
+    branch = parent.add(label)
+    for child_key, child in node.get("children", {}).items():
+        _add_node(branch, child_key, child)
+    if node.get("more"):
+        branch.add(f"[dim]… {node['more']} more[/]")
+
+
+def human(n: int) -> str:
+    """Bytes for people: 1.5 GB, 512 B (powers of 1000, like file managers)."""
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `inspect` on its own (python -m envlock.commands.inspect), with the CLI's exit codes."""
+    try:
+        inspect_cmd.main(argv, prog_name="envlock inspect", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except EnvlockError as exc:
+        ui.error(str(exc))
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
