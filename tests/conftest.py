@@ -10,6 +10,8 @@ import pytest
 from tests.support import make_torch_venv
 from tests.wheelhouse import build_wheelhouse
 
+pytest_plugins = ["tests.remote.fixtures"]
+
 Envlock = Callable[..., subprocess.CompletedProcess[str]]
 
 
