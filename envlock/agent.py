@@ -798,25 +798,38 @@ def apply(req):
     return {"done": done, "current": current_generation(root)}
 
 
+COMMANDS = {"probe": probe, "apply": apply}
+STREAMING = []  # type: list  # non-empty once a command started writing binary output
+
+
 def main(argv=None):
+    """`agent COMMAND [REQUEST-JSON]`: the request comes as an argument when stdin carries
+    data (an archive to restore), else on stdin. JSON answer (or error) on stdout."""
     argv = sys.argv[1:] if argv is None else argv
     command = argv[0] if argv else "probe"
-    req = json.loads(sys.stdin.read() or "{}")
     try:
-        result = {"probe": probe, "apply": apply}[command](req)
+        req = json.loads(argv[1] if len(argv) > 1 else sys.stdin.read() or "{}")
+        result = COMMANDS[command](req)
     except AgentError as exc:
-        sys.stdout.write(json.dumps({"error": {"kind": exc.kind, "message": str(exc)}}) + "\n")
-        return 4
+        return fail({"kind": exc.kind, "message": str(exc)})
     except OSError as exc:
-        error = {
-            "kind": "os",
-            "errno": errno.errorcode.get(exc.errno or 0, ""),
-            "message": "{}: {}".format(exc.filename or "", exc.strerror or exc),
-        }
-        sys.stdout.write(json.dumps({"error": error}) + "\n")
-        return 4
-    sys.stdout.write(json.dumps(result) + "\n")
+        return fail(
+            {
+                "kind": "os",
+                "errno": errno.errorcode.get(exc.errno or 0, ""),
+                "message": "{}: {}".format(exc.filename or "", exc.strerror or exc),
+            }
+        )
+    if result is not None:  # streaming commands wrote their output themselves
+        sys.stdout.write(json.dumps(result) + "\n")
     return 0
+
+
+def fail(error):
+    # Errors go to stdout as JSON, except after a stream began: then stderr.
+    stream = sys.stderr if STREAMING else sys.stdout
+    stream.write(json.dumps({"error": error}) + "\n")
+    return 4
 
 
 if __name__ == "__main__":

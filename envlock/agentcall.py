@@ -29,12 +29,25 @@ CHOOSE_PYTHON = (
 )
 
 
+AGENT_MODULES = ("agent.py", "agent_cache.py")
+
+
 @functools.lru_cache(maxsize=1)
 def agent_bootstrap() -> str:
-    """A one-line program that unpacks and runs the agent (keeps the command line small)."""
-    source = resources.files("envlock").joinpath("agent.py").read_bytes()
-    packed = base64.b64encode(zlib.compress(source, 9)).decode()
-    return f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"
+    """A one-line program that unpacks the agent's modules into one namespace and runs it
+    (compressed: the command line stays small, and base64 needs no quoting care)."""
+    packed = [
+        base64.b64encode(
+            zlib.compress(resources.files("envlock").joinpath(name).read_bytes(), 9)
+        ).decode()
+        for name in AGENT_MODULES
+    ]
+    return (
+        "import base64,sys,zlib\n"
+        "g={'__name__':'envlock_agent','__envlock_agent__':True}\n"
+        f"for p in {packed!r}: exec(zlib.decompress(base64.b64decode(p)),g)\n"
+        "sys.exit(g['main']())"
+    )
 
 
 def agent_argv(transport: Transport, root: str, command: str, *, env_python: bool) -> list[str]:
@@ -42,6 +55,19 @@ def agent_argv(transport: Transport, root: str, command: str, *, env_python: boo
     if env_python:
         return ["sh", "-c", CHOOSE_PYTHON, "sh", root, transport.system_python, *program]
     return [transport.system_python, *program]
+
+
+def call_agent_raw(
+    transport: Transport,
+    root: str,
+    command: str,
+    request: dict[str, Any],
+    *,
+    stdin: bytes | None = None,
+) -> Result:
+    """Run an agent command whose stdout is data (a stream), the request as an argument."""
+    argv = [*agent_argv(transport, root, command, env_python=False), json.dumps(request)]
+    return transport.run(argv, stdin=stdin)
 
 
 def call_agent(

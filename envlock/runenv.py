@@ -30,3 +30,11 @@ def run_environment(profile: Profile, state: State, base: Mapping[str, str]) -> 
     env["ENVLOCK_PROFILE"] = str(profile.path)
     env["ENVLOCK_GENERATION"] = state.current or ""
     return env
+
+
+def compile_artifacts_env(path: str) -> dict[str, str]:
+    """Variables that make the command's Python load a mega-cache file at start-up."""
+    from importlib import resources
+
+    startup = str(resources.files("envlock").joinpath("startup"))
+    return {"ENVLOCK_COMPILE_ARTIFACTS": path, "PYTHONPATH": startup}

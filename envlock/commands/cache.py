@@ -1,5 +1,74 @@
-"""`envlock cache`: not built yet."""
+"""`envlock cache PROFILE status|save FILE|restore FILE`: the build's compile cache."""
 
-from envlock.cli import not_built
+from __future__ import annotations
 
-command = not_built("cache", "Manage compile caches")
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from envlock import ui
+from envlock.apply import open_context
+from envlock.cache import ago, cache_status, restore_cache, save_cache, warmth_words
+from envlock.commands.common import json_option, profile_argument
+from envlock.errors import UsageError
+
+
+@click.command("cache")
+@profile_argument
+@click.argument("action", type=click.Choice(["status", "save", "restore"]))
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="restore: accept an archive of another build.")
+@json_option
+def command(profile: str, action: str, file: Path | None, force: bool, as_json: bool) -> None:
+    """Show, save or restore the compile cache of the active build."""
+    ctx = open_context(profile, allow_stale=True)
+    if action == "status":
+        status = cache_status(ctx)
+        if as_json:
+            ui.emit_json(status)
+        else:
+            print_status(status)
+        return
+    if file is None:
+        raise UsageError(
+            f"`envlock cache PROFILE {action}` needs a FILE",
+            hint=f"envlock cache {profile} {action} compile-cache.tar.gz",
+        )
+    if action == "save":
+        with ui.status("archiving the compile cache", quiet=as_json):
+            size = save_cache(ctx, file)
+        if as_json:
+            ui.emit_json({"file": str(file), "bytes": size})
+        else:
+            ui.out.print(
+                f"[green]✓[/] saved the active build's compile cache to {file} "
+                f"({size / 1e6:.1f} MB)"
+            )
+        return
+    with ui.status("restoring the compile cache", quiet=as_json):
+        answer = restore_cache(ctx, file, force=force)
+    if as_json:
+        ui.emit_json(answer)
+    else:
+        ui.out.print(f"[green]✓[/] restored {answer['restored']} files into {answer['dir']}")
+
+
+def print_status(status: dict) -> None:
+    dirs = status["dirs"]
+    if not dirs:
+        ui.out.print(f"no compile caches under {status['cache_dir']} yet")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("", "fingerprint", "warmth", "last used", "generations"):
+        table.add_column(column)
+    for entry in dirs:
+        table.add_row(
+            "*" if entry["active"] else "",
+            entry["id"],
+            warmth_words(entry["files"], entry["bytes"]),
+            ago(entry["last_used"]),
+            ", ".join(entry["generations"]) or "none (kept: never deleted)",
+        )
+    ui.out.print(f"compile caches under {status['cache_dir']} (* = the active build)")
+    ui.out.print(table)

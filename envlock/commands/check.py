@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from envlock import ui
 from envlock.apply import check, open_context
+from envlock.cache import cache_warnings
 from envlock.commands.common import json_option, print_drift, profile_argument
 from envlock.errors import EXIT_DRIFT
 from envlock.provision import check_container, has_container
@@ -30,6 +32,8 @@ def command(profile: str, deep: bool, as_json: bool) -> None:
             state, drifts = check(ctx, deep=deep)
             drifts = list(container.drifts if container else ()) + drifts
     files = (state.files if state else None) or {}
+    local = ctx.profile.target.type == "local"
+    warnings = cache_warnings(state.cache, dict(os.environ), local) if state else []
     if as_json:
         ui.emit_json(
             {
@@ -41,6 +45,7 @@ def command(profile: str, deep: bool, as_json: bool) -> None:
                 "files_checked": files.get("checked", 0),
                 "clean": not drifts,
                 "drift": [d.to_json() for d in drifts],
+                "warnings": warnings,
             }
         )
     else:
@@ -52,4 +57,6 @@ def command(profile: str, deep: bool, as_json: bool) -> None:
             f"{where} matches lock {ctx.lock.short_hash} ({mode} check, "
             f"{files.get('checked', 0)} files)",
         )
+        for warning in warnings:
+            ui.warn(warning)
     sys.exit(EXIT_DRIFT if drifts else 0)

@@ -11,7 +11,7 @@ from envlock import ui
 from envlock.apply import check, open_context
 from envlock.commands.common import drift_table, profile_argument
 from envlock.errors import EXIT_DRIFT, UsageError
-from envlock.runenv import run_environment
+from envlock.runenv import compile_artifacts_env, run_environment
 from envlock.snapshots import build_snapshot, write_snapshot
 
 
@@ -26,7 +26,11 @@ from envlock.snapshots import build_snapshot, write_snapshot
 )
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
-    profile: str, allow_drift: bool, snapshot_dir: str | None, cmd: tuple[str, ...]
+    profile: str,
+    allow_drift: bool,
+    snapshot_dir: str | None,
+    artifacts: str | None,
+    cmd: tuple[str, ...],
 ) -> None:
     """Run CMD with the environment's bin first on PATH, its caches and [env]."""
     argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
@@ -49,6 +53,13 @@ def command(
     if blocking:
         ui.warn(f"running despite {len(blocking)} drift item(s) (--allow-drift)")
     env = run_environment(ctx.profile, state, os.environ)
+    if artifacts:
+        if ctx.profile.target.type != "local":
+            raise UsageError(
+                "--compile-artifacts works on local targets; on a remote one, "
+                "load them in the script (envlock_megacache.load)"
+            )
+        env.update(compile_artifacts_env(os.path.abspath(artifacts)))
     if snapshot_dir:
         data = build_snapshot(
             profile=ctx.profile,

@@ -1,0 +1,1 @@
+"""Files put on PYTHONPATH of commands started by `envlock run` (stdlib only)."""

@@ -1,0 +1,105 @@
+"""torch's mega-cache, saved with its build fingerprint and loaded only into a matching build.
+
+A training script saves the artifacts it compiled and another node loads them before its
+first compiled step (torch >= 2.7):
+
+    import envlock_megacache                 # on PYTHONPATH under `envlock run`
+    envlock_megacache.save("artifacts.bin")  # after the first compiled steps
+    envlock_megacache.load("artifacts.bin")  # elsewhere, before the first compiled step
+
+`envlock run --compile-artifacts FILE` loads FILE before the command starts. Where envlock is
+installed, the same module is `envlock.startup.envlock_megacache`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from typing import Any
+
+MAGIC = b"ENVLOCK-MEGACACHE\n"
+
+
+def fingerprint() -> dict[str, Any]:
+    """What compiled code depends on: torch build, CUDA, triton, GPU architectures."""
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    gpus: list[str] = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(index)
+            gpus.append(f"sm{major}{minor}")
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton_version,
+        "gpus": sorted(set(gpus)),
+    }
+
+
+def save(path: str) -> dict[str, Any]:
+    """Write the artifacts compiled so far in this process to `path` (atomically)."""
+    import torch
+
+    artifacts = torch.compiler.save_cache_artifacts()
+    if artifacts is None:
+        raise RuntimeError(
+            "torch compiled nothing yet in this process: save after the first compiled steps"
+        )
+    data, _info = artifacts
+    header = json.dumps({"format": 1, "fingerprint": fingerprint()}).encode()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as handle:
+        handle.write(MAGIC + struct.pack("<Q", len(header)) + header + data)
+    os.replace(tmp, path)
+    return {"bytes": len(data), "fingerprint": json.loads(header)["fingerprint"]}
+
+
+def read(path: str) -> tuple[dict[str, Any], bytes]:
+    with open(path, "rb") as handle:
+        blob = handle.read()
+    if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + 8:
+        raise ValueError(f"{path}: not an envlock mega-cache file")
+    (size,) = struct.unpack("<Q", blob[len(MAGIC) : len(MAGIC) + 8])
+    start = len(MAGIC) + 8
+    return json.loads(blob[start : start + size]), blob[start + size :]
+
+
+def load(path: str, *, strict: bool = True) -> dict[str, Any]:
+    """Load artifacts saved by `save` into this process; refuses another build's."""
+    import torch
+
+    header, data = read(path)
+    theirs, ours = header["fingerprint"], fingerprint()
+    differing = [
+        f"{k}: file has {theirs.get(k)}, this process has {ours.get(k)}"
+        for k in sorted(set(theirs) | set(ours))
+        if theirs.get(k) != ours.get(k)
+    ]
+    if differing and strict:
+        raise ValueError(f"{path} was compiled for another build: " + "; ".join(differing))
+    torch.compiler.load_cache_artifacts(data)
+    return {"bytes": len(data), "fingerprint": theirs}
+
+
+def load_from_environment() -> None:
+    """Called at interpreter start-up (sitecustomize) under `envlock run --compile-artifacts`:
+    the main process loads the file once; processes it starts inherit the flag and skip."""
+    path = os.environ.get("ENVLOCK_COMPILE_ARTIFACTS")
+    if not path or os.environ.get("ENVLOCK_COMPILE_ARTIFACTS_LOADED"):
+        return
+    os.environ["ENVLOCK_COMPILE_ARTIFACTS_LOADED"] = "1"
+    try:
+        info = load(path)
+    except Exception as exc:  # the run goes on, cold, and says why
+        sys.stderr.write(f"envlock: compile artifacts not loaded: {exc}\n")
+        return
+    sys.stderr.write(f"envlock: loaded {info['bytes']} bytes of compile artifacts from {path}\n")
