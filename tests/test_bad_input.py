@@ -185,6 +185,7 @@ def test_check_json_schema_is_stable(tmp_path: Path, wheelhouse: Path, envlock: 
         "files_checked",
         "clean",
         "drift",
+        "warnings",
     }
     assert report["schema"] == 1 and report["clean"] is False
     assert report["drift"][0]["kind"] == "no-environment"
