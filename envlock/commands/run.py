@@ -24,6 +24,13 @@ from envlock.snapshots import build_snapshot, write_snapshot
     type=click.Path(file_okay=False),
     help="Write DIR/envlock-snapshot.json before CMD starts.",
 )
+@click.option(
+    "--compile-artifacts",
+    "artifacts",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Load this torch mega-cache file (saved by envlock_megacache.save) into the "
+    "command's Python before it starts (local targets).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     profile: str,
