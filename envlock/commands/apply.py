@@ -80,6 +80,8 @@ def command(
         if as_json:
             ui.emit_json({**plan_json(plan), "applied": bool(report), "container": report})
         else:
+            for line in report:
+                ui.out.print(f"  container: {ui.escape(line)}")
             print_plan(plan)
         return
     show_container_steps(container_steps, as_json)
@@ -105,6 +107,8 @@ def command(
             }
         )
         return
+    for line in report:
+        ui.out.print(f"  container: {ui.escape(line)}")
     ui.out.print(f"[green]✓[/] applied: generation {current} is active ({elapsed:.1f}s)")
     if snapshot_dir:
         ui.info(
