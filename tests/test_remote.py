@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.remote.fixtures import Node
 from tests.projects import toml_list
+from tests.remote.fixtures import Node
 
 SECRET_ENV = "ENVLOCK_TEST_PVE_PASSWORD"
 TEMPLATE = "debian-12-standard_12.7-1_amd64.tar.zst"
