@@ -56,8 +56,7 @@ packages = {packages}
 
 def timed(argv: list[str], **kwargs: Any) -> float:
     started = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   **kwargs)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
     return time.perf_counter() - started
 
 
@@ -75,8 +74,10 @@ def raw_uv_build(lock: Path, dest: Path) -> float:
     shutil.rmtree(dest, ignore_errors=True)
     started = time.perf_counter()
     subprocess.run([uv_path(), "venv", "-q", "--python", "3.11", str(dest)], check=True)
-    subprocess.run([uv_path(), "pip", "sync", "-q", str(lock), "--python",
-                    str(dest / "bin" / "python")], check=True)
+    subprocess.run(
+        [uv_path(), "pip", "sync", "-q", str(lock), "--python", str(dest / "bin" / "python")],
+        check=True,
+    )
     return time.perf_counter() - started
 
 
@@ -87,8 +88,11 @@ def pip_build(lock: Path, dest: Path) -> float:
     started = time.perf_counter()
     base_python = os.path.join(sys.base_prefix, "bin", "python3")
     subprocess.run([base_python, "-m", "venv", str(dest)], check=True)
-    subprocess.run([str(dest / "bin" / "pip"), "install", "-q", "--no-deps", *urls], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(dest / "bin" / "pip"), "install", "-q", "--no-deps", *urls],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return time.perf_counter() - started
 
 
@@ -124,37 +128,67 @@ def main() -> None:
         results["raw_uv_build_s"] = median_of(runs, lambda: raw_uv_build(lock, work / "raw"))
         gen = Path(os.path.realpath(work / "root" / "current"))
 
-        results["noop_apply_s"] = median_of(runs + 2, lambda: timed(
-            [*ENVLOCK, "apply", "-y", str(profile)]))
-        results["check_s"] = median_of(runs + 2, lambda: timed(
-            [*ENVLOCK, "check", str(profile)]))
-        results["check_deep_s"] = median_of(runs, lambda: timed(
-            [*ENVLOCK, "check", "--deep", str(profile)]))
-        results["uv_sync_dry_run_s"] = median_of(runs + 2, lambda: timed(
-            [uv_path(), "pip", "sync", "--dry-run", "-q", str(lock), "--python",
-             str(gen / "bin" / "python")]))
+        results["noop_apply_s"] = median_of(
+            runs + 2, lambda: timed([*ENVLOCK, "apply", "-y", str(profile)])
+        )
+        results["check_s"] = median_of(runs + 2, lambda: timed([*ENVLOCK, "check", str(profile)]))
+        results["check_deep_s"] = median_of(
+            runs, lambda: timed([*ENVLOCK, "check", "--deep", str(profile)])
+        )
+        results["uv_sync_dry_run_s"] = median_of(
+            runs + 2,
+            lambda: timed(
+                [
+                    uv_path(),
+                    "pip",
+                    "sync",
+                    "--dry-run",
+                    "-q",
+                    str(lock),
+                    "--python",
+                    str(gen / "bin" / "python"),
+                ]
+            ),
+        )
         ctx = open_context(profile)
         results["check_in_process_s"] = median_of(runs + 2, lambda: _in_process_check(ctx))
-        results["python_startup_s"] = median_of(runs + 2, lambda: timed(
-            [sys.executable, "-c", "import envlock.commands.check"]))
+        results["python_startup_s"] = median_of(
+            runs + 2, lambda: timed([sys.executable, "-c", "import envlock.commands.check"])
+        )
 
         nbytes = tree_bytes(gen)
         results["env_bytes"] = nbytes
-        results["sha256sum_s"] = median_of(runs, lambda: timed(
-            ["sh", "-c", 'find "$1" -type f -print0 | xargs -0 sha256sum > /dev/null', "sh",
-             str(gen)]))
+        results["sha256sum_s"] = median_of(
+            runs,
+            lambda: timed(
+                [
+                    "sh",
+                    "-c",
+                    'find "$1" -type f -print0 | xargs -0 sha256sum > /dev/null',
+                    "sh",
+                    str(gen),
+                ]
+            ),
+        )
 
         # A second generation (numpy pinned differently) to roll back from.
         write_profile(work, ["numpy>=1.26", "six"])
         subprocess.run([*ENVLOCK, "lock", str(profile)], check=True)
-        subprocess.run([*ENVLOCK, "apply", "-y", str(profile)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        results["rollback_s"] = median_of(runs + 2, lambda: timed(
-            [*ENVLOCK, "rollback", str(profile)]))
+        subprocess.run(
+            [*ENVLOCK, "apply", "-y", str(profile)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        results["rollback_s"] = median_of(
+            runs + 2, lambda: timed([*ENVLOCK, "rollback", str(profile)])
+        )
         ctx = open_context(profile, allow_stale=True)
         results["rollback_switch_s"] = median_of(runs + 2, lambda: _switch_only(ctx))
-        results["pip_build_s"] = (pip_build(lock, work / "pip-warm"),
-                                  pip_build(lock, work / "pip"))[1]
+        results["pip_build_s"] = (
+            pip_build(lock, work / "pip-warm"),
+            pip_build(lock, work / "pip"),
+        )[1]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -193,25 +227,40 @@ def _switch_only(ctx: Any) -> float:
 def report(r: dict[str, Any]) -> None:
     q = r["ratios"]
     rows = [
-        ("apply (fresh root, warm uv cache)", f"{r['apply_s']:.2f} s",
-         f"raw uv venv+sync {r['raw_uv_build_s']:.2f} s", f"{q['apply_vs_raw_uv']:.2f}x"),
+        (
+            "apply (fresh root, warm uv cache)",
+            f"{r['apply_s']:.2f} s",
+            f"raw uv venv+sync {r['raw_uv_build_s']:.2f} s",
+            f"{q['apply_vs_raw_uv']:.2f}x",
+        ),
         ("no-op apply (CLI)", f"{r['noop_apply_s']:.2f} s", "", ""),
-        ("fast check (CLI)", f"{r['check_s']:.2f} s",
-         f"uv pip sync --dry-run {r['uv_sync_dry_run_s']:.2f} s",
-         f"{q['check_vs_uv_dry_run']:.2f}x"),
+        (
+            "fast check (CLI)",
+            f"{r['check_s']:.2f} s",
+            f"uv pip sync --dry-run {r['uv_sync_dry_run_s']:.2f} s",
+            f"{q['check_vs_uv_dry_run']:.2f}x",
+        ),
         ("fast check (in process, no start-up)", f"{r['check_in_process_s']:.3f} s", "", ""),
         ("envlock CLI start-up (imports)", f"{r['python_startup_s']:.2f} s", "", ""),
-        ("deep check (CLI)", f"{r['check_deep_s']:.2f} s",
-         f"{r['deep_mb_s']:.0f} MB/s vs sha256sum {r['sha256sum_mb_s']:.0f} MB/s",
-         f"{q['deep_throughput_vs_sha256sum']:.2f}x throughput"),
-        ("rollback (CLI)", f"{r['rollback_s']:.2f} s",
-         f"uv rebuild {r['raw_uv_build_s']:.2f} s / pip {r['pip_build_s']:.1f} s",
-         f"{q['rollback_vs_uv_rebuild']:.3f}x / {q['rollback_vs_pip_rebuild']:.4f}x"),
+        (
+            "deep check (CLI)",
+            f"{r['check_deep_s']:.2f} s",
+            f"{r['deep_mb_s']:.0f} MB/s vs sha256sum {r['sha256sum_mb_s']:.0f} MB/s",
+            f"{q['deep_throughput_vs_sha256sum']:.2f}x throughput",
+        ),
+        (
+            "rollback (CLI)",
+            f"{r['rollback_s']:.2f} s",
+            f"uv rebuild {r['raw_uv_build_s']:.2f} s / pip {r['pip_build_s']:.1f} s",
+            f"{q['rollback_vs_uv_rebuild']:.3f}x / {q['rollback_vs_pip_rebuild']:.4f}x",
+        ),
         ("rollback switch itself", f"{r['rollback_switch_s'] * 1000:.0f} ms", "", ""),
     ]
     width = max(len(row[0]) for row in rows)
-    print(f"\nenvlock reconciler benchmark ({r['env_bytes'] / 1e6:.0f} MB CPU-torch env, "
-          f"median of {r['runs']}+ runs)")
+    print(
+        f"\nenvlock reconciler benchmark ({r['env_bytes'] / 1e6:.0f} MB CPU-torch env, "
+        f"median of {r['runs']}+ runs)"
+    )
     for name, ours, baseline, ratio in rows:
         print(f"  {name:<{width}}  {ours:>9}  {baseline:<44} {ratio}")
 

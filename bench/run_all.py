@@ -1,0 +1,44 @@
+"""Run every benchmark in bench/ and print its table (`make bench`).
+
+Each writes bench/results/<name>.json; the README's figures come from those files.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+SCRIPTS = ["bench_reconcile.py", "bench_snapshot.py", "bench_inspect.py", "bench_cache.py"]
+
+
+def main() -> int:
+    failed = []
+    for name in SCRIPTS:
+        if not (BENCH / name).exists():
+            continue
+        print(f"== {name}", flush=True)
+        if subprocess.run([sys.executable, str(BENCH / name)], cwd=REPO).returncode != 0:
+            failed.append(name)
+    print("== bench_remote.py", flush=True)
+    remote = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(BENCH / "bench_remote.py"),
+        "-p",
+        "tests.remote.fixtures",
+        "-q",
+        "-s",
+    ]
+    if subprocess.run(remote, cwd=REPO).returncode != 0:
+        failed.append("bench_remote.py")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
