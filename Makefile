@@ -23,7 +23,7 @@ demo: setup
 	.venv/bin/envlock run profiles/local-cpu.toml -- python -c "import torch; print('torch', torch.__version__, 'sum =', torch.ones(3).sum().item())"
 
 system-deps:
-	bash tests/setup/system-deps.sh
+	bash tests/setup/system-deps.sh lxc debootstrap openssh-server
 
 test: setup system-deps
 	.venv/bin/python -m pytest
