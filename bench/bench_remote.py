@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envlock.targets.ssh import SshTransport, close_master
+from envlock.profile import load_profile
+from envlock.targets import ssh_to
+from envlock.targets.ssh import close_master
 from tests.projects import toml_list
 from tests.remote.fixtures import Node
 from tests.wheelhouse import build_wheelhouse
@@ -147,13 +149,7 @@ def test_bench_remote(
             [*envlock, *step, str(profile)], env=env, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr
-    transport = SshTransport(
-        "127.0.0.1",
-        user="root",
-        port=node_sshd.port,
-        identity_file=str(node_sshd.identity_file),
-        options=(f"UserKnownHostsFile={node_sshd.known_hosts_file}",),
-    )
+    transport = ssh_to(load_profile(profile).target)  # the profile's own master
     check = [*envlock, "check", str(profile)]
     cold = [
         measure(check, env, log, node_sshd, before=lambda: close_master(transport))

@@ -6,6 +6,8 @@ command is an argv joined with shlex.join exactly once, for the remote shell.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shlex
@@ -62,7 +64,7 @@ class SshTransport:
             "-o",
             "ControlMaster=auto",
             "-o",
-            f"ControlPath={control_dir()}/%C",
+            f"ControlPath={self.control_path()}",
             "-o",
             f"ControlPersist={CONTROL_PERSIST}",
         ]
@@ -76,6 +78,12 @@ class SshTransport:
         for option in self.options:
             argv += ["-o", option]
         return [*argv, self.host, "--"]
+
+    def control_path(self) -> str:
+        """One master connection per distinct way of connecting: two profiles that reach the
+        same host with other keys or known_hosts files never share a connection."""
+        key = json.dumps([self.host, self.user, self.port, self.identity_file, self.options])
+        return f"{control_dir()}/{hashlib.sha256(key.encode()).hexdigest()[:20]}"
 
     def remote_command(self, argv: list[str], env: Mapping[str, str] | None) -> str:
         """The one string the remote shell parses: `env K=V … argv`, quoted once."""
