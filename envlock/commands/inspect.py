@@ -61,14 +61,15 @@ def render(data: dict[str, Any]) -> None:
     if data["progress"]:
         out.print("  ".join(f"{k} [bold]{v}[/]" for k, v in data["progress"].items()))
     if data["suspicious_globals"]:
-        names = ", ".join(data["suspicious_globals"])
+        names = ui.escape(", ".join(data["suspicious_globals"]))
         out.print(f"[bold red]⚠ code-running globals, described and not executed:[/] {names}")
     if data["sections"]:
         out.print(_sections_table(data["sections"], size["total_bytes"]))
     for section in data["sections"]:
         if len(section["prefixes"]) > 1:
             out.print(_prefix_table(section))
-    out.print(_dtype_table(tensors["dtypes"]))
+    if tensors["dtypes"]:
+        out.print(_dtype_table(tensors["dtypes"]))
     for title, rows in (("first tensors", data["first"]), ("largest tensors", data["largest"])):
         if rows:
             out.print(_tensor_table(title, rows))
@@ -78,7 +79,8 @@ def render(data: dict[str, Any]) -> None:
         out.print(_config_tree(data["config"]))
     out.print(_structure_tree(data["structure"]))
     if data["stubbed_globals"]:
-        out.print(f"[dim]objects described, not executed: {', '.join(data['stubbed_globals'])}[/]")
+        names = ui.escape(", ".join(data["stubbed_globals"]))
+        out.print(f"[dim]objects described, not executed: {names}[/]")
     for note in data["notes"]:
         out.print(f"[yellow]note:[/] {ui.escape(note)}")
     if data["keys"] is not None:
@@ -89,7 +91,7 @@ def _print_keys(pattern: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
         ui.out.print(f"[yellow]no tensor key matches {ui.escape(pattern)!r}[/]")
         return
-    ui.out.print(_tensor_table(f"{len(rows)} tensor(s) matching {pattern!r}", rows))
+    ui.out.print(_tensor_table(ui.escape(f"{len(rows)} tensor(s) matching {pattern!r}"), rows))
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -107,7 +109,7 @@ def _table(title: str, *columns: str) -> Table:
 def _sections_table(sections: list[dict[str, Any]], total: int) -> Table:
     table = _table("sections", "key", "kind", "tensors", "elements", "bytes", "of total", "dtypes")
     for s in sections:
-        dtypes = ", ".join(f"{k}×{v}" for k, v in s["dtypes"].items())
+        dtypes = ui.escape(", ".join(f"{k}×{v}" for k, v in s["dtypes"].items()))
         table.add_row(
             ui.escape(s["key"] or "(top level)"),
             s["kind"],
@@ -122,7 +124,10 @@ def _sections_table(sections: list[dict[str, Any]], total: int) -> Table:
 
 def _prefix_table(section: dict[str, Any]) -> Table:
     table = _table(
-        f"top-level prefixes of {section['key'] or '(top level)'}", "prefix", "tensors", "elements"
+        ui.escape(f"top-level prefixes of {section['key'] or '(top level)'}"),
+        "prefix",
+        "tensors",
+        "elements",
     )
     rows = sorted(section["prefixes"], key=lambda p: -p["numel"])
     for p in rows[:20]:
@@ -135,7 +140,7 @@ def _prefix_table(section: dict[str, Any]) -> Table:
 def _dtype_table(dtypes: dict[str, dict[str, int]]) -> Table:
     table = _table("dtypes", "dtype", "tensors", "elements", "bytes")
     for name, d in dtypes.items():
-        table.add_row(name, str(d["count"]), _count(d["numel"]), human(d["bytes"]))
+        table.add_row(ui.escape(name), str(d["count"]), _count(d["numel"]), human(d["bytes"]))
     return table
 
 
@@ -143,7 +148,8 @@ def _tensor_table(title: str, rows: list[dict[str, Any]]) -> Table:
     table = _table(title, "key", "dtype", "shape", "numel", "bytes")
     for r in rows:
         shape = "[" + ", ".join(map(str, r["shape"])) + "]"
-        table.add_row(ui.escape(r["key"]), r["dtype"], shape, _count(r["numel"]), human(r["bytes"]))
+        key, dtype = ui.escape(r["key"]), ui.escape(r["dtype"])
+        table.add_row(key, dtype, shape, _count(r["numel"]), human(r["bytes"]))
     return table
 
 
@@ -192,10 +198,11 @@ def _structure_tree(node: dict[str, Any]) -> Tree:
 
 def _add_node(parent: Tree, key: str, node: dict[str, Any]) -> None:
     if node["type"] == "tensor":
-        parent.add(f"{ui.escape(key)}: tensor {node['dtype']} {node['shape']}")
+        parent.add(f"{ui.escape(key)}: tensor {ui.escape(node['dtype'])} {node['shape']}")
         return
     if "value" in node:
-        parent.add(f"{ui.escape(key)}: {node['type']} = {ui.escape(json.dumps(node['value']))}")
+        value = ui.escape(json.dumps(node["value"]))
+        parent.add(f"{ui.escape(key)}: {ui.escape(node['type'])} = {value}")
         return
     label = f"{ui.escape(key)}: {ui.escape(node['type'])}[{node['len']}]"
     if node["tensors"]:

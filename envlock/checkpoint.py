@@ -1,0 +1,639 @@
+"""Inspect checkpoints without torch: keys, shapes, dtypes, parameter counts, bytes and config.
+
+Readers turn a torch zip (`checkpoint_pickle`), a safetensors file, a sharded `*.index.json`
+or a directory of them into one inert object tree; `CheckpointReport.to_json()` summarizes it.
+Only pickles and headers are read, so time and memory do not grow with tensor bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import cached_property
+from itertools import chain, islice
+from math import isfinite
+from pathlib import Path
+from typing import Any
+
+from envlock.checkpoint_pickle import (
+    DTYPE_ITEMSIZE,
+    LEGACY_MAGIC,
+    DType,
+    Storage,
+    Stub,
+    TensorInfo,
+    is_stub_class,
+    load_torch_zip,
+    suspicious,
+)
+from envlock.errors import OperationError, UsageError
+
+SCHEMA = 1
+_ST_DTYPES = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",
+    "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu", "I16": "int16", "U16": "uint16",
+    "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32",
+    "F64": "float64", "I64": "int64", "U64": "uint64", "C64": "complex64",
+}  # fmt: skip
+_MAX_HEADER = 100 * 1024 * 1024  # the safetensors format's own limit
+_TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
+_DIR_JSON = ("config.json", "trainer_state.json")
+_CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters|hyperparams)$")
+_PROGRESS = ("step", "epoch", "global_step")
+_MAX_DEPTH = 64
+_MAX_VISITS = 20_000_000
+_MAX_PLAIN = 100_000
+_TOP = 5
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    format: str
+    size: int
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor reached by `path` (`key` when dotted), inside top-level section `section`."""
+
+    path: tuple[str, ...]
+    key: str
+    section: str
+    prefix: str
+    info: TensorInfo
+    optimizer: bool
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """The inert object tree of a checkpoint plus the files it came from."""
+
+    path: str
+    format: str
+    files: tuple[FileInfo, ...]
+    root: Any
+    stubbed: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def tensors(self) -> list[TensorEntry]:
+        """Every tensor with its dotted key path, in the checkpoint's own order."""
+        return list(self._entries)
+
+    @cached_property
+    def _entries(self) -> tuple[TensorEntry, ...]:
+        try:
+            return tuple(_entries(self.root))
+        except OperationError as exc:
+            raise OperationError(f"{self.path}: {exc.message}") from exc
+
+    def config(self) -> dict[str, Any] | None:
+        return _config(self.root, self.format == "directory")
+
+    def to_json(self, pattern: str | None = None) -> dict[str, Any]:
+        """The stable `--json` document (schema 1); `pattern` selects tensor keys to detail."""
+        return _summary(self, pattern)
+
+
+def inspect_checkpoint(path: str | Path) -> CheckpointReport:
+    """Read a checkpoint file, a sharded index or a directory of them, without torch."""
+    path = Path(path)
+    if path.is_dir():
+        return _read_dir(path)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file or directory", hint="pass a checkpoint path")
+    fmt, root, stubbed = _read_file(path)
+    files = _index_files(path, root) if fmt.endswith("index") else (FileInfo(str(path), fmt, 0),)
+    return CheckpointReport(str(path), fmt, _sized(files), _unwrap(root), stubbed)
+
+
+def read_checkpoint_config(path: str | Path) -> dict[str, Any] | None:
+    """The run's config/args/hparams as `{entry name: plain JSON-able value}`, or None."""
+    path = Path(path)
+    if path.is_dir() and not _dir_members(path)[0]:
+        return None
+    return inspect_checkpoint(path).config()
+
+
+def _sized(files: tuple[FileInfo, ...]) -> tuple[FileInfo, ...]:
+    return tuple(FileInfo(f.path, f.format, Path(f.path).stat().st_size) for f in files)
+
+
+@dataclass(frozen=True)
+class _Index:
+    """A sharded index's merged tensors and the shard files behind them."""
+
+    tensors: dict[str, Any]
+    shards: tuple[FileInfo, ...]
+
+
+def _unwrap(root: Any) -> Any:
+    return root.tensors if isinstance(root, _Index) else root
+
+
+def _index_files(path: Path, root: _Index) -> tuple[FileInfo, ...]:
+    return (FileInfo(str(path), "index", 0), *root.shards)
+
+
+def _read_file(path: Path) -> tuple[str, Any, tuple[str, ...]]:
+    if path.name.endswith(".index.json"):
+        index = _read_index(path)
+        return f"{index.shards[0].format}-index" if index.shards else "index", index, ()
+    with path.open("rb") as f:
+        head = f.read(16)
+    if head.startswith(b"PK\x03\x04"):
+        loaded = load_torch_zip(path)
+        return "torch-zip", loaded.root, tuple(sorted(loaded.stubbed))
+    if len(head) > 8 and head[8:9] == b"{":
+        return "safetensors", _read_safetensors(path), ()
+    if head.startswith(LEGACY_MAGIC):
+        raise UsageError(
+            f"{path}: legacy torch.save format (torch < 1.6 or "
+            "_use_new_zipfile_serialization=False) is not supported",
+            hint="re-save it with a current torch: torch.save(torch.load(p), p)",
+        )
+    if path.name.endswith((*_TORCH_SUFFIXES, ".safetensors")):
+        what = "empty" if not head else "neither a torch zip archive nor a safetensors file"
+        raise OperationError(f"{path}: {what}: the checkpoint is truncated or corrupt")
+    raise UsageError(
+        f"{path}: not a checkpoint envlock can read",
+        hint="expected a torch.save file (.pt/.pth), a .safetensors file or *.index.json",
+    )
+
+
+def _read_safetensors(path: Path) -> dict[str, TensorInfo]:
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > min(_MAX_HEADER, size - 8):
+            raise OperationError(
+                f"{path}: safetensors header claims {length} bytes but the file has {size}: "
+                "truncated or corrupt"
+            )
+        raw = f.read(length)
+    try:
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+        header.pop("__metadata__", None)
+        tensors = {name: _st_tensor(path.name, spec) for name, spec in header.items()}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise OperationError(f"{path}: corrupt safetensors header ({exc})") from exc
+    data_end = max((t.offset + t.storage.nbytes for t in tensors.values() if t.storage), default=0)
+    if 8 + length + data_end > size:
+        raise OperationError(
+            f"{path}: tensor data ends at byte {8 + length + data_end} but the file has {size} "
+            "bytes: the file is truncated"
+        )
+    return dict(sorted(tensors.items(), key=lambda kv: kv[1].offset))
+
+
+def _st_tensor(file: str, spec: Any) -> TensorInfo:
+    dtype = _ST_DTYPES.get(spec["dtype"], str(spec["dtype"]).lower())
+    shape = tuple(int(d) for d in spec["shape"])
+    begin, end = (int(x) for x in spec["data_offsets"])
+    info = TensorInfo(dtype, shape, Storage(file, str(begin), dtype, end - begin), begin)
+    if end < begin or (dtype in DTYPE_ITEMSIZE and info.nbytes != end - begin):
+        raise ValueError(f"{dtype}{list(shape)} does not fit data_offsets [{begin}, {end}]")
+    return info
+
+
+def _read_index(path: Path) -> _Index:
+    try:
+        weight_map = json.loads(path.read_text())["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError("weight_map is not an object")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise OperationError(f"{path}: not a valid checkpoint index ({exc})") from exc
+    tensors: dict[str, Any] = {}
+    shards = []
+    for shard in dict.fromkeys(weight_map.values()):
+        shard_path = path.parent / str(shard)
+        if not shard_path.is_file():
+            raise OperationError(f"{path}: shard {shard} is listed but missing: incomplete copy")
+        fmt, root, _ = _read_file(shard_path)
+        if not isinstance(root, dict):
+            raise OperationError(f"{shard_path}: a shard must hold a flat state dict")
+        shards.append(FileInfo(str(shard_path), fmt, 0))
+        tensors.update(root)
+    missing = [k for k in weight_map if k not in tensors]
+    if missing:
+        raise OperationError(f"{path}: {len(missing)} indexed tensors (e.g. {missing[0]}) absent")
+    return _Index(tensors, tuple(shards))
+
+
+def _dir_members(path: Path) -> tuple[list[Path], list[Path]]:
+    children = sorted(p for p in path.iterdir() if p.is_file())
+    indexes = [p for p in children if p.name.endswith(".index.json")]
+    taken = {path / str(s) for i in indexes for s in _shard_names(i)}
+    ckpts = [
+        p
+        for p in children
+        if p not in taken and p.name.endswith((*_TORCH_SUFFIXES, ".safetensors"))
+    ]
+    extras = [p for p in children if p.name in _DIR_JSON]
+    return [*indexes, *ckpts], extras
+
+
+def _shard_names(index: Path) -> list[str]:
+    try:
+        return list(dict.fromkeys(json.loads(index.read_text())["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        return []
+
+
+def _read_dir(path: Path) -> CheckpointReport:
+    members, extras = _dir_members(path)
+    if not members:
+        raise UsageError(
+            f"{path}: no checkpoint files here (.pt, .pth, .bin, .ckpt, .safetensors, index)"
+        )
+    root: dict[str, Any] = {}
+    files: list[FileInfo] = []
+    stubbed: set[str] = set()
+    notes = []
+    for member in members:
+        try:
+            fmt, obj, names = _read_file(member)
+        except UsageError as exc:  # e.g. a .bin that is no torch file: note it, go on
+            notes.append(f"skipped {member.name}: {exc.message}")
+            continue
+        root[member.name] = _unwrap(obj)
+        files += (
+            _index_files(member, obj)
+            if isinstance(obj, _Index)
+            else [FileInfo(str(member), fmt, 0)]
+        )
+        stubbed.update(names)
+    for extra in extras:
+        try:
+            root[extra.name] = json.loads(extra.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            notes.append(f"skipped {extra.name}: not JSON ({exc})")
+            continue
+        files.append(FileInfo(str(extra), "json", 0))
+    return CheckpointReport(
+        str(path), "directory", _sized(tuple(files)), root, tuple(sorted(stubbed)), tuple(notes)
+    )
+
+
+# --- walking the inert tree -------------------------------------------------------------------
+
+
+def _is_container(obj: Any) -> bool:
+    # Concrete types, not collections.abc: this runs once per object of the pickle.
+    return isinstance(obj, dict | list | tuple | Stub)
+
+
+def _pairs(obj: Any) -> Iterable[tuple[Any, Any]]:
+    """(key, value) pairs under a container, keys as the pickle has them; none under a leaf."""
+    if isinstance(obj, dict):
+        return obj.items()
+    if isinstance(obj, list | tuple):
+        return enumerate(obj)
+    if isinstance(obj, Stub):
+        return chain.from_iterable(_pairs(part) for part in _stub_parts(obj))
+    return ()
+
+
+def _children(obj: Any) -> Iterator[tuple[str, Any]]:
+    return ((k if type(k) is str else str(k), v) for k, v in _pairs(obj))
+
+
+def _stub_parts(obj: Stub) -> list[Any]:
+    fields = obj.fields()
+    if fields is not None and "_parameters" in fields and "_modules" in fields:
+        # An nn.Module pickled whole: present it the way its state_dict would be keyed.
+        parts = [fields.get(n) for n in ("_parameters", "_buffers", "_modules")]
+        return [p for p in parts if isinstance(p, dict)]
+    state = fields if fields is not None else {} if obj.state is None else {"state": obj.state}
+    return [state, obj.items, obj.listitems, {f"arg{i}": v for i, v in enumerate(obj.args)}]
+
+
+def _child_count(obj: Any) -> int:
+    if isinstance(obj, Stub):
+        return sum(len(part) for part in _stub_parts(obj))
+    return len(obj) if _is_container(obj) else 0
+
+
+def _is_optimizer(obj: Any) -> bool:
+    return isinstance(obj, dict) and "state" in obj and "param_groups" in obj
+
+
+def _is_state_dict(obj: Any) -> bool:
+    values = obj.values() if isinstance(obj, dict) else ()
+    return bool(values) and all(isinstance(v, TensorInfo) for v in values)
+
+
+class _Budget:
+    """Shared references can make a small pickle a huge tree: cap the nodes a walk may visit."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self._state_dicts: dict[int, bool] = {}
+
+    def spend(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
+
+    def is_state_dict(self, obj: Any) -> bool:
+        if id(obj) not in self._state_dicts:  # memoized: a shared dict is checked once
+            self._state_dicts[id(obj)] = _is_state_dict(obj)
+        return self._state_dicts[id(obj)]
+
+
+class _Guard:
+    """Shared references can make a small pickle a huge tree: the walk refuses to inflate."""
+
+    def __init__(self) -> None:
+        self.visits = 0
+        self.tensorless: set[int] = set()  # containers already walked that hold no tensor
+        self.tensor_ids: set[int] = set()
+
+    def visit(self) -> None:
+        self.visits += 1
+        if self.visits > _MAX_VISITS:
+            self._refuse(f"reaches its objects more than {_MAX_VISITS:,} times")
+
+    def tensor(self, info: TensorInfo, keys: int) -> None:
+        self.tensor_ids.add(id(info))
+        if keys > 100_000 and keys > 16 * len(self.tensor_ids):  # tied weights: 2 keys, not 16
+            self._refuse(f"names {len(self.tensor_ids):,} tensors under {keys:,} keys")
+
+    def _refuse(self, what: str) -> None:
+        raise OperationError(
+            f"the pickle {what} through shared references: it is corrupt or deliberately inflated"
+        )
+
+
+def _walk(
+    obj: Any, path: list[str], optim: bool, ancestors: set[int], guard: _Guard, out: list
+) -> None:
+    # Plain recursion over one shared path list: this runs once per object of the pickle.
+    ancestors.add(id(obj))
+    optim = optim or _is_optimizer(obj)
+    found = len(out)
+    for key, value in _pairs(obj):
+        guard.visit()
+        if isinstance(value, TensorInfo):
+            out.append(((*path, key if type(key) is str else str(key)), value, optim))
+            guard.tensor(value, len(out))
+        elif _is_container(value) and id(value) not in ancestors:
+            if id(value) in guard.tensorless:
+                continue
+            path.append(key if type(key) is str else str(key))
+            if len(path) <= _MAX_DEPTH:
+                _walk(value, path, optim, ancestors, guard, out)
+            path.pop()
+    if len(out) == found:  # shared again later (e.g. a loss history): skip it in O(1)
+        guard.tensorless.add(id(obj))
+    ancestors.discard(id(obj))
+
+
+def _entries(root: Any) -> Iterator[TensorEntry]:
+    by_key = isinstance(root, dict)  # a dict checkpoint: one section per top-level key
+    found: list[tuple[tuple[str, ...], TensorInfo, bool]] = [((), root, False)]
+    if not isinstance(root, TensorInfo):
+        found.clear()
+        _walk(root, [], False, set(), _Guard(), found)
+    for path, info, optim in found:
+        if len(path) <= 1 or not by_key:  # tensors straight under the root share section ""
+            section, rest = "", path
+        else:
+            section, rest = path[0], path[1:]
+        prefix = rest[0].split(".")[0] if rest else ""
+        yield TensorEntry(path, ".".join(path), section, prefix, info, optim)
+
+
+# --- summaries ----------------------------------------------------------------------------------
+
+
+def _row(entry: TensorEntry) -> dict[str, Any]:
+    t = entry.info
+    return {
+        "key": entry.key,
+        "dtype": t.dtype,
+        "shape": list(t.shape),
+        "numel": t.numel,
+        "bytes": t.nbytes,
+    }
+
+
+def _summary(report: CheckpointReport, pattern: str | None) -> dict[str, Any]:
+    entries = report.tensors()
+    tally = _Tally(report.root)
+    for entry in entries:
+        tally.add(entry)
+    total = sum(f.size for f in report.files)
+    tensor_bytes = sum(s.nbytes for s in tally.storages.values())
+    unique = sorted(tally.unique.values(), key=lambda e: -e.info.numel)
+    stubbed = list(report.stubbed)
+    return {
+        "schema": SCHEMA,
+        "path": report.path,
+        "format": report.format,
+        "files": [{"path": f.path, "format": f.format, "size": f.size} for f in report.files],
+        "size": {
+            "total_bytes": total,
+            "tensor_bytes": tensor_bytes,
+            "other_bytes": total - tensor_bytes,
+        },
+        "tensors": {
+            "count": len(entries),
+            "numel": tally.numel,
+            "params": tally.params,
+            "storages": len(tally.storages),
+            "dtypes": tally.dtypes,
+        },
+        "sections": [
+            {**s, "prefixes": list(s["prefixes"].values())} for s in tally.sections.values()
+        ],
+        "first": [_row(e) for e in entries[:_TOP]],
+        "largest": [_row(e) for e in unique[:_TOP]],
+        "shared_storage": [
+            {"storage": f"{sid[0]}:{sid[1]}", "bytes": tally.storages[sid].nbytes, "keys": keys}
+            for sid, keys in tally.users.items()
+            if len(keys) > 1
+        ],
+        "progress": _progress(report.root),
+        "config": report.config(),
+        "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
+        "stubbed_globals": stubbed,
+        "suspicious_globals": suspicious(stubbed),
+        "notes": list(report.notes),
+        "pattern": pattern,
+        "keys": None
+        if pattern is None
+        else [_row(e) for e in entries if fnmatchcase(e.key, pattern)],
+    }
+
+
+class _Tally:
+    """Counts per section, prefix and dtype; a tensor named by several keys counts once."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.unique: dict[tuple[object, ...], TensorEntry] = {}
+        self.storages: dict[tuple[str, str], Storage] = {}
+        self.users: dict[tuple[str, str], list[str]] = {}
+        self.sections: dict[str, dict[str, Any]] = {}
+        self.dtypes: dict[str, dict[str, int]] = {}
+        self.numel = self.params = 0
+
+    def add(self, e: TensorEntry) -> None:
+        t, alias = e.info, e.info.alias
+        if e.section not in self.sections:
+            self.sections[e.section] = _section(e.section, self.root)
+        sec = self.sections[e.section]
+        pre = sec["prefixes"].setdefault(e.prefix, {"prefix": e.prefix, "tensors": 0, "numel": 0})
+        dt = self.dtypes.setdefault(t.dtype, {"count": 0, "numel": 0, "bytes": 0})
+        sec["dtypes"][t.dtype] = sec["dtypes"].get(t.dtype, 0) + 1
+        if e.optimizer:
+            sec["kind"] = "optimizer"
+        sec["tensors"] += 1
+        pre["tensors"] += 1
+        dt["count"] += 1
+        if alias not in self.unique:
+            self.unique[alias] = e
+            numel = t.numel
+            self.numel += numel
+            self.params += 0 if e.optimizer else numel
+            for counter in (sec, pre, dt):
+                counter["numel"] += numel
+            dt["bytes"] += t.nbytes
+        if t.storage:
+            sid = (t.storage.file, t.storage.key)
+            self.users.setdefault(sid, []).append(e.key)
+            if sid not in self.storages:
+                self.storages[sid] = t.storage
+                sec["bytes"] += t.storage.nbytes
+
+
+def _section(key: str, root: Any) -> dict[str, Any]:
+    obj = root.get(key) if isinstance(root, dict) and key else root
+    module = isinstance(obj, Stub) and "_modules" in (obj.fields() or {})
+    kind = "state_dict" if _is_state_dict(obj) else "module" if module else "mixed"
+    kind = "tensors" if kind == "mixed" and not key else kind
+    return {
+        "key": key,
+        "kind": kind,
+        "tensors": 0,
+        "numel": 0,
+        "bytes": 0,
+        "dtypes": {},
+        "prefixes": {},
+    }
+
+
+def _subtree_counts(entries: list[TensorEntry]) -> Counter[tuple[str, ...]]:
+    counts: Counter[tuple[str, ...]] = Counter()
+    for e in entries:
+        for i in range(min(len(e.path), 5) + 1):
+            counts[e.path[:i]] += 1
+    return counts
+
+
+def _node(
+    obj: Any, path: tuple[str, ...], counts: Counter[tuple[str, ...]], depth: int, budget: _Budget
+) -> dict[str, Any]:
+    if isinstance(obj, TensorInfo):
+        return {"type": "tensor", "dtype": obj.dtype, "shape": list(obj.shape)}
+    short = isinstance(obj, list | tuple) and len(obj) <= 8 and not counts.get(path, 0)
+    if not _is_container(obj) or (short and not any(_is_container(v) for v in obj)):
+        return _leaf(obj)
+    name = obj.global_name() if isinstance(obj, Stub) else type(obj).__name__
+    node: dict[str, Any] = {"type": name, "len": _child_count(obj), "tensors": counts.get(path, 0)}
+    if budget.is_state_dict(obj):
+        node["state_dict"] = True
+    elif depth < 4 and budget.spend():
+        shown = list(islice(_children(obj), 20))
+        node["children"] = {k: _node(v, (*path, k), counts, depth + 1, budget) for k, v in shown}
+        node["more"] = node["len"] - len(shown)
+    return node
+
+
+def _leaf(obj: Any) -> dict[str, Any]:
+    if is_stub_class(obj):
+        return {"type": "global", "value": obj.global_name()}
+    value = _plain(obj, _Budget(1000))
+    if isinstance(value, str) and len(value) > 80:
+        value = value[:77] + "..."
+    return {"type": type(obj).__name__, "value": value}
+
+
+def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
+    """A JSON-able rendering of an inert value: objects become dicts with their class name."""
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if isinstance(obj, float):
+        return obj if isfinite(obj) else str(obj)
+    if isinstance(obj, TensorInfo):
+        return f"tensor({obj.dtype}, {list(obj.shape)})"
+    if isinstance(obj, DType):
+        return f"torch.{obj.name}"
+    if isinstance(obj, bytes | bytearray):
+        return f"<{len(obj)} bytes>"
+    if is_stub_class(obj):
+        return f"<global {obj.global_name()}>"
+    if depth > 20 or not budget.spend():
+        return "<...>"
+    if isinstance(obj, dict):
+        return {str(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [_plain(v, budget, depth + 1) for v in obj]
+    if isinstance(obj, Stub):
+        out: dict[str, Any] = {"__class__": obj.global_name()}
+        fields = obj.fields()
+        if obj.args or obj.kwargs or (fields is None and obj.state is not None):
+            out["args"] = _plain([*obj.args, *obj.kwargs.items()], budget, depth + 1)
+        if fields is None and obj.state is not None:
+            out["state"] = _plain(obj.state, budget, depth + 1)
+        out.update(_plain(fields or {}, budget, depth + 1))
+        if obj.items or obj.listitems:
+            out["items"] = _plain(obj.items or obj.listitems, budget, depth + 1)
+        return out
+    return str(obj) if isinstance(obj, complex) else f"<{type(obj).__name__}>"
+
+
+def _config(root: Any, directory: bool) -> dict[str, Any] | None:
+    if not isinstance(root, dict):
+        return None
+    found: dict[str, Any] = {}
+    for key, value in root.items():
+        name = str(key)
+        if directory:
+            stem = name.split(".")[0]
+            if _CONFIG_NAME.match(stem) and isinstance(value, dict | Stub):
+                found[name] = _plain(value, _Budget(_MAX_PLAIN))
+            nested = _config(value, False)
+            found.update({f"{name}:{k}": v for k, v in (nested or {}).items()})
+        elif _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
+            found[name] = _plain(value, _Budget(_MAX_PLAIN))
+    return found or None
+
+
+def _progress(root: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    level, seen = [root], set()
+    for _ in range(3):  # breadth first, so the shallowest value wins
+        nxt = []
+        for obj in level:
+            if id(obj) in seen or _is_optimizer(obj) or _is_state_dict(obj):
+                continue
+            seen.add(id(obj))
+            for key, value in _children(obj):
+                if key.lower() in _PROGRESS and _is_number(value):
+                    found.setdefault(key.lower(), value)
+                elif _is_container(value):
+                    nxt.append(value)
+        level = nxt
+    return found
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
