@@ -12,17 +12,15 @@ import sys
 import tarfile
 import time
 
-if "__envlock_agent__" not in globals():  # imported in the repository, not shipped
+if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
     from envlock.agent import (
         COMMANDS,
         STREAMING,
         AgentError,
-        cache_warmth,
         current_generation,
-        generation_facts,
         list_generations,
-        nvidia_facts,
     )
+    from envlock.agent_probe import cache_warmth, generation_facts, nvidia_facts
 
 ARCHIVE_META = "envlock-cache.json"
 ARCHIVE_FORMAT = 1

@@ -29,7 +29,8 @@ CHOOSE_PYTHON = (
 )
 
 
-AGENT_MODULES = ("agent.py", "agent_cache.py")
+# Order matters only for what runs at import: the core (COMMANDS) first.
+AGENT_MODULES = ("agent.py", "agent_files.py", "agent_probe.py", "agent_apply.py", "agent_cache.py")
 
 
 @functools.lru_cache(maxsize=1)

@@ -132,9 +132,18 @@ def execute(
     )
 
 
-def verify_after(ctx: Context, *, ignore: tuple[str, ...] = ()) -> list[Drift]:
-    """Re-gather after acting; whatever drift remains means apply did not converge."""
-    _, drifts = check(ctx)
+def verify_after(
+    ctx: Context, plan: Plan | None = None, *, ignore: tuple[str, ...] = ()
+) -> list[Drift]:
+    """Re-gather after acting; whatever drift remains means apply did not converge.
+
+    A generation built by this very plan is not re-hashed: its manifest was just written
+    from the files on disk. Packages, scripts and links are checked all the same, and a
+    generation switched to or repaired is verified file by file.
+    """
+    built = plan is not None and any(a.kind == "build" for a in plan.actions)
+    state = gather_state(ctx, verify=not built)
+    drifts = compute_drift(ctx.expectation(), state)
     remaining = [d for d in drifts if d.kind not in ("cache-dir", *ignore)]
     if remaining:
         listed = "; ".join(f"{d.kind} {d.subject}" for d in remaining[:6])

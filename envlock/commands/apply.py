@@ -93,7 +93,7 @@ def command(
         report += provision(ctx.profile, snapshot_first=snap, on_progress=progress)
     answer = execute(ctx, plan, wait=not no_wait, on_progress=progress)
     scripts_skipped = bool(snapshot_dir) and ctx.profile.script_hashes() != ctx.scripts
-    verify_after(ctx, ignore=("script-modified", "script-missing") if scripts_skipped else ())
+    verify_after(ctx, plan, ignore=("script-modified", "script-missing") if scripts_skipped else ())
     elapsed = time.perf_counter() - started
     current = answer.get("current", state.current)
     if as_json:

@@ -26,6 +26,7 @@ def command(profile: str, as_json: bool) -> None:
             "active": g.name == state.current,
             "built": g.meta.get("built"),
             "files": g.meta.get("files"),
+            "bytes": g.meta.get("bytes"),
             "matches_lock": g.lock_hash == ctx.lock.short_hash,
         }
         for g in state.generations
@@ -39,7 +40,7 @@ def command(profile: str, as_json: bool) -> None:
         ui.out.print("no generations yet: run `envlock apply`")
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("", "gen", "lock", "built", "files", "note"):
+    for column in ("", "gen", "lock", "built", "files", "size", "note"):
         table.add_column(column)
     for row in rows:
         note = (
@@ -51,6 +52,7 @@ def command(profile: str, as_json: bool) -> None:
             str(row["lock"]),
             str(row["built"] or ""),
             str(row["files"] or ""),
+            f"{int(row['bytes']) / 1e6:.0f} MB" if row["bytes"] else "",
             note,
         )
     ui.out.print(table)
