@@ -18,13 +18,16 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlock import __version__
 from envlock.atomic import write_atomic
 from envlock.errors import UsageError
 from envlock.lock import parse_lock
 from envlock.state import State
+
+if TYPE_CHECKING:
+    from envlock.apply import Context
 
 SNAPSHOT_FILE = "envlock-snapshot.json"
 SCHEMA = 1
@@ -87,24 +90,22 @@ def torch_facts(state: State) -> dict[str, Any] | None:
 
 
 def build_snapshot(
-    *,
-    profile: Any,
-    lock_text: str,
-    lock_sha256: str,
+    ctx: Context,
     state: State,
+    *,
     environ: Mapping[str, str],
     command: list[str],
     config: Any = None,
-    target_label: str = "local",
 ) -> dict[str, Any]:
-    raw = state.raw
+    """The snapshot document of a context's target in `state` (pure)."""
+    profile, raw = ctx.profile, state.raw
     scripts = state.scripts or {}
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "envlock": __version__,
         "profile": {"name": profile.name, "path": str(profile.path), "sha256": profile.sha256},
-        "lock": {"sha256": lock_sha256, "text": lock_text},
+        "lock": {"sha256": ctx.lock.sha256, "text": ctx.lock.text},
         "generation": state.current,
         "python": raw.get("python", {}).get("version"),
         "platform": {"machine": raw.get("machine"), "libc": raw.get("libc")},
@@ -117,12 +118,28 @@ def build_snapshot(
         "host": {
             "hostname": raw.get("hostname"),
             "container": raw.get("container"),
-            "target": target_label,
+            "target": ctx.transport.name,
         },
         "command": list(command),
         "git": git_state(profile.scripts.source if profile.scripts else None),
         "config": plain(config) if config is not None else None,
     }
+
+
+def take_snapshot(ctx: Context, *, command: list[str], config: Any = None) -> dict[str, Any]:
+    """Gather (metadata only: no file hashing, no torch import) and build a snapshot.
+
+    The environment recorded is the one `envlock run` gives a command: the current process's
+    when it runs under `envlock run`, else what envlock run would export.
+    """
+    from envlock.apply import gather_state
+    from envlock.runenv import run_environment
+
+    state = gather_state(ctx, verify=False)
+    environ: Mapping[str, str] = os.environ
+    if state.current and not os.environ.get("ENVLOCK_GENERATION"):
+        environ = run_environment(ctx.profile, state, os.environ)
+    return build_snapshot(ctx, state, environ=environ, command=command, config=config)
 
 
 def write_snapshot(directory: str | os.PathLike[str], data: dict[str, Any]) -> Path:
@@ -164,7 +181,7 @@ def snapshot(
     Under `envlock run` the profile is known from ENVLOCK_PROFILE. Cheap enough to call at
     every checkpoint save: one probe of package metadata, no file hashing, no torch import.
     """
-    from envlock.apply import gather_state, open_context
+    from envlock.apply import open_context
 
     profile = profile or os.environ.get("ENVLOCK_PROFILE")
     if not profile:
@@ -173,15 +190,5 @@ def snapshot(
             hint="pass profile=… or run the script through `envlock run`",
         )
     ctx = open_context(profile, allow_stale=True)
-    state = gather_state(ctx, verify=False)
-    data = build_snapshot(
-        profile=ctx.profile,
-        lock_text=ctx.lock.text,
-        lock_sha256=ctx.lock.sha256,
-        state=state,
-        environ=os.environ,
-        command=sys.argv,
-        config=config,
-        target_label=ctx.transport.name,
-    )
+    data = take_snapshot(ctx, command=list(sys.argv), config=config)
     return write_snapshot(directory, data)

@@ -68,14 +68,6 @@ def command(
             )
         env.update(compile_artifacts_env(os.path.abspath(artifacts)))
     if snapshot_dir:
-        data = build_snapshot(
-            profile=ctx.profile,
-            lock_text=ctx.lock.text,
-            lock_sha256=ctx.lock.sha256,
-            state=state,
-            environ=env,
-            command=argv,
-            target_label=ctx.transport.name,
-        )
+        data = build_snapshot(ctx, state, environ=env, command=argv)
         ui.info(f"envlock: snapshot written to {write_snapshot(snapshot_dir, data)}")
     sys.exit(ctx.transport.exec(argv, env))

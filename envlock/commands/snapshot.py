@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import click
 
 from envlock import ui
-from envlock.apply import gather_state, open_context
+from envlock.apply import open_context
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import UsageError
-from envlock.runenv import run_environment
-from envlock.snapshots import build_snapshot, write_snapshot
+from envlock.snapshots import take_snapshot, write_snapshot
 
 
 @click.command("snapshot")
@@ -36,17 +34,7 @@ def command(profile: str, directory: Path, config_file: str | None, as_json: boo
         except ValueError as exc:
             raise UsageError(f"{config_file}: not valid JSON: {exc}") from None
     ctx = open_context(profile, allow_stale=True)
-    state = gather_state(ctx, verify=False)
-    data = build_snapshot(
-        profile=ctx.profile,
-        lock_text=ctx.lock.text,
-        lock_sha256=ctx.lock.sha256,
-        state=state,
-        environ=run_environment(ctx.profile, state, os.environ) if state.current else os.environ,
-        command=sys.argv,
-        config=config,
-        target_label=ctx.transport.name,
-    )
+    data = take_snapshot(ctx, command=sys.argv, config=config)
     path = write_snapshot(directory, data)
     torch = (data["torch"] or {}).get("version")
     if as_json:
