@@ -1,39 +1,32 @@
 """Inspect checkpoints without torch: keys, shapes, dtypes, parameter counts, bytes and config.
 
 Readers turn a torch zip (`checkpoint_pickle`), a safetensors file, a sharded `*.index.json`
-or a directory of them into one inert object tree; `CheckpointReport.to_json()` summarizes it.
+or a directory of them into one inert object tree, a `CheckpointReport` that lists its tensors;
+`checkpoint_summary` builds the `--json` document and config from it (`to_json()`, `config()`).
 Only pickles and headers are read, so time and memory do not grow with tensor bytes.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import struct
-from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from functools import cached_property
-from itertools import chain, islice
-from math import isfinite
 from pathlib import Path
 from typing import Any
 
+from envlock import checkpoint_summary
 from envlock.checkpoint_pickle import (
     DTYPE_ITEMSIZE,
     LEGACY_MAGIC,
-    DType,
     Storage,
-    Stub,
     TensorInfo,
-    is_stub_class,
     load_torch_zip,
-    suspicious,
 )
+from envlock.checkpoint_summary import is_container, is_optimizer, pairs
 from envlock.errors import OperationError, UsageError
 
-SCHEMA = 1
 _ST_DTYPES = {
     "BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",
     "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu", "I16": "int16", "U16": "uint16",
@@ -43,12 +36,8 @@ _ST_DTYPES = {
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors format's own limit
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
 _DIR_JSON = ("config.json", "trainer_state.json")
-_CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters|hyperparams)$")
-_PROGRESS = ("step", "epoch", "global_step")
 _MAX_DEPTH = 64
 _MAX_VISITS = 20_000_000
-_MAX_PLAIN = 100_000
-_TOP = 5
 
 
 @dataclass(frozen=True)
@@ -93,11 +82,12 @@ class CheckpointReport:
             raise OperationError(f"{self.path}: {exc.message}") from exc
 
     def config(self) -> dict[str, Any] | None:
-        return _config(self.root, self.format == "directory")
+        """The run's config/args/hparams as `{entry name: plain JSON-able value}`, or None."""
+        return checkpoint_summary.config(self.root, self.format == "directory")
 
     def to_json(self, pattern: str | None = None) -> dict[str, Any]:
         """The stable `--json` document (schema 1); `pattern` selects tensor keys to detail."""
-        return _summary(self, pattern)
+        return checkpoint_summary.summary(self, pattern)
 
 
 def inspect_checkpoint(path: str | Path) -> CheckpointReport:
@@ -283,68 +273,7 @@ def _read_dir(path: Path) -> CheckpointReport:
 
 
 # --- walking the inert tree -------------------------------------------------------------------
-
-
-def _is_container(obj: Any) -> bool:
-    # Concrete types, not collections.abc: this runs once per object of the pickle.
-    return isinstance(obj, dict | list | tuple | Stub)
-
-
-def _pairs(obj: Any) -> Iterable[tuple[Any, Any]]:
-    """(key, value) pairs under a container, keys as the pickle has them; none under a leaf."""
-    if isinstance(obj, dict):
-        return obj.items()
-    if isinstance(obj, list | tuple):
-        return enumerate(obj)
-    if isinstance(obj, Stub):
-        return chain.from_iterable(_pairs(part) for part in _stub_parts(obj))
-    return ()
-
-
-def _children(obj: Any) -> Iterator[tuple[str, Any]]:
-    return ((k if type(k) is str else str(k), v) for k, v in _pairs(obj))
-
-
-def _stub_parts(obj: Stub) -> list[Any]:
-    fields = obj.fields()
-    if fields is not None and "_parameters" in fields and "_modules" in fields:
-        # An nn.Module pickled whole: present it the way its state_dict would be keyed.
-        parts = [fields.get(n) for n in ("_parameters", "_buffers", "_modules")]
-        return [p for p in parts if isinstance(p, dict)]
-    state = fields if fields is not None else {} if obj.state is None else {"state": obj.state}
-    return [state, obj.items, obj.listitems, {f"arg{i}": v for i, v in enumerate(obj.args)}]
-
-
-def _child_count(obj: Any) -> int:
-    if isinstance(obj, Stub):
-        return sum(len(part) for part in _stub_parts(obj))
-    return len(obj) if _is_container(obj) else 0
-
-
-def _is_optimizer(obj: Any) -> bool:
-    return isinstance(obj, dict) and "state" in obj and "param_groups" in obj
-
-
-def _is_state_dict(obj: Any) -> bool:
-    values = obj.values() if isinstance(obj, dict) else ()
-    return bool(values) and all(isinstance(v, TensorInfo) for v in values)
-
-
-class _Budget:
-    """Shared references can make a small pickle a huge tree: cap the nodes a walk may visit."""
-
-    def __init__(self, limit: int) -> None:
-        self.left = limit
-        self._state_dicts: dict[int, bool] = {}
-
-    def spend(self) -> bool:
-        self.left -= 1
-        return self.left >= 0
-
-    def is_state_dict(self, obj: Any) -> bool:
-        if id(obj) not in self._state_dicts:  # memoized: a shared dict is checked once
-            self._state_dicts[id(obj)] = _is_state_dict(obj)
-        return self._state_dicts[id(obj)]
+# How to step into dicts, lists and stubs is shared with the summary: see `checkpoint_summary`.
 
 
 class _Guard:
@@ -376,14 +305,14 @@ def _walk(
 ) -> None:
     # Plain recursion over one shared path list: this runs once per object of the pickle.
     ancestors.add(id(obj))
-    optim = optim or _is_optimizer(obj)
+    optim = optim or is_optimizer(obj)
     found = len(out)
-    for key, value in _pairs(obj):
+    for key, value in pairs(obj):
         guard.visit()
         if isinstance(value, TensorInfo):
             out.append(((*path, key if type(key) is str else str(key)), value, optim))
             guard.tensor(value, len(out))
-        elif _is_container(value) and id(value) not in ancestors:
+        elif is_container(value) and id(value) not in ancestors:
             if id(value) in guard.tensorless:
                 continue
             path.append(key if type(key) is str else str(key))
@@ -408,232 +337,3 @@ def _entries(root: Any) -> Iterator[TensorEntry]:
             section, rest = path[0], path[1:]
         prefix = rest[0].split(".")[0] if rest else ""
         yield TensorEntry(path, ".".join(path), section, prefix, info, optim)
-
-
-# --- summaries ----------------------------------------------------------------------------------
-
-
-def _row(entry: TensorEntry) -> dict[str, Any]:
-    t = entry.info
-    return {
-        "key": entry.key,
-        "dtype": t.dtype,
-        "shape": list(t.shape),
-        "numel": t.numel,
-        "bytes": t.nbytes,
-    }
-
-
-def _summary(report: CheckpointReport, pattern: str | None) -> dict[str, Any]:
-    entries = report.tensors()
-    tally = _Tally(report.root)
-    for entry in entries:
-        tally.add(entry)
-    total = sum(f.size for f in report.files)
-    tensor_bytes = sum(s.nbytes for s in tally.storages.values())
-    unique = sorted(tally.unique.values(), key=lambda e: -e.info.numel)
-    stubbed = list(report.stubbed)
-    return {
-        "schema": SCHEMA,
-        "path": report.path,
-        "format": report.format,
-        "files": [{"path": f.path, "format": f.format, "size": f.size} for f in report.files],
-        "size": {
-            "total_bytes": total,
-            "tensor_bytes": tensor_bytes,
-            "other_bytes": total - tensor_bytes,
-        },
-        "tensors": {
-            "count": len(entries),
-            "numel": tally.numel,
-            "params": tally.params,
-            "storages": len(tally.storages),
-            "dtypes": tally.dtypes,
-        },
-        "sections": [
-            {**s, "prefixes": list(s["prefixes"].values())} for s in tally.sections.values()
-        ],
-        "first": [_row(e) for e in entries[:_TOP]],
-        "largest": [_row(e) for e in unique[:_TOP]],
-        "shared_storage": [
-            {"storage": f"{sid[0]}:{sid[1]}", "bytes": tally.storages[sid].nbytes, "keys": keys}
-            for sid, keys in tally.users.items()
-            if len(keys) > 1
-        ],
-        "progress": _progress(report.root),
-        "config": report.config(),
-        "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
-        "stubbed_globals": stubbed,
-        "suspicious_globals": suspicious(stubbed),
-        "notes": list(report.notes),
-        "pattern": pattern,
-        "keys": None
-        if pattern is None
-        else [_row(e) for e in entries if fnmatchcase(e.key, pattern)],
-    }
-
-
-class _Tally:
-    """Counts per section, prefix and dtype; a tensor named by several keys counts once."""
-
-    def __init__(self, root: Any) -> None:
-        self.root = root
-        self.unique: dict[tuple[object, ...], TensorEntry] = {}
-        self.storages: dict[tuple[str, str], Storage] = {}
-        self.users: dict[tuple[str, str], list[str]] = {}
-        self.sections: dict[str, dict[str, Any]] = {}
-        self.dtypes: dict[str, dict[str, int]] = {}
-        self.numel = self.params = 0
-
-    def add(self, e: TensorEntry) -> None:
-        t, alias = e.info, e.info.alias
-        if e.section not in self.sections:
-            self.sections[e.section] = _section(e.section, self.root)
-        sec = self.sections[e.section]
-        pre = sec["prefixes"].setdefault(e.prefix, {"prefix": e.prefix, "tensors": 0, "numel": 0})
-        dt = self.dtypes.setdefault(t.dtype, {"count": 0, "numel": 0, "bytes": 0})
-        sec["dtypes"][t.dtype] = sec["dtypes"].get(t.dtype, 0) + 1
-        if e.optimizer:
-            sec["kind"] = "optimizer"
-        sec["tensors"] += 1
-        pre["tensors"] += 1
-        dt["count"] += 1
-        if alias not in self.unique:
-            self.unique[alias] = e
-            numel = t.numel
-            self.numel += numel
-            self.params += 0 if e.optimizer else numel
-            for counter in (sec, pre, dt):
-                counter["numel"] += numel
-            dt["bytes"] += t.nbytes
-        if t.storage:
-            sid = (t.storage.file, t.storage.key)
-            self.users.setdefault(sid, []).append(e.key)
-            if sid not in self.storages:
-                self.storages[sid] = t.storage
-                sec["bytes"] += t.storage.nbytes
-
-
-def _section(key: str, root: Any) -> dict[str, Any]:
-    obj = root.get(key) if isinstance(root, dict) and key else root
-    module = isinstance(obj, Stub) and "_modules" in (obj.fields() or {})
-    kind = "state_dict" if _is_state_dict(obj) else "module" if module else "mixed"
-    kind = "tensors" if kind == "mixed" and not key else kind
-    return {
-        "key": key,
-        "kind": kind,
-        "tensors": 0,
-        "numel": 0,
-        "bytes": 0,
-        "dtypes": {},
-        "prefixes": {},
-    }
-
-
-def _subtree_counts(entries: list[TensorEntry]) -> Counter[tuple[str, ...]]:
-    counts: Counter[tuple[str, ...]] = Counter()
-    for e in entries:
-        for i in range(min(len(e.path), 5) + 1):
-            counts[e.path[:i]] += 1
-    return counts
-
-
-def _node(
-    obj: Any, path: tuple[str, ...], counts: Counter[tuple[str, ...]], depth: int, budget: _Budget
-) -> dict[str, Any]:
-    if isinstance(obj, TensorInfo):
-        return {"type": "tensor", "dtype": obj.dtype, "shape": list(obj.shape)}
-    short = isinstance(obj, list | tuple) and len(obj) <= 8 and not counts.get(path, 0)
-    if not _is_container(obj) or (short and not any(_is_container(v) for v in obj)):
-        return _leaf(obj)
-    name = obj.global_name() if isinstance(obj, Stub) else type(obj).__name__
-    node: dict[str, Any] = {"type": name, "len": _child_count(obj), "tensors": counts.get(path, 0)}
-    if budget.is_state_dict(obj):
-        node["state_dict"] = True
-    elif depth < 4 and budget.spend():
-        shown = list(islice(_children(obj), 20))
-        node["children"] = {k: _node(v, (*path, k), counts, depth + 1, budget) for k, v in shown}
-        node["more"] = node["len"] - len(shown)
-    return node
-
-
-def _leaf(obj: Any) -> dict[str, Any]:
-    if is_stub_class(obj):
-        return {"type": "global", "value": obj.global_name()}
-    value = _plain(obj, _Budget(1000))
-    if isinstance(value, str) and len(value) > 80:
-        value = value[:77] + "..."
-    return {"type": type(obj).__name__, "value": value}
-
-
-def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
-    """A JSON-able rendering of an inert value: objects become dicts with their class name."""
-    if obj is None or isinstance(obj, bool | int | str):
-        return obj
-    if isinstance(obj, float):
-        return obj if isfinite(obj) else str(obj)
-    if isinstance(obj, TensorInfo):
-        return f"tensor({obj.dtype}, {list(obj.shape)})"
-    if isinstance(obj, DType):
-        return f"torch.{obj.name}"
-    if isinstance(obj, bytes | bytearray):
-        return f"<{len(obj)} bytes>"
-    if is_stub_class(obj):
-        return f"<global {obj.global_name()}>"
-    if depth > 20 or not budget.spend():
-        return "<...>"
-    if isinstance(obj, dict):
-        return {str(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | set | frozenset):
-        return [_plain(v, budget, depth + 1) for v in obj]
-    if isinstance(obj, Stub):
-        out: dict[str, Any] = {"__class__": obj.global_name()}
-        fields = obj.fields()
-        if obj.args or obj.kwargs or (fields is None and obj.state is not None):
-            out["args"] = _plain([*obj.args, *obj.kwargs.items()], budget, depth + 1)
-        if fields is None and obj.state is not None:
-            out["state"] = _plain(obj.state, budget, depth + 1)
-        out.update(_plain(fields or {}, budget, depth + 1))
-        if obj.items or obj.listitems:
-            out["items"] = _plain(obj.items or obj.listitems, budget, depth + 1)
-        return out
-    return str(obj) if isinstance(obj, complex) else f"<{type(obj).__name__}>"
-
-
-def _config(root: Any, directory: bool) -> dict[str, Any] | None:
-    if not isinstance(root, dict):
-        return None
-    found: dict[str, Any] = {}
-    for key, value in root.items():
-        name = str(key)
-        if directory:
-            stem = name.split(".")[0]
-            if _CONFIG_NAME.match(stem) and isinstance(value, dict | Stub):
-                found[name] = _plain(value, _Budget(_MAX_PLAIN))
-            nested = _config(value, False)
-            found.update({f"{name}:{k}": v for k, v in (nested or {}).items()})
-        elif _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
-            found[name] = _plain(value, _Budget(_MAX_PLAIN))
-    return found or None
-
-
-def _progress(root: Any) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    level, seen = [root], set()
-    for _ in range(3):  # breadth first, so the shallowest value wins
-        nxt = []
-        for obj in level:
-            if id(obj) in seen or _is_optimizer(obj) or _is_state_dict(obj):
-                continue
-            seen.add(id(obj))
-            for key, value in _children(obj):
-                if key.lower() in _PROGRESS and _is_number(value):
-                    found.setdefault(key.lower(), value)
-                elif _is_container(value):
-                    nxt.append(value)
-        level = nxt
-    return found
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
