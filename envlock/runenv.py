@@ -26,15 +26,23 @@ def run_environment(profile: Profile, state: State, base: Mapping[str, str]) -> 
     if cache.get("dir"):
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache["dir"], "inductor")
         env["TRITON_CACHE_DIR"] = os.path.join(cache["dir"], "triton")
+    if profile.target.type == "local":
+        # envlock_megacache (save/load torch's mega-cache) is importable by the command;
+        # the directory holds only stdlib modules (its sitecustomize chains to any other).
+        env["PYTHONPATH"] = startup_dir()
     env.update(profile.env)
     env["ENVLOCK_PROFILE"] = str(profile.path)
     env["ENVLOCK_GENERATION"] = state.current or ""
     return env
 
 
-def compile_artifacts_env(path: str) -> dict[str, str]:
-    """Variables that make the command's Python load a mega-cache file at start-up."""
+def startup_dir() -> str:
+    """envlock/startup: envlock_megacache and the sitecustomize that loads artifacts."""
     from importlib import resources
 
-    startup = str(resources.files("envlock").joinpath("startup"))
-    return {"ENVLOCK_COMPILE_ARTIFACTS": path, "PYTHONPATH": startup}
+    return str(resources.files("envlock").joinpath("startup"))
+
+
+def compile_artifacts_env(path: str) -> dict[str, str]:
+    """Variables that make the command's Python load a mega-cache file at start-up."""
+    return {"ENVLOCK_COMPILE_ARTIFACTS": path, "PYTHONPATH": startup_dir()}
