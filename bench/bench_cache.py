@@ -38,25 +38,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.projects import compile_env, torch_profile_text  # noqa: E402
+
 RESULTS = REPO / "bench" / "results" / "cache.json"
 ENVLOCK = [sys.executable, "-m", "envlock"]
 MODES = ("cold", "warm", "restored", "restored_elsewhere", "megacache")
 
-PROFILE = """\
-[profile]
-name = "benchcache"
-[target]
-type = "local"
-root = "root"
-venv = "venv"
-[python]
-version = "3.11"
-[torch]
-version = "{torch}"
-backend = "{backend}"
-[dependencies]
-packages = []
-"""
 
 SCRIPT = """\
 import json
@@ -113,22 +100,6 @@ def has_gpu() -> bool:
     return proc.returncode == 0 and "GPU" in proc.stdout
 
 
-def bench_env(work: Path) -> dict[str, str]:
-    """The caller's environment minus its own compile-cache settings; bytecode is written
-    (to a prefix in the work dir) even where the image sets PYTHONDONTWRITEBYTECODE, and
-    TMPDIR is the work dir's: inductor's CPU precompiled headers (~150 MB per venv path,
-    outside TORCHINDUCTOR_CACHE_DIR) are removed with it."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("TORCHINDUCTOR_", "TRITON_")) and k != "PYTHONDONTWRITEBYTECODE"
-    }
-    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
-    (work / "tmp").mkdir(exist_ok=True)
-    env["TMPDIR"] = str(work / "tmp")
-    return env
-
-
 def envlock(env: dict[str, str], *args: str | Path) -> str:
     proc = subprocess.run(
         [*ENVLOCK, *map(str, args)], env=env, capture_output=True, text=True, check=False
@@ -173,12 +144,12 @@ def main() -> None:
     args = parser.parse_args()
     backend = args.backend if args.backend != "auto" else ("cu128" if has_gpu() else "cpu")
     work = Path(tempfile.mkdtemp(prefix="envlock-bench-cache-"))
-    env = bench_env(work)
+    env = compile_env(work)
     samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     results: dict[str, Any] = {"runs": args.runs, "backend": backend}
     try:
         profile = work / "benchcache.toml"
-        profile.write_text(PROFILE.format(torch=args.torch, backend=backend))
+        profile.write_text(torch_profile_text("benchcache", torch=args.torch, backend=backend))
         script = work / "compile_step.py"
         script.write_text(SCRIPT)
         artifacts, archive = work / "artifacts.bin", work / "cache.tar.gz"

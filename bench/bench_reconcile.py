@@ -33,25 +33,10 @@ from envlock.apply import execute, gather_state, open_context  # noqa: E402
 from envlock.lock import read_lock  # noqa: E402
 from envlock.plan import plan_rollback  # noqa: E402
 from envlock.uvbin import uv_path  # noqa: E402
+from tests.projects import torch_profile_text  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "reconcile.json"
 ENVLOCK = [sys.executable, "-m", "envlock"]
-
-PROFILE = """\
-[profile]
-name = "bench"
-[target]
-type = "local"
-root = "root"
-venv = "venv"
-[python]
-version = "3.11"
-[torch]
-version = "2.13.0"
-backend = "cpu"
-[dependencies]
-packages = {packages}
-"""
 
 
 def timed(argv: list[str], **kwargs: Any) -> float:
@@ -66,7 +51,7 @@ def median_of(runs: int, fn: Callable[[], float]) -> float:
 
 def write_profile(work: Path, packages: list[str]) -> Path:
     profile = work / "bench.toml"
-    profile.write_text(PROFILE.format(packages=json.dumps(packages)))
+    profile.write_text(torch_profile_text("bench", packages=tuple(packages)))
     return profile
 
 

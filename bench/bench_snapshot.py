@@ -25,21 +25,9 @@ sys.path.insert(0, str(REPO))
 
 import envlock  # noqa: E402
 from envlock.uvbin import uv_path  # noqa: E402
+from tests.projects import torch_profile_text  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "snapshot.json"
-PROFILE = """\
-[profile]
-name = "bench"
-[target]
-type = "local"
-root = "root"
-venv = "venv"
-[python]
-version = "3.11"
-[torch]
-version = "2.13.0"
-backend = "cpu"
-"""
 
 
 def timed(argv: list[str]) -> float:
@@ -55,7 +43,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="envlock-bench-snapshot-"))
     try:
         profile = work / "bench.toml"
-        profile.write_text(PROFILE)
+        profile.write_text(torch_profile_text("bench"))
         for step in (["lock"], ["apply", "-y"]):
             subprocess.run(
                 [sys.executable, "-m", "envlock", *step, str(profile)],

@@ -62,3 +62,59 @@ def write_seed_project(
     profile = base / f"{name}.toml"
     profile.write_text("\n".join(lines))
     return profile
+
+
+def torch_profile_text(
+    name: str,
+    *,
+    torch: str = "2.13.0",
+    backend: str = "cpu",
+    packages: tuple[str, ...] = (),
+    extra: str = "",
+) -> str:
+    """A local-target profile with real torch (found through the machine's find-links or the
+    backend's index), root and venv beside the profile."""
+    return "\n".join(
+        [
+            "[profile]",
+            f'name = "{name}"',
+            "",
+            "[target]",
+            'type = "local"',
+            'root = "root"',
+            'venv = "venv"',
+            "",
+            "[python]",
+            'version = "3.11"',
+            "",
+            "[torch]",
+            f'version = "{torch}"',
+            f'backend = "{backend}"',
+            "",
+            *(
+                ["[dependencies]", f"packages = {toml_list(list(packages))}", ""]
+                if packages
+                else []
+            ),
+            extra,
+        ]
+    )
+
+
+def compile_env(work: Path) -> dict[str, str]:
+    """The caller's environment for runs that compile with torch: without compile-cache
+    settings of its own; bytecode written to a prefix in `work` even where the image sets
+    PYTHONDONTWRITEBYTECODE (else every run recompiles torch's sources, ~15 s); TMPDIR in
+    `work`, since inductor keeps CPU precompiled headers (~150 MB per venv path) under
+    $TMPDIR/torchinductor_$USER, outside TORCHINDUCTOR_CACHE_DIR."""
+    import os
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TORCHINDUCTOR_", "TRITON_")) and k != "PYTHONDONTWRITEBYTECODE"
+    }
+    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(work / "tmp")
+    return env

@@ -33,28 +33,13 @@ import pytest
 
 from envlock.startup import envlock_megacache
 from tests.conftest import run_envlock
+from tests.projects import compile_env, torch_profile_text
 from tests.support import TORCH_CPU_VERSION
 
 pytestmark = pytest.mark.slow
 
 TORCH_VERSION = TORCH_CPU_VERSION.split("+")[0]
 
-PROFILE = """\
-[profile]
-name = "{name}"
-
-[target]
-type = "local"
-root = "root"
-venv = "venv"
-
-[python]
-version = "3.11"
-
-[torch]
-version = "{torch}"
-backend = "cpu"
-{extra}"""
 
 # The suite's stand-in torch (tests/wheelhouse.py): installs, reports its build, can't compile.
 FAKE_EXTRA = """
@@ -100,26 +85,6 @@ print(json.dumps(result))
 """
 
 
-def base_env(work: Path) -> dict[str, str]:
-    """The caller's environment without compile-cache settings of its own.
-
-    The image sets PYTHONDONTWRITEBYTECODE, which makes every run recompile torch's
-    sources to bytecode (~15 s here); bytecode goes to a prefix outside the generations
-    instead, so only the first run of each root pays for it. TMPDIR is the module's own:
-    on CPU inductor keeps precompiled headers (~150 MB per venv path) under
-    $TMPDIR/torchinductor_$USER, outside TORCHINDUCTOR_CACHE_DIR, and they go with it.
-    """
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("TORCHINDUCTOR_", "TRITON_")) and k != "PYTHONDONTWRITEBYTECODE"
-    }
-    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
-    (work / "tmp").mkdir(exist_ok=True)
-    env["TMPDIR"] = str(work / "tmp")
-    return env
-
-
 class Project:
     """A profile in its own directory, its root beside it; the CLI run as a user runs it."""
 
@@ -132,7 +97,7 @@ class Project:
     def write(self, torch: str = TORCH_VERSION, extra: str = "") -> Project:
         self.dir.mkdir(parents=True, exist_ok=True)
         name = self.profile.stem
-        self.profile.write_text(PROFILE.format(name=name, torch=torch, extra=extra))
+        self.profile.write_text(torch_profile_text(name, torch=torch, extra=extra))
         return self
 
     def envlock(
@@ -229,7 +194,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def env(work: Path) -> dict[str, str]:
-    return base_env(work)
+    return compile_env(work)
 
 
 @pytest.fixture(scope="module")

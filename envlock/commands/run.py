@@ -63,8 +63,9 @@ def command(
     if artifacts:
         if ctx.profile.target.type != "local":
             raise UsageError(
-                "--compile-artifacts works on local targets; on a remote one, "
-                "load them in the script (envlock_megacache.load)"
+                "--compile-artifacts works on local targets",
+                hint="on a remote target, add envlock to the environment's packages and load "
+                "them in the script: envlock.startup.envlock_megacache.load(FILE)",
             )
         env.update(compile_artifacts_env(os.path.abspath(artifacts)))
     if snapshot_dir:
