@@ -15,6 +15,9 @@ help:
 setup:
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.13,<0.14"
 	$(UV) sync --quiet
+	@# envlock itself is installed editable: compile it too, so that start-up reads bytecode
+	@# even where PYTHONDONTWRITEBYTECODE is set.
+	.venv/bin/python -m compileall -q envlock
 
 demo: setup
 	.venv/bin/envlock lock profiles/local-cpu.toml

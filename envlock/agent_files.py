@@ -99,7 +99,9 @@ def write_manifest(venv):
             )
         entries[rel] = entry
     os.makedirs(os.path.join(venv, META_DIR), exist_ok=True)
-    write_atomic(os.path.join(venv, MANIFEST), json.dumps({"files": entries}).encode())
+    # The directories are stored too: finding added files then needs no path splitting.
+    manifest = {"files": entries, "dirs": sorted(directories_of(entries))}
+    write_atomic(os.path.join(venv, MANIFEST), json.dumps(manifest).encode())
     return len(entries), sum(entry[0] for entry in entries.values())
 
 
@@ -131,7 +133,7 @@ def verify_files(venv, deep=False):
     for (rel, entry, links), verdict in zip(suspects, verdicts):  # noqa: B905 (py3.8)
         if verdict is not None:
             changed.append({"path": rel, "dist": entry[3], "why": verdict, "links": links})
-    added = added_files(venv, expected)
+    added = added_files(venv, expected, manifest.get("dirs"))
     if added:
         owners = owners or read_records(venv)
         for item in added:
@@ -156,13 +158,20 @@ def judge_all(venv, suspects, owners, deep):
         )
 
 
-def added_files(venv, expected):
+def directories_of(paths):
+    """Every directory holding one of `paths` (relative), the venv's top ("") included."""
+    known = {""}
+    for rel in paths:
+        parent = rel.rpartition("/")[0]
+        while parent and parent not in known:
+            known.add(parent)
+            parent = parent.rpartition("/")[0]
+    return known
+
+
+def added_files(venv, expected, known_dirs=None):
     """Files present in the venv that the manifest does not know (new dirs walked whole)."""
-    known_dirs = {""}
-    for rel in expected:
-        parts = rel.split("/")[:-1]
-        for depth in range(1, len(parts) + 1):
-            known_dirs.add("/".join(parts[:depth]))
+    known_dirs = set(known_dirs) if known_dirs is not None else directories_of(expected)
     added = []
     for rel_dir in known_dirs:
         try:
