@@ -1,7 +1,6 @@
 # envlock — set-up, tests, lint and the demo. Needs only python3 (3.10+) and the registries.
 PYTHON ?= python3
 UV := $(PYTHON) -m uv
-export UV_COMPILE_BYTECODE := 1
 
 .PHONY: help setup demo test lint bench system-deps clean
 
@@ -14,7 +13,7 @@ help:
 # uv comes from its PyPI wheel; envlock's own environment is a uv project (.venv).
 setup:
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.13,<0.14"
-	$(UV) sync --quiet
+	$(UV) sync --quiet --compile-bytecode
 	@# envlock itself is installed editable: compile it too, so that start-up reads bytecode
 	@# even where PYTHONDONTWRITEBYTECODE is set.
 	.venv/bin/python -m compileall -q envlock

@@ -72,7 +72,7 @@ def _parse() -> argparse.Namespace:
 
 def _torch_venv(work: Path) -> Path:
     print("building a CPU-torch venv (tests.support.make_torch_venv)…", file=sys.stderr)
-    return make_torch_venv(work / "venv")
+    return make_torch_venv(work / "venv", compile_bytecode=True)
 
 
 def _run(argv: list[str], repeat: int) -> dict[str, Any]:

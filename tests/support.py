@@ -19,11 +19,16 @@ def machine_find_links() -> list[str]:
     return environment_find_links()
 
 
-def make_torch_venv(dest: Path) -> Path:
-    """A real venv with CPU torch in it; returns its python. Fails loudly if torch can't be had."""
+def make_torch_venv(dest: Path, *, compile_bytecode: bool = False) -> Path:
+    """A real venv with CPU torch in it; returns its python. Fails loudly if torch can't be had.
+
+    Benchmarks compile bytecode, so that `import torch` costs what it does on a normal
+    machine even where PYTHONDONTWRITEBYTECODE is set (as on this project's machines)."""
     subprocess.run([UV, "venv", "-q", "--python", "3.11", str(dest)], check=True)
     python = dest / "bin" / "python"
     argv = [UV, "pip", "install", "-q", "--python", str(python), f"torch=={TORCH_CPU_VERSION}"]
+    if compile_bytecode:
+        argv.append("--compile-bytecode")
     for link in machine_find_links():
         argv += ["--find-links", link]
     proc = subprocess.run(argv, capture_output=True, text=True)
