@@ -181,8 +181,15 @@ def fresh_root(
         source = prefix / generation(bytecode_of).relative_to("/")
         if source.is_dir():
             dest = prefix / generation(project).relative_to("/")
-            shutil.copytree(source, dest, copy_function=os.link, dirs_exist_ok=True)
+            shutil.copytree(source, dest, copy_function=link_unless_present, dirs_exist_ok=True)
     return project
+
+
+def link_unless_present(source: str, dest: str) -> None:
+    """Hardlink bytecode across roots; bytecode already there (an installer that compiles,
+    e.g. with UV_COMPILE_BYTECODE set) is as good."""
+    if not os.path.exists(dest):
+        os.link(source, dest)
 
 
 @pytest.fixture(scope="module")
