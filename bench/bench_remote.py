@@ -59,7 +59,7 @@ def write_profile(base: Path, wheels: Path, node: Node, vmid: int, url: str, ca:
                 f'secret-env = "{SECRET_ENV}"',
                 f'ca-file = "{ca}"',
                 f'root = "{ROOT}"',
-                'venv = "/root/venv"',
+                'venv = "/opt/venv"',
                 'host = "127.0.0.1"',
                 f"port = {node.port}",
                 'user = "root"',
@@ -169,7 +169,7 @@ def test_bench_remote(
             "pip",
             "freeze",
             "--python",
-            "/root/venv/bin/python",
+            "/opt/venv/bin/python",
         )
     ]
     baseline = [measure(freeze, env, log, node_sshd) for _ in range(RUNS)]

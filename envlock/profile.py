@@ -299,7 +299,7 @@ class _ProfileReader:
             t.fail(
                 "venv",
                 f'"{venv}" must not be the root or inside its generations',
-                hint="use a path such as <root>/venv or /root/venv",
+                hint="use a path such as <root>/venv or /opt/venv",
             )
         return Target(**fields)
 

@@ -28,26 +28,14 @@ def write_seed_project(
         (base / "scripts" / rel).parent.mkdir(parents=True, exist_ok=True)
         (base / "scripts" / rel).write_text(text)
     lines = [
-        "[profile]",
-        f'name = "{name}"',
-        "",
-        "[target]",
-        'type = "local"',
-        'root = "root"',
-        'venv = "venv"',
-        "",
-        "[python]",
-        'version = "3.11"',
-        "",
-        "[torch]",
-        'version = "2.11.0"',
-        f'backend = "{backend}"',
-        "",
-        "[dependencies]",
-        f"packages = {toml_list(list(packages))}",
-        f"find-links = {toml_list([str(wheelhouse)])}",
-        "offline = true",
-        "",
+        torch_profile_text(
+            name,
+            torch="2.11.0",
+            backend=backend,
+            packages=packages,
+            find_links=(str(wheelhouse),),
+            offline=True,
+        )
     ]
     if env:
         lines += ["[env]"] + [f"{k} = {json.dumps(v)}" for k, v in env.items()] + [""]
@@ -70,10 +58,19 @@ def torch_profile_text(
     torch: str = "2.13.0",
     backend: str = "cpu",
     packages: tuple[str, ...] = (),
+    find_links: tuple[str, ...] = (),
+    offline: bool = False,
     extra: str = "",
 ) -> str:
-    """A local-target profile with real torch (found through the machine's find-links or the
-    backend's index), root and venv beside the profile."""
+    """A local-target profile with torch, root and venv beside the profile. Without
+    find-links, real torch comes through the machine's find-links or the backend's index."""
+    dependencies = []
+    if packages or find_links:
+        dependencies = ["[dependencies]", f"packages = {toml_list(list(packages))}"]
+        if find_links:
+            dependencies.append(f"find-links = {toml_list(list(find_links))}")
+        dependencies += ["offline = true"] if offline else []
+        dependencies.append("")
     return "\n".join(
         [
             "[profile]",
@@ -91,11 +88,7 @@ def torch_profile_text(
             f'version = "{torch}"',
             f'backend = "{backend}"',
             "",
-            *(
-                ["[dependencies]", f"packages = {toml_list(list(packages))}", ""]
-                if packages
-                else []
-            ),
+            *dependencies,
             extra,
         ]
     )

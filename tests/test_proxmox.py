@@ -230,7 +230,7 @@ def target(fakepve_url: str, fakepve_cafile: str, monkeypatch: pytest.MonkeyPatc
     return Target(
         type="proxmox-lxc",
         root="/opt/envlock",
-        venv="/root/venv",
+        venv="/opt/venv",
         host="127.0.0.1",
         api_url=fakepve_url,
         node="pve1",

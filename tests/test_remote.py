@@ -166,7 +166,7 @@ def lxc_profile(
         f'secret-env = "{SECRET_ENV}"',
         f'ca-file = "{fakepve_cafile}"',
         f"root = \"/opt/env lock 'q' $(touch {canary}); x\"",
-        'venv = "/root/venv"',
+        'venv = "/opt/venv"',
         *ssh_lines(node_sshd),
     ]
     container = "\n".join(
@@ -235,7 +235,7 @@ def test_proxmox_lxc_seed_scenario(
         "-q",
         "--offline",
         "--python",
-        "/root/venv/bin/python",
+        "/opt/venv/bin/python",
         "--find-links",
         str(wheelhouse),
         "sglang",
