@@ -13,7 +13,6 @@ Compatible with Python 3.8+ (the target's interpreter is not ours to choose).
 """
 
 import base64
-import contextlib
 import errno
 import hashlib
 import json
@@ -137,15 +136,6 @@ def append_history(root, entry):
         os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
     finally:
         os.close(fd)
-
-
-def dir_size(path):
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total
 
 
 class AgentError(Exception):

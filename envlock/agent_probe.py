@@ -163,7 +163,9 @@ def probe(req):
         state.update(facts)
         if req.get("verify", True):
             state["files"] = verify_files(gen_dir, deep=req.get("deep", False))
-        state["cache"] = cache_state(req.get("cache_dir"), facts["fingerprint"])
+        state["cache"] = cache_state(
+            req.get("cache_dir"), facts["fingerprint"], full=req.get("warmth", False)
+        )
     state["scripts"] = scripts_state(req.get("scripts"))
     state["uv"] = uv_state(req.get("uv"))
     return state
@@ -227,14 +229,20 @@ def link_state(venv, root):
     return {"kind": "absent"}
 
 
-def cache_state(cache_dir, fingerprint):
+def cache_state(cache_dir, fingerprint, full=False):
+    """The build's cache dir. Counting a warm cache (thousands of files) is left to those
+    who report it (snapshots); a check only needs to know whether any file is there."""
     if not cache_dir or fingerprint is None:
         return None
     path = os.path.join(cache_dir, fingerprint["id"])
     state = {"dir": path, "fingerprint": fingerprint, "exists": os.path.isdir(path)}
     if state["exists"]:
-        state.update(cache_warmth(path))
+        state.update(cache_warmth(path) if full else {"files": int(any_file(path))})
     return state
+
+
+def any_file(path):
+    return any(names for _, _, names in os.walk(path))
 
 
 def scripts_state(spec):

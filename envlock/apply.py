@@ -62,12 +62,18 @@ def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = Fa
     return Context(profile, lock, transport_for(profile), stale)
 
 
-def gather_state(ctx: Context, *, deep: bool = False, verify: bool = True) -> State:
-    return gather(ctx.transport, ctx.profile, sorted(ctx.scripts), deep=deep, verify=verify)
+def gather_state(
+    ctx: Context, *, deep: bool = False, verify: bool = True, warmth: bool = False
+) -> State:
+    """One probe of the target: `verify` checks the files, `warmth` counts the build's
+    compile cache (files, bytes) instead of only asking whether it holds any."""
+    return gather(
+        ctx.transport, ctx.profile, sorted(ctx.scripts), deep=deep, verify=verify, warmth=warmth
+    )
 
 
-def check(ctx: Context, *, deep: bool = False) -> tuple[State, list[Drift]]:
-    state = gather_state(ctx, deep=deep)
+def check(ctx: Context, *, deep: bool = False, warmth: bool = False) -> tuple[State, list[Drift]]:
+    state = gather_state(ctx, deep=deep, warmth=warmth)
     return state, compute_drift(ctx.expectation(), state)
 
 

@@ -8,7 +8,7 @@ from importlib import import_module
 import click
 
 from envlock import __version__, ui
-from envlock.errors import EXIT_USAGE, EnvlockError
+from envlock.errors import EnvlockError
 
 # name -> module under envlock.commands defining a click command named `command`.
 COMMANDS = {
@@ -37,12 +37,7 @@ class EnvlockGroup(click.Group):
         module_name = COMMANDS.get(name)
         if module_name is None:
             return None
-        try:
-            module = import_module(f"envlock.commands.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"envlock.commands.{module_name}":
-                raise
-            return not_built(name, "Not part of this build")
+        module = import_module(f"envlock.commands.{module_name}")
         command = getattr(module, "command", None) or getattr(module, f"{module_name}_cmd")
         return command
 
@@ -72,17 +67,3 @@ def main() -> None:
     except KeyboardInterrupt:
         ui.error("interrupted")
         sys.exit(130)
-
-
-def not_built(name: str, summary: str) -> click.Command:
-    """A command of the CLI contract this version does not implement yet: says so, exit 2."""
-
-    @click.command(
-        name, help=f"{summary} (not built yet)", context_settings={"ignore_unknown_options": True}
-    )
-    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def command(args: tuple[str, ...]) -> None:
-        ui.error(f"`envlock {name}` is not built yet in envlock {__version__}")
-        sys.exit(EXIT_USAGE)
-
-    return command

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -192,23 +193,9 @@ def torch_drift(want: str, have: str, torch: dict[str, Any]) -> Drift:
 NVIDIA_RE = re.compile(r"^(nvidia-[a-z0-9-]+?)-cu(\d+)$")
 
 
-def cuda_majors(names: object) -> set[str]:
-    """CUDA majors named by nvidia-*-cuNN packages or requirements."""
-    found = set()
-    for name in names:  # type: ignore[attr-defined]
-        match = NVIDIA_RE.match(
-            str(name)
-            .split(";")[0]
-            .split("=")[0]
-            .split("<")[0]
-            .split(">")[0]
-            .strip()
-            .lower()
-            .replace("_", "-")
-        )
-        if match:
-            found.add(match.group(2))
-    return found
+def cuda_majors(names: Iterable[str]) -> set[str]:
+    """CUDA majors named by nvidia-*-cuNN package names."""
+    return {m.group(2) for name in names for m in [NVIDIA_RE.match(name)] if m}
 
 
 def cuda_library_drift(

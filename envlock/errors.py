@@ -62,7 +62,3 @@ class OperationError(EnvlockError):
     """A target, transport, resolver or API operation failed: exit 3."""
 
     exit_code = EXIT_FAILED
-
-
-class NotBuiltYet(UsageError):
-    """A command named in the CLI contract that this version does not implement."""

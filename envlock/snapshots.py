@@ -135,7 +135,7 @@ def take_snapshot(ctx: Context, *, command: list[str], config: Any = None) -> di
     from envlock.apply import gather_state
     from envlock.runenv import run_environment
 
-    state = gather_state(ctx, verify=False)
+    state = gather_state(ctx, verify=False, warmth=True)
     environ: Mapping[str, str] = os.environ
     if state.current and not os.environ.get("ENVLOCK_GENERATION"):
         environ = run_environment(ctx.profile, state, os.environ)

@@ -75,7 +75,12 @@ def parse_state(raw: dict[str, Any]) -> State:
 
 
 def probe_request(
-    profile: Profile, script_files: list[str], *, deep: bool = False, verify: bool = True
+    profile: Profile,
+    script_files: list[str],
+    *,
+    deep: bool = False,
+    verify: bool = True,
+    warmth: bool = False,
 ) -> dict:
     scripts = None
     if profile.scripts is not None:
@@ -87,6 +92,7 @@ def probe_request(
         "scripts": scripts,
         "deep": deep,
         "verify": verify,
+        "warmth": warmth,
         "uv": {"path": target_uv(profile), "version": uv_version()} if is_remote(profile) else None,
     }
 
@@ -98,13 +104,14 @@ def gather(
     *,
     deep: bool = False,
     verify: bool = True,
+    warmth: bool = False,
 ) -> State:
     """One round trip: the agent, run by the environment's own interpreter, reports state."""
     raw = call_agent(
         transport,
         profile.target.root,
         "probe",
-        probe_request(profile, script_files, deep=deep, verify=verify),
+        probe_request(profile, script_files, deep=deep, verify=verify, warmth=warmth),
         env_python=True,
     )
     return parse_state(raw)

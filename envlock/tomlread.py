@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -127,10 +127,6 @@ class Table:
         if not isinstance(value, dict):
             self.fail(key, f"expected a table, found {describe(value)}")
         return Table(self.path, f"{self.name}.{key}", value)
-
-    def check(self, key: str, test: Callable[[Any], bool], message: str, hint: str = "") -> None:
-        if key in self.data and not test(self.data[key]):
-            self.fail(key, message, hint=hint or None)
 
     def finish(self) -> None:
         """Report the first key that nobody asked for."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,10 +14,6 @@ from rich.markup import escape as rich_escape
 # Reports go to stdout; progress, prompts and errors to stderr so `--json` stays parseable.
 out = Console(highlight=False, soft_wrap=True, emoji=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
-
-
-def no_color() -> bool:
-    return bool(os.environ.get("NO_COLOR"))
 
 
 def emit_json(data: Any) -> None:

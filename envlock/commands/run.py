@@ -44,7 +44,7 @@ def command(
     if not argv:
         raise UsageError("no command given", hint="envlock run PROFILE -- python train.py")
     ctx = open_context(profile, allow_stale=True)
-    state, drifts = check(ctx)
+    state, drifts = check(ctx, warmth=bool(snapshot_dir))  # a snapshot records the warmth
     blocking = [d for d in drifts if d.kind != "cache-dir"]
     if state.current is None or not state.in_generation:
         ui.error("no working environment on the target")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -80,9 +79,3 @@ def communicate(
     code = proc.wait()
     reader.join()
     return Result(tuple(argv), code, stdout, b"".join(err_chunks))
-
-
-def environ_for_exec(extra: Mapping[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(extra)
-    return env

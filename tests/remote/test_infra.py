@@ -51,7 +51,7 @@ def test_pct_exec_reaches_a_real_debian_container(node_sshd: Node, lxc_container
     marker = f"envlock-marker-{uuid.uuid4().hex}"
     code = (
         "import json, os, pathlib, socket, sys\n"
-        f"pathlib.Path('/root/{marker}').write_text('inside')\n"
+        f"pathlib.Path('/srv/{marker}').write_text('inside')\n"
         "print(json.dumps({'os_release': open('/etc/os-release').read(),"
         " 'hostname': socket.gethostname(), 'exe': sys.executable,"
         " 'real': os.path.realpath(sys.executable),"
@@ -69,8 +69,8 @@ def test_pct_exec_reaches_a_real_debian_container(node_sshd: Node, lxc_container
     assert info["version"] == [3, 11]
     assert info["uid"] == 0
     # the file landed in the container's rootfs, not the node's
-    assert (LXC_PATH / str(vmid) / "rootfs" / "root" / marker).read_text() == "inside"
-    assert not Path("/root", marker).exists()
+    assert (LXC_PATH / str(vmid) / "rootfs" / "srv" / marker).read_text() == "inside"
+    assert not Path("/srv", marker).exists()
 
 
 def test_pct_exec_passes_exit_code_stdout_stderr_and_stdin(node_sshd: Node, lxc_container) -> None:
