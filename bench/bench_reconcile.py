@@ -29,9 +29,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from envlock.apply import execute, gather_state, open_context  # noqa: E402
 from envlock.lock import read_lock  # noqa: E402
-from envlock.plan import plan_rollback  # noqa: E402
+from envlock.reconcile.context import gather_state, open_context  # noqa: E402
+from envlock.reconcile.execute import execute  # noqa: E402
+from envlock.reconcile.plan import plan_rollback  # noqa: E402
 from envlock.uvbin import uv_path  # noqa: E402
 from tests.projects import torch_profile_text  # noqa: E402
 
@@ -193,7 +194,7 @@ def main() -> None:
 
 
 def _in_process_check(ctx: Any) -> float:
-    from envlock.apply import check
+    from envlock.reconcile.context import check
 
     started = time.perf_counter()
     check(ctx)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from envlock.profile import load_profile
-from envlock.targets import ssh_to
 from envlock.targets.ssh import close_master
 from tests.projects import toml_list
 from tests.remote.fixtures import Node
@@ -149,7 +148,7 @@ def test_bench_remote(
             [*envlock, *step, str(profile)], env=env, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr
-    transport = ssh_to(load_profile(profile).target)  # the profile's own master
+    transport = load_profile(profile).target.settings.ssh.transport()  # the profile's own master
     check = [*envlock, "check", str(profile)]
     cold = [
         measure(check, env, log, node_sshd, before=lambda: close_master(transport))

@@ -21,15 +21,3 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def symlink_atomic(link: Path, target: str) -> None:
-    """Point `link` at `target` atomically (new link beside it, then rename over)."""
-    tmp = link.parent / f".{link.name}.{os.getpid()}.tmp"
-    tmp.unlink(missing_ok=True)
-    os.symlink(target, tmp)
-    try:
-        os.replace(tmp, link)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

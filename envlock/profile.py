@@ -21,12 +21,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envlock.errors import ProfileError
-from envlock.tomlread import Table, describe, load_toml, suggest
+from envlock.proxmox.settings import Container
+from envlock.targets.base import Target
+from envlock.targets.registry import TARGET_TYPES
+from envlock.tomlread import ENV_NAME_RE, Table, describe, load_toml, suggest
 
-SCHEMA_VERSION = 1
-TARGET_TYPES = ("local", "ssh", "proxmox-lxc")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BACKEND_RE = re.compile(r"^(cpu|cu\d{2,3}|rocm\d+\.\d+(\.\d+)?|xpu|pypi)$")
 PLATFORM_RE = re.compile(
     r"^(linux|(x86_64|aarch64)-(manylinux2014|manylinux_2_\d+|unknown-linux-(gnu|musl)))$"
@@ -47,57 +47,6 @@ TORCH_FAMILY = frozenset(
         "torchdata",
     }
 )
-# The ones whose versions carry the backend's local label (e.g. 0.26.0+cu128).
-LABELLED_FAMILY = frozenset({"torch", "torchvision", "torchaudio"})
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: str
-    path: str
-    ro: bool = False
-
-
-@dataclass(frozen=True)
-class Container:
-    """A Proxmox LXC container as the profile declares it."""
-
-    ostemplate: str
-    rootfs: str
-    cores: int = 1
-    memory: int = 1024
-    swap: int = 0
-    hostname: str | None = None
-    unprivileged: bool = False
-    features: tuple[str, ...] = ()
-    net: tuple[str, ...] = ()
-    devices: tuple[str, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    snapshot_before_apply: bool = False
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where the environment lives. Connection fields depend on `type`."""
-
-    type: str
-    root: str
-    venv: str
-    host: str | None = None
-    user: str | None = None
-    port: int | None = None
-    identity_file: str | None = None
-    ssh_options: tuple[str, ...] = ()
-    # proxmox-lxc
-    api_url: str | None = None
-    node: str | None = None
-    vmid: int | None = None
-    api_user: str | None = None
-    token_id: str | None = None
-    secret_env: str | None = None
-    secret_file: str | None = None
-    ca_file: str | None = None
-    verify_tls: bool = True
 
 
 @dataclass(frozen=True)
@@ -278,22 +227,18 @@ class _ProfileReader:
     def read_target(self, name: str) -> Target:
         t = self.required_table("target")
         kind = t.string("type")
-        if kind not in TARGET_TYPES:
+        target_type = TARGET_TYPES.get(kind)
+        if target_type is None:
             t.fail(
                 "type",
                 f'expected one of {", ".join(TARGET_TYPES)}, found "{kind}"',
                 hint=suggest(kind, list(TARGET_TYPES)),
             )
-        remote = kind != "local"
+        remote = target_type.remote
         default_root = None if remote else f"~/.local/share/envlock/{name}"
         root = self.path_value(t, "root", default_root, absolute=remote)
         venv = self.path_value(t, "venv", str(PurePosixPath(root) / "venv"), absolute=remote)
-        fields: dict[str, Any] = {"type": kind, "root": root, "venv": venv}
-        if kind == "ssh":
-            fields.update(self.read_ssh_fields(t, required_host=True))
-        if kind == "proxmox-lxc":
-            fields.update(self.read_ssh_fields(t, required_host=True))
-            fields.update(self.read_proxmox_fields(t))
+        settings = target_type.read_settings(t, lambda value: str(self.local_path(value)))
         t.finish()
         if _is_within(venv, root + "/generations") or venv.rstrip("/") == root.rstrip("/"):
             t.fail(
@@ -301,7 +246,7 @@ class _ProfileReader:
                 f'"{venv}" must not be the root or inside its generations',
                 hint="use a path such as <root>/venv or /opt/venv",
             )
-        return Target(**fields)
+        return Target(target_type, root, venv, settings)
 
     def path_value(self, t: Table, key: str, default: Any, *, absolute: bool) -> Any:
         value = t.string(key, default) if default is not None else t.string(key)
@@ -321,65 +266,6 @@ class _ProfileReader:
         full = expanded if expanded.is_absolute() else self.path.parent.resolve() / expanded
         return Path(os.path.normpath(full))
 
-    def read_ssh_fields(self, t: Table, *, required_host: bool) -> dict[str, Any]:
-        host = t.string("host") if required_host else t.string("host", None)
-        if host.startswith("-") or not host.strip() or any(c.isspace() for c in host):
-            t.fail("host", f'expected a host name or ssh alias, found "{host}"')
-        port = t.integer("port", None, minimum=1)
-        if port is not None and port > 65535:
-            t.fail("port", f"expected a TCP port (1-65535), found {port}")
-        identity = t.string("identity-file", None)
-        options = t.strings("ssh-options", [])
-        for index, option in enumerate(options):
-            if not re.match(r"^[A-Za-z]+=", option):
-                t.fail(f"ssh-options[{index}]", f'expected "Name=value", found "{option}"')
-        user = t.string("user", None)
-        return {
-            "host": host,
-            "user": user,
-            "port": port,
-            "identity_file": str(self.local_path(identity)) if identity else None,
-            "ssh_options": tuple(options),
-        }
-
-    def read_proxmox_fields(self, t: Table) -> dict[str, Any]:
-        api_url = t.string("api-url")
-        if not re.match(r"^https://[^/\s]+", api_url):
-            t.fail(
-                "api-url",
-                f'expected an https:// URL of the Proxmox API, found "{api_url}"',
-                hint='e.g. "https://pve1.example:8006"',
-            )
-        node = t.string("node")
-        vmid = t.integer("vmid", minimum=100)
-        api_user = t.string("api-user", "root@pam")
-        if "@" not in api_user:
-            t.fail("api-user", f'expected user@realm, found "{api_user}"', hint='e.g. "root@pam"')
-        token_id = t.string("token-id", None)
-        secret_env = t.string("secret-env", None)
-        secret_file = t.string("secret-file", None)
-        if secret_env is None and secret_file is None:
-            t.fail(
-                "secret-env",
-                "missing: the Proxmox secret must come from an environment "
-                "variable or a file, never from the profile",
-                hint='add `secret-env = "PVE_TOKEN_SECRET"` or `secret-file = "..."`',
-            )
-        if secret_env is not None and not ENV_NAME_RE.match(secret_env):
-            t.fail("secret-env", f'expected an environment variable name, found "{secret_env}"')
-        ca_file = t.string("ca-file", None)
-        return {
-            "api_url": api_url,
-            "node": node,
-            "vmid": vmid,
-            "api_user": api_user,
-            "token_id": token_id,
-            "secret_env": secret_env,
-            "secret_file": str(self.local_path(secret_file)) if secret_file else None,
-            "ca_file": str(self.local_path(ca_file)) if ca_file else None,
-            "verify_tls": t.boolean("verify-tls", True),
-        }
-
     # -- [python] ---------------------------------------------------------------------------
     def read_python(self, target: Target) -> tuple[str, str]:
         t = self.required_table("python")
@@ -387,7 +273,7 @@ class _ProfileReader:
         if not PYTHON_RE.match(version):
             t.fail("version", f'expected a Python version such as "3.11", found "{version}"')
         default_platform = "x86_64-manylinux_2_28"
-        if target.type == "local":
+        if not target.remote:
             default_platform = f"{host_platform.machine()}-manylinux_2_28"
         plat = t.string("platform", default_platform)
         if not PLATFORM_RE.match(plat):
@@ -519,63 +405,16 @@ class _ProfileReader:
         t = self.table("container")
         if t is None:
             return None
-        if target.type != "proxmox-lxc":
+        if target.kind.read_container is None:
+            with_container = [k.name for k in TARGET_TYPES.values() if k.read_container]
             t.fail(
                 None,
-                f'a container only applies to proxmox-lxc targets, target type is "{target.type}"',
+                f"a container only applies to {', '.join(with_container)} targets, "
+                f'target type is "{target.type}"',
                 hint="remove [container] or set [target] type",
             )
-        ostemplate = t.string("ostemplate")
-        rootfs = t.string("rootfs")
-        if not re.match(r"^[A-Za-z0-9][\w.-]*:\S+$", rootfs):
-            t.fail("rootfs", f'expected STORAGE:SIZE_GB such as "local-lvm:64", found "{rootfs}"')
-        devices = t.strings("devices", [])
-        for index, dev in enumerate(devices):
-            if not dev.startswith("/dev/") or ".." in dev.split("/"):
-                t.fail(f"devices[{index}]", f'expected a device path under /dev, found "{dev}"')
-        if len(set(devices)) != len(devices):
-            t.fail("devices", "a device is listed twice")
-        container = Container(
-            ostemplate=ostemplate,
-            rootfs=rootfs,
-            cores=t.integer("cores", 1, minimum=1),
-            memory=t.integer("memory", 1024, minimum=16),
-            swap=t.integer("swap", 0, minimum=0),
-            hostname=t.string("hostname", None),
-            unprivileged=t.boolean("unprivileged", False),
-            features=tuple(t.strings("features", [])),
-            net=tuple(t.strings("net", [])),
-            devices=tuple(devices),
-            mounts=self.read_mounts(t),
-            snapshot_before_apply=t.boolean("snapshot-before-apply", False),
-        )
-        t.finish()
+        container: Container = target.kind.read_container(t)
         return container
-
-    def read_mounts(self, t: Table) -> tuple[Mount, ...]:
-        raw = t.raw("mounts", [])
-        if not isinstance(raw, list):
-            t.fail(
-                "mounts", f"expected an array of tables {{source, path, ro}}, found {describe(raw)}"
-            )
-        mounts = []
-        for index, item in enumerate(raw):
-            if not isinstance(item, dict):
-                t.fail(
-                    f"mounts[{index}]",
-                    f"expected a table {{source, path, ro}}, found {describe(item)}",
-                )
-            m = Table(self.label, f"container.mounts[{index}]", item)
-            mount = Mount(
-                source=m.string("source"), path=m.string("path"), ro=m.boolean("ro", False)
-            )
-            for key in ("source", "path"):
-                value = getattr(mount, key)
-                if not value.startswith("/"):
-                    m.fail(key, f'expected an absolute path, found "{value}"')
-            m.finish()
-            mounts.append(mount)
-        return tuple(mounts)
 
     # -- [cache], [env], [scripts] ----------------------------------------------------------
     def read_cache(self, target: Target) -> str:
@@ -583,7 +422,7 @@ class _ProfileReader:
         default = str(PurePosixPath(target.root) / "cache")
         if t is None:
             return default
-        value = self.path_value(t, "dir", default, absolute=target.type != "local")
+        value = self.path_value(t, "dir", default, absolute=target.remote)
         t.finish()
         return value
 
@@ -612,7 +451,7 @@ class _ProfileReader:
         if t is None:
             return None
         source = self.local_path(t.string("source", "."))
-        dest = self.path_value(t, "dest", None, absolute=target.type != "local")
+        dest = self.path_value(t, "dest", None, absolute=target.remote)
         files = t.strings("files")
         if not files:
             t.fail("files", "expected at least one file or glob")

@@ -23,6 +23,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 TOMLDecodeError = tomllib.TOMLDecodeError
 
 _MISSING = object()
+# An environment variable's name, wherever a profile names one.
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def load_toml(path: Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,3 +46,32 @@ def status(message: str, *, quiet: bool = False) -> Iterator[None]:
         return
     with err.status(escape(message)):
         yield
+
+
+# -- formatting for people --------------------------------------------------------------
+def size(n: int | float) -> str:
+    """Bytes for people: 1.5 GB, 512 B (powers of 1000, like file managers)."""
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"
+
+
+def ago(timestamp: float | None) -> str:
+    """How long ago a moment was: "3 h ago", "just now", "never"."""
+    if not timestamp:
+        return "never"
+    seconds = max(0, time.time() - timestamp)
+    for unit, length in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= length:
+            return f"{seconds / length:.0f} {unit} ago"
+    return "just now"
+
+
+def warmth(files: int, size_bytes: int | None) -> str:
+    """A compile cache's warmth: cold, or warm with its size and file count."""
+    if not files:
+        return "cold"
+    return f"warm ({size(size_bytes or 0)}, {files} files)"

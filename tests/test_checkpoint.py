@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from envlock.checkpoint import inspect_checkpoint, read_checkpoint_config
-from envlock.checkpoint_pickle import RestrictedUnpickler, Stub
+from envlock.checkpoint.reader import inspect_checkpoint, read_checkpoint_config
+from envlock.checkpoint.summary import summary
+from envlock.checkpoint.unpickler import RestrictedUnpickler, Stub
 from envlock.commands.inspect import inspect_cmd
 from envlock.errors import OperationError, UsageError
 from tests import checkpoint_factory as factory
@@ -300,7 +301,7 @@ def test_crafted_pickles_never_run(name: str, tmp_path: Path) -> None:
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("crafted/data.pkl", payload)
     try:
-        data = inspect_checkpoint(path).to_json()
+        data = summary(inspect_checkpoint(path))
     except OperationError as exc:  # refused as corrupt is fine too: what matters is nothing ran
         assert str(path) in exc.message
     else:
@@ -359,16 +360,16 @@ def test_shared_references_do_not_inflate(tmp_path: Path) -> None:
     for _ in range(40):
         x = [x, x]
     laughs = _zip_pickle(tmp_path / "laughs.pt", pickle.dumps({"config": {"x": x}, "m": x}, 2))
-    data = inspect_checkpoint(laughs).to_json()  # no tensors inside: walked once, quickly
+    data = summary(inspect_checkpoint(laughs))  # no tensors inside: walked once, quickly
     assert data["tensors"]["count"] == 0
     levels = b"".join(
         b"h" + bytes([i]) + b"h" + bytes([i]) + b"\x86q" + bytes([i + 1]) for i in range(40)
     )
     inflated = _zip_pickle(tmp_path / "inflated.pt", _one_tensor_pickle() + levels + b".", 1)
     with pytest.raises(OperationError, match="deliberately inflated"):
-        inspect_checkpoint(inflated).to_json()
+        summary(inspect_checkpoint(inflated))
     one = _zip_pickle(tmp_path / "one.pt", _one_tensor_pickle() + b".", 1)
-    assert inspect_checkpoint(one).to_json()["largest"][0]["shape"] == [1]
+    assert summary(inspect_checkpoint(one))["largest"][0]["shape"] == [1]
 
 
 def test_names_from_the_file_are_not_rich_markup(tmp_path: Path) -> None:

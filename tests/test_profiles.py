@@ -195,7 +195,7 @@ def test_remote_defaults_under_root(tmp_path: Path) -> None:
         'root = "/opt/envlock/remote"\n\n[python]\nversion = "3.12"\n'
     )
     profile = load_profile(path)
-    assert profile.target.host == "gpu1"
+    assert profile.target.settings.host == "gpu1"
     assert profile.target.venv == "/opt/envlock/remote/venv"
     assert profile.cache_dir == "/opt/envlock/remote/cache"
     assert profile.python_platform == "x86_64-manylinux_2_28"

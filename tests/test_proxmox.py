@@ -19,24 +19,20 @@ from typing import Any
 import pytest
 
 from envlock.errors import EnvlockError, OperationError, UsageError
-from envlock.profile import Container, Mount, Target
-from envlock.proxmox import (
+from envlock.proxmox.api import ProxmoxSession, connect, parse_api_url
+from envlock.proxmox.config import (
     ConfigDifference,
-    ProxmoxSession,
-    TaskFailed,
-    TaskTimeout,
     config_differences,
-    connect,
-    container_status,
+    config_update,
     desired_config,
-    ensure_container,
-    list_snapshots,
-    rollback,
-    snapshot,
+    root_only_keys,
 )
-from envlock.proxmox_api import parse_api_url
-from envlock.proxmox_config import config_update, root_only_keys
-from envlock.proxmox_tasks import TaskResult
+from envlock.proxmox.containers import ensure_container
+from envlock.proxmox.guest import container_status
+from envlock.proxmox.settings import Container, LxcSettings, Mount
+from envlock.proxmox.snapshots import list_snapshots, rollback, snapshot
+from envlock.proxmox.tasks import TaskFailed, TaskResult, TaskTimeout
+from envlock.targets.ssh import SshSettings
 
 PASSWORD = "pw-7Hq2xK-never-printed"
 TOKEN_SECRET = "tok-5b1e9c2a-never-printed"
@@ -120,11 +116,7 @@ def test_a_container_as_pve_writes_it_back_has_no_differences() -> None:
         ({"hostname": "old"}, [ConfigDifference("hostname", "trainer", "old", live=True)]),
         (
             {"features": "nesting=1"},
-            [
-                ConfigDifference(
-                    "features", "nesting=1,keyctl=1", "nesting=1", True, restart_needed=True
-                )
-            ],
+            [ConfigDifference("features", "nesting=1,keyctl=1", "nesting=1", True)],
         ),
         (
             {"net0": "name=eth0,bridge=vmbr1,hwaddr=BC:24:11:E2:06:E0,ip=dhcp,type=veth"},
@@ -140,13 +132,13 @@ def test_a_container_as_pve_writes_it_back_has_no_differences() -> None:
         (
             {"dev1": None, "dev7": "/dev/sda"},
             [
-                ConfigDifference("dev1", "/dev/nvidiactl", None, True, restart_needed=True),
-                ConfigDifference("dev7", None, "/dev/sda", True, restart_needed=True),
+                ConfigDifference("dev1", "/dev/nvidiactl", None, True),
+                ConfigDifference("dev7", None, "/dev/sda", True),
             ],
         ),
         (
             {"mp1": "/data,mp=/data"},
-            [ConfigDifference("mp1", "/data,mp=/data,ro=1", "/data,mp=/data", True, True)],
+            [ConfigDifference("mp1", "/data,mp=/data,ro=1", "/data,mp=/data", True)],
         ),
     ],
     ids=["cores", "hostname", "features", "net-bridge", "devices", "mount-ro"],
@@ -224,14 +216,11 @@ def test_an_api_url_that_is_not_https_is_a_usage_error() -> None:
 
 
 @pytest.fixture
-def target(fakepve_url: str, fakepve_cafile: str, monkeypatch: pytest.MonkeyPatch) -> Target:
+def target(fakepve_url: str, fakepve_cafile: str, monkeypatch: pytest.MonkeyPatch) -> LxcSettings:
     """root@pam with its password from the environment, TLS verified with fakepve's CA."""
     monkeypatch.setenv(SECRET_ENV, PASSWORD)
-    return Target(
-        type="proxmox-lxc",
-        root="/opt/envlock",
-        venv="/opt/venv",
-        host="127.0.0.1",
+    return LxcSettings(
+        ssh=SshSettings(host="127.0.0.1"),
         api_url=fakepve_url,
         node="pve1",
         vmid=VMID,
@@ -242,7 +231,7 @@ def target(fakepve_url: str, fakepve_cafile: str, monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.fixture
-def token_target(target: Target, fakepve: Any, tmp_path: Path) -> Target:
+def token_target(target: LxcSettings, fakepve: Any, tmp_path: Path) -> LxcSettings:
     """root@pam's API token `envlock`, its secret in a file."""
     fakepve.apitokens["root@pam!envlock"] = TOKEN_SECRET
     secret = tmp_path / "token"
@@ -251,7 +240,7 @@ def token_target(target: Target, fakepve: Any, tmp_path: Path) -> Target:
 
 
 @pytest.fixture
-def session(target: Target) -> ProxmoxSession:
+def session(target: LxcSettings) -> ProxmoxSession:
     return connect(target)
 
 
@@ -277,28 +266,28 @@ def fails(error: type[EnvlockError], call: Callable[[], object], *fragments: str
 # -- connect ----------------------------------------------------------------------------
 
 
-def test_password_login_verifies_tls_with_the_ca(target: Target) -> None:
+def test_password_login_verifies_tls_with_the_ca(target: LxcSettings) -> None:
     session = connect(target)
     assert session.version.startswith("9.")
-    assert (session.user, session.token_id, session.uses_token) == ("root@pam", None, False)
+    assert (session.user, session.token_id) == ("root@pam", None)
     assert PASSWORD not in repr(session) and PASSWORD not in repr(session.api)
 
 
-def test_token_login_verifies_tls_with_the_ca(token_target: Target) -> None:
+def test_token_login_verifies_tls_with_the_ca(token_target: LxcSettings) -> None:
     session = connect(token_target)
     assert session.login == "API token root@pam!envlock"
     assert container_status(session, token_target).status == "absent"
     assert TOKEN_SECRET not in repr(session) and TOKEN_SECRET not in repr(session.api)
 
 
-def test_token_id_may_name_its_user(token_target: Target) -> None:
+def test_token_id_may_name_its_user(token_target: LxcSettings) -> None:
     session = connect(dataclasses.replace(token_target, token_id="root@pam!envlock"))
     assert session.token_id == "envlock"
     wrong = dataclasses.replace(token_target, token_id="ops@pve!envlock")
     fails(UsageError, lambda: connect(wrong), "belongs to ops@pve", "api-user is root@pam")
 
 
-def test_tls_verification_fails_without_the_ca(target: Target, fakepve_url: str) -> None:
+def test_tls_verification_fails_without_the_ca(target: LxcSettings, fakepve_url: str) -> None:
     error = fails(
         OperationError,
         lambda: connect(dataclasses.replace(target, ca_file=None)),
@@ -310,16 +299,16 @@ def test_tls_verification_fails_without_the_ca(target: Target, fakepve_url: str)
 
 
 @pytest.mark.filterwarnings("ignore:Unverified HTTPS request")
-def test_verify_tls_false_skips_verification(target: Target) -> None:
+def test_verify_tls_false_skips_verification(target: LxcSettings) -> None:
     assert connect(dataclasses.replace(target, ca_file=None, verify_tls=False)).version
 
 
-def test_a_missing_ca_file_is_a_usage_error(target: Target, tmp_path: Path) -> None:
+def test_a_missing_ca_file_is_a_usage_error(target: LxcSettings, tmp_path: Path) -> None:
     missing = str(tmp_path / "nope.pem")
     fails(UsageError, lambda: connect(dataclasses.replace(target, ca_file=missing)), missing)
 
 
-def test_connection_refused_names_the_url(target: Target) -> None:
+def test_connection_refused_names_the_url(target: LxcSettings) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -334,7 +323,7 @@ def test_connection_refused_names_the_url(target: Target) -> None:
 
 
 def test_a_wrong_password_is_refused_without_showing_it(
-    target: Target, monkeypatch: pytest.MonkeyPatch
+    target: LxcSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(SECRET_ENV, TOKEN_SECRET)  # the wrong secret: must not show either
     error = fails(OperationError, lambda: connect(target), "refused the login", "HTTP 401")
@@ -342,7 +331,7 @@ def test_a_wrong_password_is_refused_without_showing_it(
 
 
 def test_a_wrong_token_secret_is_refused_without_showing_it(
-    token_target: Target, fakepve: Any
+    token_target: LxcSettings, fakepve: Any
 ) -> None:
     fakepve.apitokens["root@pam!envlock"] = "a-different-secret"
     fails(
@@ -353,13 +342,13 @@ def test_a_wrong_token_secret_is_refused_without_showing_it(
     )
 
 
-def test_a_server_that_is_not_pve_is_named(target: Target, fakepve: Any) -> None:
+def test_a_server_that_is_not_pve_is_named(target: LxcSettings, fakepve: Any) -> None:
     fakepve.fail("POST", "/access/ticket", 200, "<html>a captive portal</html>", html=True)
     fails(OperationError, lambda: connect(target), "did not answer the login like the Proxmox")
 
 
 def test_a_missing_secret_says_where_it_should_be(
-    target: Target, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    target: LxcSettings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv(SECRET_ENV)
     fails(UsageError, lambda: connect(target), f"environment variable {SECRET_ENV} is not set")
@@ -371,7 +360,7 @@ def test_a_missing_secret_says_where_it_should_be(
 
 
 def test_ensure_creates_starts_and_then_has_nothing_to_do(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     messages: list[str] = []
     report = ensure_container(session, target, CONTAINER, on_progress=messages.append)
@@ -385,13 +374,14 @@ def test_ensure_creates_starts_and_then_has_nothing_to_do(
 
     seen = len(fakepve.requests)
     again = ensure_container(session, target, CONTAINER)
-    assert not again.changed and again.in_sync
+    assert not (again.created or again.started or again.applied)
+    assert not again.not_fixed and not again.pending_restart
     assert again.describe() == ["container 200 on pve1 matches the profile"]
     assert {method for method, _, _ in fakepve.requests[seen:]} == {"GET"}  # nothing written
 
 
 def test_a_stopped_container_is_started(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     ensure_container(session, target, CONTAINER)
     fakepve.ct(VMID).status = "stopped"
@@ -401,7 +391,7 @@ def test_a_stopped_container_is_started(
 
 
 def test_drift_is_fixed_live_and_restart_keys_reported(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     ensure_container(session, target, CONTAINER)
     ct = fakepve.ct(VMID)
@@ -424,7 +414,6 @@ def test_drift_is_fixed_live_and_restart_keys_reported(
     assert (report.created, report.started, report.not_fixed) == (False, False, ())
     # A running container takes the features and the device removal at its next start.
     assert report.pending_restart == ("dev5", "features")
-    assert not report.in_sync
     assert ct.config["cores"] == 4 and ct.config["memory"] == 2048
     assert ct.config["hostname"] == "trainer" and ct.config["dev1"] == "/dev/nvidiactl"
     assert f"hwaddr={mac}" in ct.config["net0"] and "vmbr0" in ct.config["net0"]
@@ -432,19 +421,19 @@ def test_drift_is_fixed_live_and_restart_keys_reported(
 
 
 def test_what_the_api_cannot_fix_is_reported_not_forced(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     ensure_container(session, target, CONTAINER)
     bigger = dataclasses.replace(CONTAINER, rootfs="local-lvm:16", unprivileged=True)
     report = ensure_container(session, target, bigger)
     assert [d.key for d in report.not_fixed] == ["rootfs", "unprivileged"]
-    assert not report.applied and not report.in_sync
+    assert not report.applied
     assert any("pct resize" in line for line in report.describe())
     assert fakepve.ct(VMID).config["rootfs"].endswith("size=8G")
 
 
 def test_a_vmid_taken_by_a_vm_is_a_usage_error(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     fakepve.add_vm(VMID, "db")
     fails(UsageError, lambda: container_status(session, target), "QEMU virtual machine")
@@ -452,7 +441,7 @@ def test_a_vmid_taken_by_a_vm_is_a_usage_error(
 
 
 def test_a_container_on_another_node_is_a_usage_error(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     fakepve.add_ct(VMID, node="pve2")
     error = fails(UsageError, lambda: container_status(session, target), "node pve2")
@@ -463,7 +452,7 @@ def test_a_container_on_another_node_is_a_usage_error(
 
 
 def test_snapshot_and_rollback_of_a_running_container(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     ensure_container(session, target, CONTAINER)
     taken = snapshot(session, target, "before-apply", "envlock apply of lock abc123")
@@ -478,7 +467,7 @@ def test_snapshot_and_rollback_of_a_running_container(
 
 
 def test_rollback_of_a_stopped_container_leaves_it_stopped(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     ensure_container(session, target, CONTAINER)
     snapshot(session, target, "clean")
@@ -488,7 +477,7 @@ def test_rollback_of_a_stopped_container_leaves_it_stopped(
     assert container_status(session, target).status == "stopped"
 
 
-def test_snapshot_errors(session: ProxmoxSession, target: Target) -> None:
+def test_snapshot_errors(session: ProxmoxSession, target: LxcSettings) -> None:
     ensure_container(session, target, CONTAINER)
     fails(UsageError, lambda: snapshot(session, target, "no spaces"), "invalid snapshot name")
     snapshot(session, target, "one")
@@ -501,7 +490,7 @@ def test_snapshot_errors(session: ProxmoxSession, target: Target) -> None:
 
 
 def test_http_500_on_create_then_a_clean_rerun(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     fakepve.fail("POST", "/nodes/pve1/lxc", 500, "storage backend exploded", times=1)
     fails(
@@ -517,7 +506,7 @@ def test_http_500_on_create_then_a_clean_rerun(
 
 
 def test_a_failing_create_task_leaves_nothing_then_a_clean_rerun(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     # With one template on the storage, the node knows ours is missing: the task fails.
     fakepve.store_file("local", "ubuntu-24.04-standard_24.04-2_amd64.tar.zst", 1, "vztmpl")
@@ -552,7 +541,7 @@ def leave_a_container(fakepve: Any, **options: Any) -> Callable[[str], None]:
 
 
 def test_a_container_left_by_a_failed_create_is_removed(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     fakepve.store_file("local", "other-template.tar.zst", 1, "vztmpl")
     leave_one = leave_a_container(fakepve)
@@ -571,7 +560,7 @@ def test_a_container_left_by_a_failed_create_is_removed(
 
 
 def test_a_locked_leftover_of_a_failed_create_names_the_manual_fix(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     fakepve.store_file("local", "other-template.tar.zst", 1, "vztmpl")
     leave_one = leave_a_container(fakepve, lock="create")
@@ -585,7 +574,7 @@ def test_a_locked_leftover_of_a_failed_create_names_the_manual_fix(
 
 
 def test_a_locked_leftover_without_a_task_names_the_manual_fix(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     fakepve.add_ct(VMID, lock="create")
     error = fails(
@@ -598,7 +587,7 @@ def test_a_locked_leftover_without_a_task_names_the_manual_fix(
 
 
 def test_a_create_that_outlives_the_timeout_is_taken_over_by_the_rerun(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     fakepve.time_scale = 0.01
     fakepve.ct_secs["create"] = 150  # 1.5 s of real time: far beyond the 0.1 s waited
@@ -621,7 +610,7 @@ def test_a_create_that_outlives_the_timeout_is_taken_over_by_the_rerun(
 
 
 def test_a_slow_start_times_out_with_its_upid(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     ensure_container(session, target, CONTAINER)
     ct = fakepve.ct(VMID)
@@ -635,7 +624,9 @@ def test_a_slow_start_times_out_with_its_upid(
     )
 
 
-def test_a_failing_start_says_why(session: ProxmoxSession, target: Target, fakepve: Any) -> None:
+def test_a_failing_start_says_why(
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
+) -> None:
     ensure_container(session, target, CONTAINER)
     ct = fakepve.ct(VMID)
     ct.status, ct.start_error = "stopped", "startup for container '200' failed"
@@ -650,7 +641,7 @@ def test_a_failing_start_says_why(session: ProxmoxSession, target: Target, fakep
 
 
 def test_a_token_may_not_pass_devices_through(
-    token_target: Target, target: Target, fakepve: Any
+    token_target: LxcSettings, target: LxcSettings, fakepve: Any
 ) -> None:
     fakepve.grant("auditor@pve", "/", "VM.Audit")  # any grant turns PVE's ACLs on
     token = connect(token_target)
@@ -681,7 +672,7 @@ def test_a_token_may_not_pass_devices_through(
 
 
 def test_parameter_errors_carry_pve_s_per_field_messages(
-    session: ProxmoxSession, target: Target
+    session: ProxmoxSession, target: LxcSettings
 ) -> None:
     bad = dataclasses.replace(CONTAINER, net=("name=eth0,bogus=1",))
     fails(
@@ -694,7 +685,7 @@ def test_parameter_errors_carry_pve_s_per_field_messages(
 
 
 def test_a_locked_container_says_what_to_do(
-    session: ProxmoxSession, target: Target, fakepve: Any
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
 ) -> None:
     ensure_container(session, target, CONTAINER)
     fakepve.ct(VMID).lock = "backup"

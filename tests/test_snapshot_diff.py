@@ -149,7 +149,7 @@ def test_compile_cache_warm_to_cold(tmp_path: Path, wheelhouse: Path, envlock: E
     result = envlock("diff", "--json", tmp_path / "warm", tmp_path / "cold")
     assert groups_of(result) == {"compile cache": {"compile cache"}}
     human = envlock("diff", tmp_path / "warm", tmp_path / "cold").stdout
-    assert "warm (3 MB) → cold" in human
+    assert "warm (3.0 MB) → cold" in human
 
 
 def test_checkpoint_dir_config_is_part_of_the_diff(

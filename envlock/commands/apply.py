@@ -13,15 +13,6 @@ import time
 import click
 
 from envlock import ui
-from envlock.apply import (
-    Context,
-    check,
-    context_from_snapshot,
-    execute,
-    open_context,
-    snapshot_compatibility,
-    verify_after,
-)
 from envlock.commands.common import (
     drift_table,
     json_option,
@@ -31,10 +22,13 @@ from envlock.commands.common import (
     progress_printer,
 )
 from envlock.errors import EXIT_USAGE, UsageError
-from envlock.plan import Plan, make_plan
-from envlock.provision import check_container, has_container, provision, snapshot_name
-from envlock.snapshots import load_snapshot
-from envlock.state import State
+from envlock.reconcile.context import Context, check, check_container, open_context
+from envlock.reconcile.execute import execute, verify_after
+from envlock.reconcile.kinds import Drift
+from envlock.reconcile.plan import Plan, make_plan
+from envlock.reconcile.state import State
+from envlock.runs.snapshot import context_from_snapshot, snapshot_compatibility
+from envlock.runs.snapshot_file import load_snapshot
 
 
 @click.command("apply")
@@ -56,18 +50,15 @@ def command(
     ctx = context_from_snapshot(profile, snapshot_dir) if snapshot_dir else open_context(profile)
     progress = progress_printer(as_json)
     report: list[str] = []
-    container = check_container(ctx.profile) if has_container(ctx.profile) else None
-    if container is not None and not container.running:
+    provisioner = ctx.provisioner
+    container = check_container(ctx)
+    if provisioner is not None and container is not None and not container.running:
         # Nothing inside can be planned before the container runs: provision it first.
         show_container_steps(list(container.drifts), as_json)
         confirm(yes)
         yes = True
-        snap = (
-            snapshot_name(ctx.lock.short_hash)
-            if container.exists and snapshot_wanted(ctx)
-            else None
-        )
-        report += provision(ctx.profile, snapshot_first=snap, on_progress=progress)
+        label = ctx.lock.short_hash if container.exists else None
+        report += provisioner.provision(snapshot_label=label, on_progress=progress)
         container = None
     state, drifts = check(ctx)
     if snapshot_dir:
@@ -88,9 +79,9 @@ def command(
     if not as_json:
         print_plan(plan)
     confirm(yes)
-    if container_steps:
-        snap = snapshot_name(target_generation(plan, state)) if snapshot_wanted(ctx) else None
-        report += provision(ctx.profile, snapshot_first=snap, on_progress=progress)
+    if container_steps and provisioner is not None:
+        label = target_generation(plan, state)
+        report += provisioner.provision(snapshot_label=label, on_progress=progress)
     answer = execute(ctx, plan, wait=not no_wait, on_progress=progress)
     scripts_skipped = bool(snapshot_dir) and ctx.profile.script_hashes() != ctx.scripts
     verify_after(ctx, plan, ignore=("script-modified", "script-missing") if scripts_skipped else ())
@@ -126,14 +117,10 @@ def confirm(yes: bool) -> None:
     click.confirm("apply this plan?", abort=True, err=True)
 
 
-def show_container_steps(drifts: list, as_json: bool) -> None:
+def show_container_steps(drifts: list[Drift], as_json: bool) -> None:
     if drifts and not as_json:
         ui.out.print(f"[bold]container: {len(drifts)} change(s)[/]")
         ui.out.print(drift_table(drifts))
-
-
-def snapshot_wanted(ctx: Context) -> bool:
-    return bool(ctx.profile.container and ctx.profile.container.snapshot_before_apply)
 
 
 def target_generation(plan: Plan, state: State) -> str:

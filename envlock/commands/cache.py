@@ -8,21 +8,20 @@ import click
 from rich.table import Table
 
 from envlock import ui
-from envlock.apply import open_context
-from envlock.cache import ago, cache_status, restore_cache, save_cache, warmth_words
-from envlock.commands.common import json_option, profile_argument
+from envlock.commands.common import json_option, with_context
 from envlock.errors import UsageError
+from envlock.reconcile.context import Context
+from envlock.runs.cache import cache_status, restore_cache, save_cache
 
 
 @click.command("cache")
-@profile_argument
+@with_context(allow_stale=True)
 @click.argument("action", type=click.Choice(["status", "save", "restore"]))
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="restore: accept an archive of another build.")
 @json_option
-def command(profile: str, action: str, file: Path | None, force: bool, as_json: bool) -> None:
+def command(ctx: Context, action: str, file: Path | None, force: bool, as_json: bool) -> None:
     """Show, save or restore the compile cache of the active build."""
-    ctx = open_context(profile, allow_stale=True)
     if action == "status":
         status = cache_status(ctx)
         if as_json:
@@ -33,7 +32,7 @@ def command(profile: str, action: str, file: Path | None, force: bool, as_json: 
     if file is None:
         raise UsageError(
             f"`envlock cache PROFILE {action}` needs a FILE",
-            hint=f"envlock cache {profile} {action} compile-cache.tar.gz",
+            hint=f"envlock cache {ctx.profile.path} {action} compile-cache.tar.gz",
         )
     if action == "save":
         with ui.status("archiving the compile cache", quiet=as_json):
@@ -42,8 +41,7 @@ def command(profile: str, action: str, file: Path | None, force: bool, as_json: 
             ui.emit_json({"file": str(file), "bytes": size})
         else:
             ui.out.print(
-                f"[green]✓[/] saved the active build's compile cache to {file} "
-                f"({size / 1e6:.1f} MB)"
+                f"[green]✓[/] saved the active build's compile cache to {file} ({ui.size(size)})"
             )
         return
     with ui.status("restoring the compile cache", quiet=as_json):
@@ -66,8 +64,8 @@ def print_status(status: dict) -> None:
         table.add_row(
             "*" if entry["active"] else "",
             entry["id"],
-            warmth_words(entry["files"], entry["bytes"]),
-            ago(entry["last_used"]),
+            ui.warmth(entry["files"], entry["bytes"]),
+            ui.ago(entry["last_used"]),
             ", ".join(entry["generations"]) or "none (kept: never deleted)",
         )
     ui.out.print(f"compile caches under {status['cache_dir']} (* = the active build)")

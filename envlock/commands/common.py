@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -9,14 +10,29 @@ import click
 from rich.table import Table
 
 from envlock import ui
-from envlock.drift import Drift
-from envlock.plan import Plan
+from envlock.reconcile.context import open_context
+from envlock.reconcile.kinds import Drift
+from envlock.reconcile.plan import Plan
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 profile_argument = click.argument(
     "profile", type=click.Path(dir_okay=False, path_type=str), metavar="PROFILE"
 )
+
+
+def with_context(*, allow_stale: bool = False) -> Callable[[Callable[..., Any]], Any]:
+    """Take the PROFILE argument and hand the command the Context opened from it (the way
+    PDM hands each command its Project). Put it right under @click.command."""
+
+    def decorate(func: Callable[..., Any]) -> Any:
+        @functools.wraps(func)
+        def wrapper(profile: str, **kwargs: Any) -> Any:
+            return func(open_context(profile, allow_stale=allow_stale), **kwargs)
+
+        return profile_argument(wrapper)
+
+    return decorate
 
 
 def json_option(func: F) -> F:

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from envlock import ui
 from envlock.commands.common import json_option
-from envlock.diff import Group, compare, load_side
 from envlock.errors import EXIT_DRIFT
+from envlock.runs.diff import Group, compare, load_side
 
 
 @click.command("diff")

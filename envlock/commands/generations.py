@@ -6,16 +6,15 @@ import click
 from rich.table import Table
 
 from envlock import ui
-from envlock.apply import gather_state, open_context
-from envlock.commands.common import json_option, profile_argument
+from envlock.commands.common import json_option, with_context
+from envlock.reconcile.context import Context, gather_state
 
 
 @click.command("generations")
-@profile_argument
+@with_context(allow_stale=True)
 @json_option
-def command(profile: str, as_json: bool) -> None:
+def command(ctx: Context, as_json: bool) -> None:
     """List generations, their locks and which one is active."""
-    ctx = open_context(profile, allow_stale=True)
     state = gather_state(ctx)
     rows = [
         {
@@ -33,7 +32,11 @@ def command(profile: str, as_json: bool) -> None:
     ]
     if as_json:
         ui.emit_json(
-            {"current": state.current, "generations": rows, "history": state.raw.get("history", [])}
+            {
+                "current": state.current,
+                "generations": rows,
+                "history": [s.to_json() for s in state.history],
+            }
         )
         return
     if not rows:
@@ -52,7 +55,7 @@ def command(profile: str, as_json: bool) -> None:
             str(row["lock"]),
             str(row["built"] or ""),
             str(row["files"] or ""),
-            f"{int(row['bytes']) / 1e6:.0f} MB" if row["bytes"] else "",
+            ui.size(int(row["bytes"])) if row["bytes"] else "",
             note,
         )
     ui.out.print(table)

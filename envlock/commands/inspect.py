@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envlock import ui
-from envlock.checkpoint import inspect_checkpoint
+from envlock.checkpoint.reader import inspect_checkpoint
+from envlock.checkpoint.summary import summary
+from envlock.commands.common import json_option
 from envlock.errors import EnvlockError
 
 if TYPE_CHECKING:
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 
 @click.command("inspect")
 @click.argument("path", type=click.Path(path_type=Path), metavar="PATH")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema 1) for scripts.")
+@json_option
 @click.option(
     "--keys",
     "pattern",
@@ -33,7 +35,7 @@ def inspect_cmd(path: Path, as_json: bool, pattern: str | None) -> None:
     PATH is a torch.save file (.pt/.pth), a .safetensors file, a sharded *.index.json or a
     directory holding them. Nothing in the checkpoint is executed and torch is not needed.
     """
-    data = inspect_checkpoint(path).to_json(pattern)
+    data = summary(inspect_checkpoint(path), pattern)
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
@@ -49,9 +51,9 @@ def render(data: dict[str, Any]) -> None:
         f"[bold]{ui.escape(data['path'])}[/]  ({data['format']}, {len(data['files'])} file(s))"
     )
     out.print(
-        f"size {human(size['total_bytes'])}: tensors {human(size['tensor_bytes'])} "
+        f"size {ui.size(size['total_bytes'])}: tensors {ui.size(size['tensor_bytes'])} "
         f"({_pct(size['tensor_bytes'], size['total_bytes'])}), "
-        f"other {human(size['other_bytes'])}"
+        f"other {ui.size(size['other_bytes'])}"
     )
     out.print(
         f"{tensors['count']} tensors in {tensors['storages']} storages: "
@@ -115,7 +117,7 @@ def _sections_table(sections: list[dict[str, Any]], total: int) -> Table:
             s["kind"],
             str(s["tensors"]),
             _count(s["numel"]),
-            human(s["bytes"]),
+            ui.size(s["bytes"]),
             _pct(s["bytes"], total),
             dtypes,
         )
@@ -140,7 +142,7 @@ def _prefix_table(section: dict[str, Any]) -> Table:
 def _dtype_table(dtypes: dict[str, dict[str, int]]) -> Table:
     table = _table("dtypes", "dtype", "tensors", "elements", "bytes")
     for name, d in dtypes.items():
-        table.add_row(ui.escape(name), str(d["count"]), _count(d["numel"]), human(d["bytes"]))
+        table.add_row(ui.escape(name), str(d["count"]), _count(d["numel"]), ui.size(d["bytes"]))
     return table
 
 
@@ -149,7 +151,7 @@ def _tensor_table(title: str, rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         shape = "[" + ", ".join(map(str, r["shape"])) + "]"
         key, dtype = ui.escape(r["key"]), ui.escape(r["dtype"])
-        table.add_row(key, dtype, shape, _count(r["numel"]), human(r["bytes"]))
+        table.add_row(key, dtype, shape, _count(r["numel"]), ui.size(r["bytes"]))
     return table
 
 
@@ -158,7 +160,7 @@ def _shared_table(shared: list[dict[str, Any]]) -> Table:
         "storages shared by several keys (tied weights; bytes counted once)", "keys", "bytes"
     )
     for s in shared:
-        table.add_row(ui.escape(", ".join(s["keys"])), human(s["bytes"]))
+        table.add_row(ui.escape(", ".join(s["keys"])), ui.size(s["bytes"]))
     return table
 
 
@@ -214,16 +216,6 @@ def _add_node(parent: Tree, key: str, node: dict[str, Any]) -> None:
         _add_node(branch, child_key, child)
     if node.get("more"):
         branch.add(f"[dim]… {node['more']} more[/]")
-
-
-def human(n: int) -> str:
-    """Bytes for people: 1.5 GB, 512 B (powers of 1000, like file managers)."""
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{n} B"
 
 
 def _count(n: int) -> str:

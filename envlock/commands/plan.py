@@ -7,26 +7,18 @@ import sys
 import click
 
 from envlock import ui
-from envlock.apply import check, open_context
-from envlock.commands.common import (
-    drift_table,
-    json_option,
-    plan_json,
-    print_plan,
-    profile_argument,
-)
+from envlock.commands.common import drift_table, json_option, plan_json, print_plan, with_context
 from envlock.errors import EXIT_DRIFT
-from envlock.plan import make_plan
-from envlock.provision import check_container, has_container
+from envlock.reconcile.context import Context, check, check_container
+from envlock.reconcile.plan import make_plan
 
 
 @click.command("plan")
-@profile_argument
+@with_context()
 @json_option
-def command(profile: str, as_json: bool) -> None:
+def command(ctx: Context, as_json: bool) -> None:
     """Show what `envlock apply` would do (exit 1 when there is something to do)."""
-    ctx = open_context(profile)
-    container = check_container(ctx.profile) if has_container(ctx.profile) else None
+    container = check_container(ctx)
     steps = [d.to_json() for d in container.drifts] if container else []
     if container is not None and not container.running:
         # The environment inside is planned once the container runs.

@@ -7,16 +7,17 @@ import time
 import click
 
 from envlock import ui
-from envlock.apply import check, execute, gather_state, open_context, verify_after
-from envlock.commands.common import json_option, plan_json, print_plan, profile_argument
+from envlock.commands.common import json_option, plan_json, print_plan, with_context
 from envlock.errors import UsageError
-from envlock.plan import Plan, plan_rollback, repair_action
-from envlock.provision import has_container, rollback_container
-from envlock.state import State
+from envlock.reconcile.context import Context, check, gather_state
+from envlock.reconcile.execute import execute, verify_after
+from envlock.reconcile.kinds import Drift
+from envlock.reconcile.plan import Plan, plan_rollback, repair_action
+from envlock.reconcile.state import State
 
 
 @click.command("rollback")
-@profile_argument
+@with_context(allow_stale=True)
 @click.option("--to", "to", type=int, metavar="N", help="Generation number to switch to.")
 @click.option(
     "--resync",
@@ -35,23 +36,19 @@ from envlock.state import State
 )
 @json_option
 def command(
-    profile: str, to: int | None, resync: bool, container_snapshot: str | None, as_json: bool
+    ctx: Context, to: int | None, resync: bool, container_snapshot: str | None, as_json: bool
 ) -> None:
     """Switch back to the previous generation (milliseconds), or --resync the active one."""
     started = time.perf_counter()
-    ctx = open_context(profile, allow_stale=True)
     if container_snapshot is not None:
-        if not has_container(ctx.profile):
+        provisioner = ctx.provisioner
+        if provisioner is None:
             raise UsageError("--container needs a proxmox-lxc target with a [container] table")
-        name = rollback_container(
-            ctx.profile, container_snapshot or None, None if as_json else ui.info
-        )
+        name = provisioner.rollback(container_snapshot or None, None if as_json else ui.info)
         if as_json:
             ui.emit_json({"container_snapshot": name})
         else:
-            ui.out.print(
-                f"[green]✓[/] container {ctx.profile.target.vmid} rolled back to snapshot {name}"
-            )
+            ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
         return
     if resync:
         state, drifts = check(ctx)
@@ -79,11 +76,11 @@ def command(
     ui.out.print(f"[green]✓[/] generation {answer.get('current')} is active ({elapsed_ms:.0f} ms)")
 
 
-def resync_plan(state: State, drifts: list) -> Plan:
+def resync_plan(state: State, drifts: list[Drift]) -> Plan:
     active = state.current_generation
     if active is None or not active.complete:
         raise UsageError("no active generation to re-sync", hint="run `envlock apply` first")
-    action = repair_action(active, state, drifts)
+    action = repair_action(active, drifts)
     if action is None:
         return Plan((), f"generation {active.number} already matches its lock")
     return Plan((action,))

@@ -8,15 +8,17 @@ import sys
 import click
 
 from envlock import ui
-from envlock.apply import check, open_context
-from envlock.commands.common import drift_table, profile_argument
+from envlock.commands.common import drift_table, with_context
 from envlock.errors import EXIT_DRIFT, UsageError
-from envlock.runenv import compile_artifacts_env, run_environment
-from envlock.snapshots import build_snapshot, write_snapshot
+from envlock.reconcile.context import Context, check
+from envlock.reconcile.kinds import blocking
+from envlock.runs.environment import compile_artifacts_env, run_environment
+from envlock.runs.snapshot import build_snapshot
+from envlock.runs.snapshot_file import write_snapshot
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True})
-@profile_argument
+@with_context(allow_stale=True)
 @click.option("--allow-drift", is_flag=True, help="Run even when the check finds drift.")
 @click.option(
     "--snapshot-into",
@@ -33,7 +35,7 @@ from envlock.snapshots import build_snapshot, write_snapshot
 )
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
-    profile: str,
+    ctx: Context,
     allow_drift: bool,
     snapshot_dir: str | None,
     artifacts: str | None,
@@ -43,25 +45,24 @@ def command(
     argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
     if not argv:
         raise UsageError("no command given", hint="envlock run PROFILE -- python train.py")
-    ctx = open_context(profile, allow_stale=True)
     state, drifts = check(ctx, warmth=bool(snapshot_dir))  # a snapshot records the warmth
-    blocking = [d for d in drifts if d.kind != "cache-dir"]
+    refusing = blocking(drifts)
     if state.current is None or not state.in_generation:
         ui.error("no working environment on the target")
         ui.err.print(drift_table(drifts))
         sys.exit(EXIT_DRIFT)
-    if blocking and not allow_drift:
+    if refusing and not allow_drift:
         ui.error(
-            f"refusing to run: {len(blocking)} drift item(s); repair with `envlock apply` "
+            f"refusing to run: {len(refusing)} drift item(s); repair with `envlock apply` "
             "or `envlock rollback`, or pass --allow-drift"
         )
-        ui.err.print(drift_table(blocking))
+        ui.err.print(drift_table(refusing))
         sys.exit(EXIT_DRIFT)
-    if blocking:
-        ui.warn(f"running despite {len(blocking)} drift item(s) (--allow-drift)")
+    if refusing:
+        ui.warn(f"running despite {len(refusing)} drift item(s) (--allow-drift)")
     env = run_environment(ctx.profile, state, os.environ)
     if artifacts:
-        if ctx.profile.target.type != "local":
+        if ctx.profile.target.remote:
             raise UsageError(
                 "--compile-artifacts works on local targets",
                 hint="on a remote target, add envlock to the environment's packages and load "

@@ -9,14 +9,14 @@ from pathlib import Path
 import click
 
 from envlock import ui
-from envlock.apply import open_context
-from envlock.commands.common import json_option, profile_argument
+from envlock.commands.common import json_option, with_context
 from envlock.errors import UsageError
-from envlock.snapshots import take_snapshot, write_snapshot
+from envlock.reconcile.context import Context
+from envlock.runs.snapshot import take_snapshot, write_snapshot
 
 
 @click.command("snapshot")
-@profile_argument
+@with_context(allow_stale=True)
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--config",
@@ -25,7 +25,7 @@ from envlock.snapshots import take_snapshot, write_snapshot
     help="A JSON file with the run's config (hyperparameters) to record.",
 )
 @json_option
-def command(profile: str, directory: Path, config_file: str | None, as_json: bool) -> None:
+def command(ctx: Context, directory: Path, config_file: str | None, as_json: bool) -> None:
     """Write DIR/envlock-snapshot.json: lock, observed state, scripts, env, cache, config."""
     config = None
     if config_file:
@@ -33,7 +33,6 @@ def command(profile: str, directory: Path, config_file: str | None, as_json: boo
             config = json.loads(Path(config_file).read_text())
         except ValueError as exc:
             raise UsageError(f"{config_file}: not valid JSON: {exc}") from None
-    ctx = open_context(profile, allow_stale=True)
     data = take_snapshot(ctx, command=sys.argv, config=config)
     path = write_snapshot(directory, data)
     torch = (data["torch"] or {}).get("version")

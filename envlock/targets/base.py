@@ -1,13 +1,16 @@
-"""The transport interface every target shares: run an argv, get a Result."""
+"""What every target shares: the transport interface (run an argv, get a Result), the
+target types of the registry, and the provisioner interface of a container."""
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from envlock.errors import OperationError
+from envlock.reconcile.kinds import Drift
+from envlock.tomlread import Table
 
 
 @dataclass(frozen=True)
@@ -59,3 +62,72 @@ class Transport(Protocol):
     def exec(self, argv: list[str], env: Mapping[str, str]) -> int:
         """Run interactively with stdio passed through; returns the exit code."""
         ...
+
+
+# -- target types -------------------------------------------------------------------------
+# A profile's [target] names a type; each type is one module (local, ssh, lxc) that parses
+# its own settings, builds its transport, and may provide a provisioner for the machine or
+# container around the environment. Commands ask the target, never compare type names.
+
+# Turns a path written in a profile into an absolute controller-side path.
+LocalPath = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class ContainerCheck:
+    """What a provisioner found about the container, before anything is changed."""
+
+    exists: bool
+    running: bool
+    drifts: tuple[Drift, ...]
+
+
+class Provisioner(Protocol):
+    """The container (or machine) around an environment: checked, provisioned, rolled back."""
+
+    def describe(self) -> str: ...
+
+    def check(self) -> ContainerCheck: ...
+
+    def provision(
+        self, *, snapshot_label: str | None, on_progress: Callable[[str], None] | None
+    ) -> list[str]:
+        """Bring the container to the profile; first snapshot it (named after
+        `snapshot_label`) when the profile asks for snapshots before changes."""
+        ...
+
+    def rollback(self, name: str | None, on_progress: Callable[[str], None] | None) -> str: ...
+
+
+@dataclass(frozen=True)
+class TargetType:
+    """One kind of target, as registered in targets/registry.py."""
+
+    name: str
+    remote: bool  # paths are the target's (absolute), uv and the agent are pushed there
+    read_settings: Callable[[Table, LocalPath], Any]
+    transport: Callable[[Any], Transport]
+    # [container]: parsed by the type that has one; None means the table is refused.
+    read_container: Callable[[Table], Any] | None = None
+    provisioner: Callable[[Any, Any], Provisioner] | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the environment lives: root and stable venv path, plus the type's settings."""
+
+    kind: TargetType
+    root: str
+    venv: str
+    settings: Any = None
+
+    @property
+    def type(self) -> str:
+        return self.kind.name
+
+    @property
+    def remote(self) -> bool:
+        return self.kind.remote
+
+    def transport(self) -> Transport:
+        return self.kind.transport(self.settings)

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from typing import IO
 
 from envlock.errors import OperationError
-from envlock.targets.base import Result
+from envlock.targets.base import LocalPath, Result, TargetType
+from envlock.tomlread import Table
 
 
 class LocalTransport:
@@ -79,3 +80,17 @@ def communicate(
     code = proc.wait()
     reader.join()
     return Result(tuple(argv), code, stdout, b"".join(err_chunks))
+
+
+# -- the target type ----------------------------------------------------------------------
+def read_local_settings(t: Table, local_path: LocalPath) -> None:
+    """A local target has no settings of its own; connection keys are refused by the table."""
+    return None
+
+
+LOCAL = TargetType(
+    name="local",
+    remote=False,
+    read_settings=read_local_settings,
+    transport=lambda settings: LocalTransport(),
+)

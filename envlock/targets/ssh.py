@@ -14,11 +14,13 @@ import shlex
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from envlock.errors import OperationError
-from envlock.targets.base import Result
+from envlock.targets.base import LocalPath, Result, TargetType
 from envlock.targets.local import communicate
+from envlock.tomlread import Table
 
 SSH_FAILED = 255
 # How long an idle master connection stays up for the next envlock command.
@@ -168,3 +170,53 @@ def close_master(transport: SshTransport) -> None:
     subprocess.run(
         [*transport.ssh_argv()[:-1], "-O", "exit", transport.host], capture_output=True, check=False
     )
+
+
+# -- the target type ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class SshSettings:
+    """How to reach a host over ssh ([target] host, user, port, identity-file, ssh-options)."""
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    ssh_options: tuple[str, ...] = ()
+
+    def transport(self) -> SshTransport:
+        return SshTransport(
+            self.host,
+            user=self.user,
+            port=self.port,
+            identity_file=self.identity_file,
+            options=self.ssh_options,
+        )
+
+
+def read_ssh_settings(t: Table, local_path: LocalPath) -> SshSettings:
+    host = t.string("host")
+    if host.startswith("-") or not host.strip() or any(c.isspace() for c in host):
+        t.fail("host", f'expected a host name or ssh alias, found "{host}"')
+    port = t.integer("port", None, minimum=1)
+    if port is not None and port > 65535:
+        t.fail("port", f"expected a TCP port (1-65535), found {port}")
+    identity = t.string("identity-file", None)
+    options = t.strings("ssh-options", [])
+    for index, option in enumerate(options):
+        if not re.match(r"^[A-Za-z]+=", option):
+            t.fail(f"ssh-options[{index}]", f'expected "Name=value", found "{option}"')
+    return SshSettings(
+        host=host,
+        user=t.string("user", None),
+        port=port,
+        identity_file=local_path(identity) if identity else None,
+        ssh_options=tuple(options),
+    )
+
+
+SSH = TargetType(
+    name="ssh",
+    remote=True,
+    read_settings=read_ssh_settings,
+    transport=lambda settings: settings.transport(),
+)

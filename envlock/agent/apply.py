@@ -1,0 +1,278 @@
+"""The agent's apply: carry out a plan's actions on the target, under the root's lock."""
+
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+
+if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
+    from envlock.agent.core import (
+        COMMANDS,
+        GEN_RE,
+        GENERATION,
+        LOCK_COPY,
+        META_DIR,
+        AgentError,
+        append_history,
+        current_generation,
+        progress,
+        read_json,
+        sha256_file,
+        symlink_atomic,
+        write_atomic,
+    )
+    from envlock.agent.files import (
+        write_manifest,
+    )
+    from envlock.agent.probe import (
+        generation_facts,
+        nvidia_facts,
+    )
+
+
+# -- apply --------------------------------------------------------------------------------
+class RootLock:
+    """flock on <root>/.envlock.lock: one apply, rollback or gc per root at a time."""
+
+    def __init__(self, root, wait):
+        self.path = os.path.join(root, ".envlock.lock")
+        self.wait = wait
+        self.fd = -1
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 200, 0).decode(errors="replace").strip()
+            if not self.wait:
+                message = f"another envlock operation holds {self.path} ({holder or 'unknown'})"
+                raise AgentError("busy", message) from None
+            progress(f"waiting for another envlock operation on this root ({holder})")
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def run_step(argv, env=None, what=""):
+    proc = subprocess.run(argv, capture_output=True, env=env)
+    if proc.returncode != 0:
+        raise AgentError(
+            "command",
+            f"{what or argv[0]} failed (exit {proc.returncode}): {' '.join(argv)}\n"
+            + proc.stderr.decode(errors="replace").strip(),
+        )
+    return proc
+
+
+def uv_env(req):
+    env = dict(os.environ)
+    env.update(req.get("uv_env") or {})
+    env.pop("VIRTUAL_ENV", None)
+    if req.get("offline"):
+        env["UV_OFFLINE"] = "1"
+        env["UV_PYTHON_DOWNLOADS"] = "never"
+    return env
+
+
+def sync_argv(req, gen_dir, extra=()):
+    # The lock names every wheel by URL; no index or find-links is consulted.
+    argv = [
+        req["uv"],
+        "pip",
+        "sync",
+        os.path.join(gen_dir, LOCK_COPY),
+        "--python",
+        os.path.join(gen_dir, "bin", "python"),
+        "--quiet",
+    ]
+    return argv + list(extra)
+
+
+def do_build(req, action):
+    root = req["root"]
+    gen_dir = os.path.join(root, "generations", action["name"])
+    existing = os.path.join(gen_dir, GENERATION)
+    if os.path.exists(existing):
+        progress("generation {} already built".format(action["name"]))
+        return
+    if os.path.lexists(gen_dir):
+        shutil.rmtree(gen_dir)
+    try:
+        build_into(req, gen_dir, action)
+    except BaseException:
+        # Never leave a half-built generation behind when we still can (a full disk wants
+        # its space back); after a kill -9 the next apply's cleanup does it.
+        shutil.rmtree(gen_dir, ignore_errors=True)
+        raise
+
+
+def build_into(req, gen_dir, action):
+    env = uv_env(req)
+    version = req["python_version"]
+    progress(f"creating venv for Python {version}")
+    try:
+        run_step([req["uv"], "venv", "--quiet", "--python", version, gen_dir], env, "uv venv")
+    except AgentError as exc:
+        uv_says = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
+        if "interpreter" in " ".join(uv_says).lower():
+            raise AgentError(
+                "python",
+                f"no usable Python {version} on the target (install Python {version} there, "
+                "or let uv download it by not running offline); uv says:\n  "
+                + "\n  ".join(uv_says[:4]),
+            ) from None
+        raise
+    os.makedirs(os.path.join(gen_dir, META_DIR), exist_ok=True)
+    write_atomic(os.path.join(gen_dir, LOCK_COPY), req["lock_text"].encode())
+    progress(f"installing {req.get('package_count', 0)} packages from the lock")
+    run_step(sync_argv(req, gen_dir), env, "uv pip sync")
+    finish_generation(req, gen_dir, action)
+
+
+def finish_generation(req, gen_dir, action):
+    progress("writing the manifest")
+    count, size = write_manifest(gen_dir)
+    meta = {
+        "number": action["number"],
+        "lock_sha256": req["lock_sha256"],
+        "files": count,
+        "bytes": size,
+        "python_version": req["python_version"],
+        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_atomic(os.path.join(gen_dir, GENERATION), json.dumps(meta, sort_keys=True).encode())
+
+
+def do_repair(req, action):
+    """Re-sync a generation in place to its own lock: reinstall what changed, drop strays."""
+    gen_dir = os.path.join(req["root"], "generations", action["name"])
+    env = uv_env(req)
+    for dist in action.get("clean_cache", []):
+        progress(f"dropping {dist} from uv's cache (a hardlinked file was edited)")
+        run_step([req["uv"], "cache", "clean", dist], env, "uv cache clean")
+    for rel in action.get("remove", []):
+        path = os.path.join(gen_dir, rel)
+        if os.path.realpath(path).startswith(os.path.realpath(gen_dir) + os.sep):
+            os.unlink(path)
+    extra = []
+    for dist in action.get("reinstall", []):
+        extra += ["--reinstall-package", dist]
+    progress("re-syncing generation {} to its lock".format(action["name"]))
+    run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
+    meta = read_json(os.path.join(gen_dir, GENERATION)) or {}
+    write_manifest(gen_dir)
+    meta["repaired"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_atomic(os.path.join(gen_dir, GENERATION), json.dumps(meta, sort_keys=True).encode())
+
+
+def do_switch(req, action):
+    root = req["root"]
+    gen_dir = os.path.join(root, "generations", action["name"])
+    if not os.path.exists(os.path.join(gen_dir, GENERATION)):
+        raise AgentError(
+            "state",
+            "generation {} is not complete; refusing to switch to it".format(action["name"]),
+        )
+    previous = current_generation(root)
+    symlink_atomic(os.path.join(root, "current"), os.path.join("generations", action["name"]))
+    append_history(
+        root, {"action": action.get("why", "switch"), "from": previous, "to": action["name"]}
+    )
+
+
+def do_link_venv(req, action):
+    venv = req["venv"]
+    if os.path.lexists(venv) and not os.path.islink(venv):
+        raise AgentError(
+            "state",
+            f"{venv} exists and is not a symlink; envlock will not replace a "
+            "real directory or file",
+        )
+    parent = os.path.dirname(venv.rstrip("/"))
+    os.makedirs(parent, exist_ok=True)
+    symlink_atomic(venv, os.path.join(req["root"], "current"))
+
+
+def do_scripts(req, action):
+    dest = action["dest"]
+    for rel, item in sorted(action["files"].items()):
+        data = base64.b64decode(item["data"])
+        if hashlib.sha256(data).hexdigest() != item["sha256"]:
+            raise AgentError("integrity", f"script {rel} arrived corrupted")
+        path = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, data)
+        os.chmod(path, item.get("mode", 0o644))
+        if sha256_file(path) != item["sha256"]:
+            raise AgentError("integrity", f"script {path} does not match its pinned hash")
+
+
+def do_cache_dir(req, action):
+    gen_dir = os.path.join(req["root"], "generations", action["generation"])
+    fingerprint = generation_facts(gen_dir, nvidia_facts())["fingerprint"]
+    if fingerprint is not None:
+        path = os.path.join(req["cache_dir"], fingerprint["id"])
+        os.makedirs(os.path.join(path, "inductor"), exist_ok=True)
+        os.makedirs(os.path.join(path, "triton"), exist_ok=True)
+
+
+def do_cleanup(req, action):
+    for name in action["names"]:
+        path = os.path.join(req["root"], "generations", name)
+        if GEN_RE.match(name) and os.path.isdir(path) and name != current_generation(req["root"]):
+            progress(f"removing generation {name}")
+            shutil.rmtree(path)
+
+
+def do_install_uv(req, action):
+    """Verify the uploaded uv binary's hash, then move it into place atomically."""
+    tmp, final = action["tmp"], action["path"]
+    if sha256_file(tmp) != action["sha256"]:
+        os.unlink(tmp)
+        raise AgentError("integrity", "the uploaded uv binary does not match its sha256")
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, final)
+    st = os.stat(final)
+    record = {
+        "version": action["version"],
+        "sha256": action["sha256"],
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+    write_atomic(final + ".json", json.dumps(record, sort_keys=True).encode())
+
+
+ACTIONS = {
+    "cleanup": do_cleanup,
+    "build": do_build,
+    "repair": do_repair,
+    "switch": do_switch,
+    "link-venv": do_link_venv,
+    "scripts": do_scripts,
+    "cache-dir": do_cache_dir,
+    "install-uv": do_install_uv,
+}
+
+
+def apply(req):
+    root = req["root"]
+    os.makedirs(os.path.join(root, "generations"), exist_ok=True)
+    done = []
+    with RootLock(root, req.get("wait", True)):
+        for action in req["actions"]:
+            progress(action["description"])
+            ACTIONS[action["kind"]](req, action)
+            done.append(action["kind"])
+    return {"done": done, "current": current_generation(root)}
+
+
+COMMANDS["apply"] = apply

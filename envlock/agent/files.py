@@ -1,0 +1,206 @@
+"""The agent's view of a venv's files: the stat manifest, RECORD ownership, verification."""
+
+import json
+import os
+import re
+
+if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
+    from envlock.agent.core import (
+        MANIFEST,
+        META_DIR,
+        read_json,
+        record_hash,
+        sha256_file,
+        write_atomic,
+    )
+
+
+# -- venv content -------------------------------------------------------------------------
+def walk_files(venv, prefix=""):
+    """Every file and symlink under a directory, relative (to it, plus `prefix`), envlock's
+    own metadata and bytecode caches left out."""
+    found = {}
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            entries = os.scandir(os.path.join(venv, rel_dir))
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                rel = rel_dir + "/" + entry.name if rel_dir else entry.name
+                if (not prefix and rel == META_DIR) or entry.name == "__pycache__":
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(rel)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                key = prefix + "/" + rel if prefix else rel
+                found[key] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_nlink]
+    return found
+
+
+def site_packages(venv):
+    lib = os.path.join(venv, "lib")
+    try:
+        for name in sorted(os.listdir(lib)):
+            candidate = os.path.join(lib, name, "site-packages")
+            if name.startswith("python") and os.path.isdir(candidate):
+                return candidate
+    except OSError:
+        pass
+    return None
+
+
+def read_records(venv):
+    """Map venv-relative path -> (dist name, RECORD hash or '') from every dist-info RECORD."""
+    site = site_packages(venv)
+    owners = {}  # type: dict
+    if site is None:
+        return owners
+    site_rel = os.path.relpath(site, venv)
+    for name in os.listdir(site):
+        if not name.endswith(".dist-info"):
+            continue
+        dist = canonical(name[: -len(".dist-info")].rsplit("-", 1)[0])
+        try:
+            with open(os.path.join(site, name, "RECORD")) as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.rsplit(",", 2)
+            if len(parts) != 3 or not parts[0]:
+                continue
+            path = os.path.normpath(os.path.join(site_rel, parts[0]))
+            digest = parts[1].split("=", 1)[1] if parts[1].startswith("sha256=") else ""
+            owners[path] = (dist, digest)
+    return owners
+
+
+def canonical(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def write_manifest(venv):
+    """Stat manifest of every file, with owners; sha256 only for files no RECORD covers."""
+    owners = read_records(venv)
+    files = walk_files(venv)
+    entries = {}
+    for rel, (size, mtime, ino, _) in files.items():
+        dist, digest = owners.get(rel, ("", ""))
+        entry = [size, mtime, ino, dist]
+        if not digest:
+            entry.append(
+                sha256_file(os.path.join(venv, rel))
+                if not os.path.islink(os.path.join(venv, rel))
+                else "link:" + os.readlink(os.path.join(venv, rel))
+            )
+        entries[rel] = entry
+    os.makedirs(os.path.join(venv, META_DIR), exist_ok=True)
+    # The directories are stored too: finding added files then needs no path splitting.
+    manifest = {"files": entries, "dirs": sorted(directories_of(entries))}
+    write_atomic(os.path.join(venv, MANIFEST), json.dumps(manifest).encode())
+    return len(entries), sum(entry[0] for entry in entries.values())
+
+
+def verify_files(venv, deep=False):
+    """Compare a generation with its manifest.
+
+    Fast mode lstat()s each recorded file and hashes only those whose size, mtime or inode
+    moved; deep mode hashes every file against the wheels' RECORDs (in threads: hashlib
+    releases the GIL, so this keeps up with sha256sum).
+    """
+    manifest = read_json(os.path.join(venv, MANIFEST))
+    if manifest is None:
+        return {"error": "no manifest"}
+    expected = manifest["files"]
+    prefix = venv + os.sep
+    lstat = os.lstat
+    suspects, missing = [], []
+    for rel, entry in expected.items():
+        try:
+            st = lstat(prefix + rel)
+        except OSError:
+            missing.append({"path": rel, "dist": entry[3]})
+            continue
+        if deep or st.st_size != entry[0] or st.st_mtime_ns != entry[1] or st.st_ino != entry[2]:
+            suspects.append((rel, entry, st.st_nlink))
+    owners = read_records(venv) if suspects else {}
+    changed = []
+    verdicts = judge_all(venv, suspects, owners, deep)
+    for (rel, entry, links), verdict in zip(suspects, verdicts):  # noqa: B905 (py3.8)
+        if verdict is not None:
+            changed.append({"path": rel, "dist": entry[3], "why": verdict, "links": links})
+    added = added_files(venv, expected, manifest.get("dirs"))
+    if added:
+        owners = owners or read_records(venv)
+        for item in added:
+            item["dist"] = owners.get(item["path"], ("", ""))[0]
+    return {
+        "modified": changed,
+        "missing": missing,
+        "added": added,
+        "checked": len(expected),
+        "deep": bool(deep),
+    }
+
+
+def judge_all(venv, suspects, owners, deep):
+    if not deep or len(suspects) < 64:
+        return [content_verdict(venv, rel, entry, owners) for rel, entry, _ in suspects]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        return list(
+            pool.map(lambda s: content_verdict(venv, s[0], s[1], owners), suspects, chunksize=32)
+        )
+
+
+def directories_of(paths):
+    """Every directory holding one of `paths` (relative), the venv's top ("") included."""
+    known = {""}
+    for rel in paths:
+        parent = rel.rpartition("/")[0]
+        while parent and parent not in known:
+            known.add(parent)
+            parent = parent.rpartition("/")[0]
+    return known
+
+
+def added_files(venv, expected, known_dirs=None):
+    """Files present in the venv that the manifest does not know (new dirs walked whole)."""
+    known_dirs = set(known_dirs) if known_dirs is not None else directories_of(expected)
+    added = []
+    for rel_dir in known_dirs:
+        try:
+            names = os.listdir(os.path.join(venv, rel_dir))
+        except OSError:
+            continue
+        for name in names:
+            rel = rel_dir + "/" + name if rel_dir else name
+            if rel in expected or rel in known_dirs or name == "__pycache__" or rel == META_DIR:
+                continue
+            path = os.path.join(venv, rel)
+            if os.path.isdir(path) and not os.path.islink(path):
+                added += [
+                    {"path": sub, "pth": sub.endswith(".pth")} for sub in walk_files(path, rel)
+                ]
+            else:
+                added.append({"path": rel, "pth": rel.endswith(".pth")})
+    return sorted(added, key=lambda item: item["path"])
+
+
+def content_verdict(venv, rel, entry, owners):
+    """None when the content is still what was installed; else why it is not."""
+    path = os.path.join(venv, rel)
+    if os.path.islink(path):
+        now = "link:" + os.readlink(path)
+        return None if len(entry) > 4 and entry[4] == now else "symlink changed"
+    digest = owners.get(rel, ("", ""))[1]
+    if digest:
+        return None if record_hash(path) == digest else "content differs from the wheel's RECORD"
+    if len(entry) > 4:
+        return None if sha256_file(path) == entry[4] else "content differs from the build"
+    return "changed since the build"

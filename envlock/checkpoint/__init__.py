@@ -1,0 +1,1 @@
+"""Checkpoints read as hostile data: a restricted unpickler, readers, summaries."""

@@ -1,0 +1,40 @@
+"""What reading a checkpoint gives: its files, its inert object tree and its tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from envlock.checkpoint.tree import TensorEntry, entries
+from envlock.errors import OperationError
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    format: str
+    size: int
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """The inert object tree of a checkpoint plus the files it came from."""
+
+    path: str
+    format: str
+    files: tuple[FileInfo, ...]
+    root: Any
+    stubbed: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def tensors(self) -> list[TensorEntry]:
+        """Every tensor with its dotted key path, in the checkpoint's own order."""
+        return list(self._entries)
+
+    @cached_property
+    def _entries(self) -> tuple[TensorEntry, ...]:
+        try:
+            return tuple(entries(self.root))
+        except OperationError as exc:
+            raise OperationError(f"{self.path}: {exc.message}") from exc

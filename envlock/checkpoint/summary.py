@@ -1,0 +1,314 @@
+"""What a checkpoint holds, as the stable `envlock inspect --json` document (schema 1).
+
+`summary()` turns a `CheckpointReport` (see report.py) into counts per section, prefix and
+dtype, the largest tensors, shared storages, training progress, the run's config and a bounded
+sketch of the object tree (navigated with tree.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from fnmatch import fnmatchcase
+from itertools import islice
+from math import isfinite
+from typing import Any
+
+from envlock.checkpoint.report import CheckpointReport
+from envlock.checkpoint.tree import TensorEntry, child_count, children, is_container, is_optimizer
+from envlock.checkpoint.unpickler import DType, Storage, Stub, TensorInfo, is_stub_class, suspicious
+
+SCHEMA = 1
+_CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters|hyperparams)$")
+_PROGRESS = ("step", "epoch", "global_step")
+_MAX_PLAIN = 100_000
+_TOP = 5
+
+
+def _is_state_dict(obj: Any) -> bool:
+    values = obj.values() if isinstance(obj, dict) else ()
+    return bool(values) and all(isinstance(v, TensorInfo) for v in values)
+
+
+class _Budget:
+    """Shared references can make a small pickle a huge tree: cap the nodes a walk may visit."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self._state_dicts: dict[int, bool] = {}
+
+    def spend(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
+
+    def is_state_dict(self, obj: Any) -> bool:
+        if id(obj) not in self._state_dicts:  # memoized: a shared dict is checked once
+            self._state_dicts[id(obj)] = _is_state_dict(obj)
+        return self._state_dicts[id(obj)]
+
+
+# --- the document -------------------------------------------------------------------------------
+
+
+def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, Any]:
+    """The `--json` document of `report`; `pattern` selects the tensor keys to detail."""
+    entries = report.tensors()
+    tally = _Tally(report.root)
+    for entry in entries:
+        tally.add(entry)
+    stubbed = list(report.stubbed)
+    # Key order is part of the output people read: keep it stable.
+    return {
+        "schema": SCHEMA,
+        "path": report.path,
+        "format": report.format,
+        "files": [{"path": f.path, "format": f.format, "size": f.size} for f in report.files],
+        "size": _size(sum(f.size for f in report.files), tally),
+        "tensors": tally.totals(len(entries)),
+        "sections": tally.section_rows(),
+        "first": [_row(e) for e in entries[:_TOP]],
+        "largest": _largest(tally),
+        "shared_storage": tally.shared_storage(),
+        "progress": _progress(report.root),
+        "config": config(report.root, report.format == "directory"),
+        "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
+        "stubbed_globals": stubbed,
+        "suspicious_globals": suspicious(stubbed),
+        "notes": list(report.notes),
+        "pattern": pattern,
+        "keys": None
+        if pattern is None
+        else [_row(e) for e in entries if fnmatchcase(e.key, pattern)],
+    }
+
+
+def _row(entry: TensorEntry) -> dict[str, Any]:
+    t = entry.info
+    return {
+        "key": entry.key,
+        "dtype": t.dtype,
+        "shape": list(t.shape),
+        "numel": t.numel,
+        "bytes": t.nbytes,
+    }
+
+
+def _size(total: int, tally: _Tally) -> dict[str, int]:
+    tensor_bytes = sum(s.nbytes for s in tally.storages.values())
+    return {"total_bytes": total, "tensor_bytes": tensor_bytes, "other_bytes": total - tensor_bytes}
+
+
+def _largest(tally: _Tally) -> list[dict[str, Any]]:
+    unique = sorted(tally.unique.values(), key=lambda e: -e.info.numel)
+    return [_row(e) for e in unique[:_TOP]]
+
+
+class _Tally:
+    """Counts per section, prefix and dtype; a tensor named by several keys counts once."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.unique: dict[tuple[object, ...], TensorEntry] = {}
+        self.storages: dict[tuple[str, str], Storage] = {}
+        self.users: dict[tuple[str, str], list[str]] = {}
+        self.sections: dict[str, dict[str, Any]] = {}
+        self.dtypes: dict[str, dict[str, int]] = {}
+        self.numel = self.params = 0
+
+    def add(self, e: TensorEntry) -> None:
+        t = e.info
+        if e.section not in self.sections:
+            self.sections[e.section] = _section(e.section, self.root)
+        sec = self.sections[e.section]
+        pre = sec["prefixes"].setdefault(e.prefix, {"prefix": e.prefix, "tensors": 0, "numel": 0})
+        dt = self.dtypes.setdefault(t.dtype, {"count": 0, "numel": 0, "bytes": 0})
+        sec["dtypes"][t.dtype] = sec["dtypes"].get(t.dtype, 0) + 1
+        if e.optimizer:
+            sec["kind"] = "optimizer"
+        sec["tensors"] += 1
+        pre["tensors"] += 1
+        dt["count"] += 1
+        if t.alias not in self.unique:
+            self._add_elements(e, sec, pre, dt)
+        if t.storage:
+            self._add_storage(e, t.storage, sec)
+
+    def _add_elements(
+        self, e: TensorEntry, sec: dict[str, Any], pre: dict[str, Any], dt: dict[str, Any]
+    ) -> None:
+        # Elements and bytes count once per tensor, however many keys (tied weights) name it.
+        self.unique[e.info.alias] = e
+        numel = e.info.numel
+        self.numel += numel
+        self.params += 0 if e.optimizer else numel
+        for counter in (sec, pre, dt):
+            counter["numel"] += numel
+        dt["bytes"] += e.info.nbytes
+
+    def _add_storage(self, e: TensorEntry, storage: Storage, sec: dict[str, Any]) -> None:
+        # Views share one storage: its bytes count once, in the first section that uses it.
+        sid = (storage.file, storage.key)
+        self.users.setdefault(sid, []).append(e.key)
+        if sid not in self.storages:
+            self.storages[sid] = storage
+            sec["bytes"] += storage.nbytes
+
+    def totals(self, count: int) -> dict[str, Any]:
+        return {
+            "count": count,
+            "numel": self.numel,
+            "params": self.params,
+            "storages": len(self.storages),
+            "dtypes": self.dtypes,
+        }
+
+    def section_rows(self) -> list[dict[str, Any]]:
+        return [{**s, "prefixes": list(s["prefixes"].values())} for s in self.sections.values()]
+
+    def shared_storage(self) -> list[dict[str, Any]]:
+        return [
+            {"storage": f"{sid[0]}:{sid[1]}", "bytes": self.storages[sid].nbytes, "keys": keys}
+            for sid, keys in self.users.items()
+            if len(keys) > 1
+        ]
+
+
+def _section(key: str, root: Any) -> dict[str, Any]:
+    obj = root.get(key) if isinstance(root, dict) and key else root
+    module = isinstance(obj, Stub) and "_modules" in (obj.fields() or {})
+    kind = "state_dict" if _is_state_dict(obj) else "module" if module else "mixed"
+    kind = "tensors" if kind == "mixed" and not key else kind
+    return {
+        "key": key,
+        "kind": kind,
+        "tensors": 0,
+        "numel": 0,
+        "bytes": 0,
+        "dtypes": {},
+        "prefixes": {},
+    }
+
+
+# --- the structure sketch -----------------------------------------------------------------------
+
+
+def _subtree_counts(entries: list[TensorEntry]) -> Counter[tuple[str, ...]]:
+    # `_node` sketches only the top levels, so only short key-path prefixes need a count.
+    counts: Counter[tuple[str, ...]] = Counter()
+    for e in entries:
+        for i in range(min(len(e.path), 5) + 1):
+            counts[e.path[:i]] += 1
+    return counts
+
+
+def _node(
+    obj: Any, path: tuple[str, ...], counts: Counter[tuple[str, ...]], depth: int, budget: _Budget
+) -> dict[str, Any]:
+    if isinstance(obj, TensorInfo):
+        return {"type": "tensor", "dtype": obj.dtype, "shape": list(obj.shape)}
+    short = isinstance(obj, list | tuple) and len(obj) <= 8 and not counts.get(path, 0)
+    if not is_container(obj) or (short and not any(is_container(v) for v in obj)):
+        return _leaf(obj)
+    name = obj.global_name() if isinstance(obj, Stub) else type(obj).__name__
+    node: dict[str, Any] = {"type": name, "len": child_count(obj), "tensors": counts.get(path, 0)}
+    if budget.is_state_dict(obj):
+        node["state_dict"] = True  # its keys are listed as tensors already
+    elif depth < 4 and budget.spend():
+        shown = list(islice(children(obj), 20))
+        node["children"] = {k: _node(v, (*path, k), counts, depth + 1, budget) for k, v in shown}
+        node["more"] = node["len"] - len(shown)
+    return node
+
+
+def _leaf(obj: Any) -> dict[str, Any]:
+    if is_stub_class(obj):
+        return {"type": "global", "value": obj.global_name()}
+    value = _plain(obj, _Budget(1000))
+    if isinstance(value, str) and len(value) > 80:
+        value = value[:77] + "..."
+    return {"type": type(obj).__name__, "value": value}
+
+
+def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
+    """A JSON-able rendering of an inert value: objects become dicts with their class name."""
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if isinstance(obj, float):
+        return obj if isfinite(obj) else str(obj)  # JSON has no NaN or Infinity
+    if isinstance(obj, TensorInfo):
+        return f"tensor({obj.dtype}, {list(obj.shape)})"
+    if isinstance(obj, DType):
+        return f"torch.{obj.name}"
+    if isinstance(obj, bytes | bytearray):
+        return f"<{len(obj)} bytes>"
+    if is_stub_class(obj):
+        return f"<global {obj.global_name()}>"
+    if depth > 20 or not budget.spend():
+        return "<...>"
+    if isinstance(obj, dict):
+        return {str(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [_plain(v, budget, depth + 1) for v in obj]
+    if isinstance(obj, Stub):
+        return _plain_stub(obj, budget, depth)
+    return str(obj) if isinstance(obj, complex) else f"<{type(obj).__name__}>"
+
+
+def _plain_stub(obj: Stub, budget: _Budget, depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"__class__": obj.global_name()}
+    fields = obj.fields()
+    if obj.args or obj.kwargs or (fields is None and obj.state is not None):
+        out["args"] = _plain([*obj.args, *obj.kwargs.items()], budget, depth + 1)
+    if fields is None and obj.state is not None:
+        out["state"] = _plain(obj.state, budget, depth + 1)
+    out.update(_plain(fields or {}, budget, depth + 1))
+    if obj.items or obj.listitems:
+        out["items"] = _plain(obj.items or obj.listitems, budget, depth + 1)
+    return out
+
+
+# --- config and progress ------------------------------------------------------------------------
+
+
+def config(root: Any, directory: bool) -> dict[str, Any] | None:
+    """The run's config/args/hparams entries of `root` as plain JSON-able values, or None.
+
+    A directory's root is keyed by file name, so each member is searched one level down.
+    """
+    if not isinstance(root, dict):
+        return None
+    found: dict[str, Any] = {}
+    for key, value in root.items():
+        name = str(key)
+        if directory:
+            stem = name.split(".")[0]
+            if _CONFIG_NAME.match(stem) and isinstance(value, dict | Stub):
+                found[name] = _plain(value, _Budget(_MAX_PLAIN))
+            nested = config(value, False)
+            found.update({f"{name}:{k}": v for k, v in (nested or {}).items()})
+        elif _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
+            found[name] = _plain(value, _Budget(_MAX_PLAIN))
+    return found or None
+
+
+def _progress(root: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    level, seen = [root], set()
+    for _ in range(3):  # breadth first, so the shallowest value wins
+        nxt = []
+        for obj in level:
+            # An optimizer's "step" counts its updates, not the run's: never look inside.
+            if id(obj) in seen or is_optimizer(obj) or _is_state_dict(obj):
+                continue
+            seen.add(id(obj))
+            for key, value in children(obj):
+                if key.lower() in _PROGRESS and _is_number(value):
+                    found.setdefault(key.lower(), value)
+                elif is_container(value):
+                    nxt.append(value)
+        level = nxt
+    return found
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,1 @@
+"""Proxmox VE: the API session, tasks, guests, config mapping, snapshots, provisioning."""

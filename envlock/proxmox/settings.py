@@ -1,0 +1,144 @@
+"""A proxmox-lxc profile's own settings: how to reach the node and its API ([target]), and
+the container it declares ([container]). Parsed here, validated in full like the rest."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from envlock.targets.base import LocalPath
+from envlock.targets.ssh import SshSettings, read_ssh_settings
+from envlock.tomlread import ENV_NAME_RE, Table, describe
+
+
+@dataclass(frozen=True)
+class LxcSettings:
+    """A container on a Proxmox node: ssh to the node (for `pct exec`) and the API."""
+
+    ssh: SshSettings
+    api_url: str | None = None
+    node: str | None = None
+    vmid: int | None = None
+    api_user: str | None = None
+    token_id: str | None = None
+    secret_env: str | None = None
+    secret_file: str | None = None
+    ca_file: str | None = None
+    verify_tls: bool = True
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    path: str
+    ro: bool = False
+
+
+@dataclass(frozen=True)
+class Container:
+    """A Proxmox LXC container as the profile declares it."""
+
+    ostemplate: str
+    rootfs: str
+    cores: int = 1
+    memory: int = 1024
+    swap: int = 0
+    hostname: str | None = None
+    unprivileged: bool = False
+    features: tuple[str, ...] = ()
+    net: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    snapshot_before_apply: bool = False
+
+
+def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
+    ssh = read_ssh_settings(t, local_path)
+    api_url = t.string("api-url")
+    if not re.match(r"^https://[^/\s]+", api_url):
+        t.fail(
+            "api-url",
+            f'expected an https:// URL of the Proxmox API, found "{api_url}"',
+            hint='e.g. "https://pve1.example:8006"',
+        )
+    node = t.string("node")
+    vmid = t.integer("vmid", minimum=100)
+    api_user = t.string("api-user", "root@pam")
+    if "@" not in api_user:
+        t.fail("api-user", f'expected user@realm, found "{api_user}"', hint='e.g. "root@pam"')
+    token_id = t.string("token-id", None)
+    secret_env = t.string("secret-env", None)
+    secret_file = t.string("secret-file", None)
+    if secret_env is None and secret_file is None:
+        t.fail(
+            "secret-env",
+            "missing: the Proxmox secret must come from an environment "
+            "variable or a file, never from the profile",
+            hint='add `secret-env = "PVE_TOKEN_SECRET"` or `secret-file = "..."`',
+        )
+    if secret_env is not None and not ENV_NAME_RE.match(secret_env):
+        t.fail("secret-env", f'expected an environment variable name, found "{secret_env}"')
+    ca_file = t.string("ca-file", None)
+    return LxcSettings(
+        ssh=ssh,
+        api_url=api_url,
+        node=node,
+        vmid=vmid,
+        api_user=api_user,
+        token_id=token_id,
+        secret_env=secret_env,
+        secret_file=local_path(secret_file) if secret_file else None,
+        ca_file=local_path(ca_file) if ca_file else None,
+        verify_tls=t.boolean("verify-tls", True),
+    )
+
+
+def read_container(t: Table) -> Container:
+    ostemplate = t.string("ostemplate")
+    rootfs = t.string("rootfs")
+    if not re.match(r"^[A-Za-z0-9][\w.-]*:\S+$", rootfs):
+        t.fail("rootfs", f'expected STORAGE:SIZE_GB such as "local-lvm:64", found "{rootfs}"')
+    devices = t.strings("devices", [])
+    for index, dev in enumerate(devices):
+        if not dev.startswith("/dev/") or ".." in dev.split("/"):
+            t.fail(f"devices[{index}]", f'expected a device path under /dev, found "{dev}"')
+    if len(set(devices)) != len(devices):
+        t.fail("devices", "a device is listed twice")
+    container = Container(
+        ostemplate=ostemplate,
+        rootfs=rootfs,
+        cores=t.integer("cores", 1, minimum=1),
+        memory=t.integer("memory", 1024, minimum=16),
+        swap=t.integer("swap", 0, minimum=0),
+        hostname=t.string("hostname", None),
+        unprivileged=t.boolean("unprivileged", False),
+        features=tuple(t.strings("features", [])),
+        net=tuple(t.strings("net", [])),
+        devices=tuple(devices),
+        mounts=read_mounts(t),
+        snapshot_before_apply=t.boolean("snapshot-before-apply", False),
+    )
+    t.finish()
+    return container
+
+
+def read_mounts(t: Table) -> tuple[Mount, ...]:
+    raw = t.raw("mounts", [])
+    if not isinstance(raw, list):
+        t.fail("mounts", f"expected an array of tables {{source, path, ro}}, found {describe(raw)}")
+    mounts = []
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict):
+            t.fail(
+                f"mounts[{index}]",
+                f"expected a table {{source, path, ro}}, found {describe(item)}",
+            )
+        m = Table(t.path, f"container.mounts[{index}]", item)
+        mount = Mount(source=m.string("source"), path=m.string("path"), ro=m.boolean("ro", False))
+        for key in ("source", "path"):
+            value = getattr(mount, key)
+            if not value.startswith("/"):
+                m.fail(key, f'expected an absolute path, found "{value}"')
+        m.finish()
+        mounts.append(mount)
+    return tuple(mounts)

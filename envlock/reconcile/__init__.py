@@ -1,0 +1,1 @@
+"""The reconciler: gather the target state, compute drift, plan, execute, verify."""

@@ -1,0 +1,120 @@
+"""The context of a command: a profile, its lock, the transport to its target, and the
+container's provisioner when the profile declares one. Gathering state starts here."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from envlock.lock import Lock, load_fresh_lock, read_lock, stale_reasons
+from envlock.profile import Profile, load_profile
+from envlock.reconcile.agentcall import call_agent
+from envlock.reconcile.drift import Expectation, compute_drift
+from envlock.reconcile.kinds import Drift
+from envlock.reconcile.state import State, parse_state
+from envlock.targets.base import ContainerCheck, Provisioner, Transport
+from envlock.uvbin import uv_path, uv_version
+
+
+@dataclass(frozen=True)
+class Context:
+    """A profile with its lock and the transport to its target."""
+
+    profile: Profile
+    lock: Lock
+    transport: Transport
+    stale: tuple[str, ...] = ()
+
+    @property
+    def scripts(self) -> dict[str, str]:
+        pinned = self.lock.meta.get("scripts", {})
+        return dict(pinned) if isinstance(pinned, dict) else {}
+
+    @property
+    def python_version(self) -> str:
+        """The lock's Python (a snapshot's lock may pin another than the profile)."""
+        return str(self.lock.meta.get("python-version") or self.profile.python_version)
+
+    @functools.cached_property
+    def provisioner(self) -> Provisioner | None:
+        """The container around the environment, when the profile declares one."""
+        target, container = self.profile.target, self.profile.container
+        if container is None or target.kind.provisioner is None:
+            return None
+        return target.kind.provisioner(target.settings, container)
+
+    @property
+    def uv(self) -> str:
+        """The uv binary on the target: ours locally, the one pushed under <root>/bin remotely."""
+        target = self.profile.target
+        return f"{target.root}/bin/uv" if target.remote else uv_path()
+
+    def expectation(self) -> Expectation:
+        return Expectation(
+            lock=self.lock,
+            root=self.profile.target.root,
+            venv=self.profile.target.venv,
+            python_version=self.python_version,
+            scripts=self.scripts,
+            stale=self.stale,
+        )
+
+
+def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = False) -> Context:
+    """Load profile and lock; a stale lock is refused unless the caller reports it as drift."""
+    profile = load_profile(profile_path)
+    if allow_stale:
+        lock = read_lock(profile.lock_path)
+        stale = tuple(stale_reasons(profile, lock))
+    else:
+        lock, stale = load_fresh_lock(profile), ()
+    return Context(profile, lock, profile.target.transport(), stale)
+
+
+def probe_request(
+    ctx: Context, *, deep: bool = False, verify: bool = True, warmth: bool = False
+) -> dict[str, Any]:
+    profile = ctx.profile
+    scripts = None
+    if profile.scripts is not None:
+        scripts = {"dest": profile.scripts.dest, "files": sorted(ctx.scripts)}
+    remote = profile.target.remote
+    return {
+        "root": profile.target.root,
+        "venv": profile.target.venv,
+        "cache_dir": profile.cache_dir,
+        "scripts": scripts,
+        "deep": deep,
+        "verify": verify,
+        "warmth": warmth,
+        "uv": {"path": ctx.uv, "version": uv_version()} if remote else None,
+    }
+
+
+def gather_state(
+    ctx: Context, *, deep: bool = False, verify: bool = True, warmth: bool = False
+) -> State:
+    """One round trip: the agent, run by the environment's own interpreter, reports state.
+
+    `verify` checks the files, `warmth` counts the build's compile cache (files, bytes)
+    instead of only asking whether it holds any."""
+    raw = call_agent(
+        ctx.transport,
+        ctx.profile.target.root,
+        "probe",
+        probe_request(ctx, deep=deep, verify=verify, warmth=warmth),
+        env_python=True,
+    )
+    return parse_state(raw)
+
+
+def check(ctx: Context, *, deep: bool = False, warmth: bool = False) -> tuple[State, list[Drift]]:
+    state = gather_state(ctx, deep=deep, warmth=warmth)
+    return state, compute_drift(ctx.expectation(), state)
+
+
+def check_container(ctx: Context) -> ContainerCheck | None:
+    """The container's drift, through its provisioner (None when there is no container)."""
+    return ctx.provisioner.check() if ctx.provisioner is not None else None

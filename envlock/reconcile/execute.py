@@ -1,0 +1,125 @@
+"""Executing a plan: the request the agent carries out, uv pushed first where needed, and
+the verification afterwards (re-gathered, never trusted from before)."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from typing import Any
+
+from envlock.errors import OperationError
+from envlock.profile import Profile
+from envlock.reconcile.agentcall import call_agent
+from envlock.reconcile.context import Context, gather_state
+from envlock.reconcile.drift import compute_drift
+from envlock.reconcile.kinds import Drift, Repair
+from envlock.reconcile.plan import Plan
+from envlock.targets.base import CommandFailed, Transport
+from envlock.uvbin import uv_path, uv_sha256
+
+
+def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, Any]:
+    profile = ctx.profile
+    actions = [action.to_json() for action in plan.actions]
+    for action in actions:
+        if action["kind"] == "scripts":
+            action["dest"] = profile.scripts.dest if profile.scripts else ""
+            action["files"] = script_payload(profile, ctx.scripts)
+    return {
+        "root": profile.target.root,
+        "venv": profile.target.venv,
+        "uv": ctx.uv,
+        "python_version": ctx.python_version,
+        "cache_dir": profile.cache_dir,
+        "lock_text": ctx.lock.text,
+        "lock_sha256": ctx.lock.sha256,
+        "package_count": len(ctx.lock.packages),
+        "offline": profile.dependencies.offline,
+        "find_links": list(profile.dependencies.find_links),
+        "wait": wait,
+        "actions": actions,
+    }
+
+
+def script_payload(profile: Profile, pinned: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Script contents to deploy; each must still match the hash the lock pinned."""
+    assert profile.scripts is not None
+    payload = {}
+    for rel, sha in pinned.items():
+        path = profile.scripts.source / rel
+        data = path.read_bytes()
+        payload[rel] = {
+            "data": base64.b64encode(data).decode(),
+            "sha256": sha,
+            "mode": path.stat().st_mode & 0o777,
+        }
+    return payload
+
+
+def execute(
+    ctx: Context,
+    plan: Plan,
+    *,
+    wait: bool = True,
+    on_progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Carry out a plan on the target (under the root's lock) and return the agent's answer."""
+    if plan.empty:
+        return {"done": []}
+    request = apply_request(ctx, plan, wait=wait)
+    for action in request["actions"]:
+        if action["kind"] == "install-uv":
+            upload_uv(ctx.transport, action, on_progress)
+    return call_agent(
+        ctx.transport,
+        ctx.profile.target.root,
+        "apply",
+        request,
+        on_progress=on_progress,
+    )
+
+
+def verify_after(
+    ctx: Context, plan: Plan | None = None, *, ignore: tuple[str, ...] = ()
+) -> list[Drift]:
+    """Re-gather after acting; whatever drift remains means apply did not converge.
+
+    A generation built by this very plan is not re-hashed: its manifest was just written
+    from the files on disk. Packages, scripts and links are checked all the same, and a
+    generation switched to or repaired is verified file by file. Drift that only reports
+    (the compile-cache dir) does not count.
+    """
+    built = plan is not None and any(a.kind == "build" for a in plan.actions)
+    state = gather_state(ctx, verify=not built)
+    drifts = compute_drift(ctx.expectation(), state)
+    remaining = [
+        d for d in drifts if d.declared.repair is not Repair.CACHE_DIR and d.kind not in ignore
+    ]
+    if remaining:
+        listed = "; ".join(f"{d.kind} {d.subject}" for d in remaining[:6])
+        raise OperationError(
+            f"apply finished but the target still drifts: {listed}",
+            hint="run `envlock check -v` to see everything",
+        )
+    return drifts
+
+
+def upload_uv(
+    transport: Transport, action: dict[str, Any], on_progress: Callable[[str], None] | None
+) -> None:
+    """Stream envlock's uv binary to a temp file beside its final place; the agent then
+    checks its sha256 and moves it into place."""
+    final = action["path"]
+    action["tmp"] = f"{final}.upload"
+    action["sha256"] = uv_sha256()
+    if on_progress:
+        on_progress(f"uploading uv {action['version']} to {final}")
+    with open(uv_path(), "rb") as handle:
+        data = handle.read()
+    script = 'mkdir -p "$1" && cat > "$2"'
+    result = transport.run(
+        ["sh", "-c", script, "sh", os.path.dirname(final), action["tmp"]], stdin=data
+    )
+    if not result.ok:
+        raise CommandFailed(f"{transport.name}: uploading uv", result)

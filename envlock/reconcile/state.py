@@ -1,0 +1,261 @@
+"""State: what a target actually has, parsed once from the agent's probe into small types.
+
+Nothing past `parse_state` reads the probe's raw JSON (`raw` is kept for debugging output).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Generation:
+    number: int
+    name: str
+    lock_hash: str
+    complete: bool
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One line of the root's switch history: `current` moved from one generation to another."""
+
+    to: str
+    from_: str | None
+    action: str  # apply, rollback
+    time: str  # UTC, ISO 8601
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "from": self.from_, "time": self.time, "to": self.to}
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """A file of the generation that differs from its manifest or RECORD."""
+
+    path: str
+    dist: str = ""  # the distribution that installed it ("" when no wheel did)
+    links: int = 1  # hardlink count: > 1 means uv's cache shares the inode
+    why: str = ""
+    pth: bool = False
+
+
+@dataclass(frozen=True)
+class FilesReport:
+    checked: int = 0
+    modified: tuple[FileChange, ...] = ()
+    missing: tuple[FileChange, ...] = ()
+    added: tuple[FileChange, ...] = ()
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    """torch as installed: from dist-info metadata and torch/version.py, never imported."""
+
+    version: str
+    local: str | None = None
+    cuda: str | None = None
+    hip: str | None = None
+    git_version: str | None = None
+    cuda_requires: tuple[str, ...] = ()  # the CUDA majors torch's own requirements name
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "local": self.local,
+            "cuda": self.cuda,
+            "hip": self.hip,
+            "git_version": self.git_version,
+            "cuda_requires": list(self.cuda_requires),
+        }
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """The compile-cache directory of the active build."""
+
+    dir: str
+    exists: bool
+    files: int = 0
+    bytes: int | None = None  # counted only when warmth was asked for
+    last_used: float | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"dir": self.dir, "fingerprint": self.fingerprint}
+        data["exists"] = self.exists
+        if self.exists:
+            data["files"] = self.files
+            if self.bytes is not None:
+                data.update(bytes=self.bytes, last_used=self.last_used)
+        return data
+
+
+@dataclass(frozen=True)
+class VenvLink:
+    """What the profile's stable venv path is: a symlink (and where to), a dir, a file, absent."""
+
+    kind: str
+    target: str | None = None
+
+
+@dataclass(frozen=True)
+class ScriptsState:
+    dest: str
+    hashes: dict[str, str | None]  # None: the file is missing
+
+
+@dataclass(frozen=True)
+class UvState:
+    """The uv binary envlock pushed to a remote root."""
+
+    present: bool
+    ok: bool
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    """The machine or container the agent ran on."""
+
+    hostname: str | None = None
+    machine: str | None = None  # x86_64, aarch64
+    libc: str | None = None
+    container: str | None = None  # lxc, docker, … as systemd detects it
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hostname": self.hostname,
+            "machine": self.machine,
+            "libc": self.libc,
+            "container": self.container,
+        }
+
+
+@dataclass(frozen=True)
+class State:
+    """A parsed probe answer. `packages` and below are None when no generation is active."""
+
+    raw: dict[str, Any]
+    generations: tuple[Generation, ...]
+    current: str | None
+    in_generation: bool
+    venv_link: VenvLink | None
+    python_version: str
+    packages: dict[str, str] | None
+    torch: TorchBuild | None
+    files: FilesReport | None
+    cache: CacheState | None
+    scripts: ScriptsState | None
+    hardware: dict[str, Any]
+    history: tuple[Switch, ...] = ()
+    uv: UvState | None = None
+    host: Host = Host()
+
+    @property
+    def current_generation(self) -> Generation | None:
+        return next((g for g in self.generations if g.name == self.current), None)
+
+    def complete_with_hash(self, lock_hash: str) -> Generation | None:
+        matches = [g for g in self.generations if g.complete and g.lock_hash == lock_hash]
+        return matches[-1] if matches else None
+
+    @property
+    def next_number(self) -> int:
+        return max((g.number for g in self.generations), default=0) + 1
+
+
+def parse_state(raw: dict[str, Any]) -> State:
+    """The probe's JSON answer as typed state (the one place that reads it)."""
+    return State(
+        raw=raw,
+        generations=tuple(
+            Generation(g["number"], g["name"], g["lock_hash"], g["complete"], g.get("meta") or {})
+            for g in raw.get("generations", [])
+        ),
+        current=raw.get("current"),
+        in_generation=bool(raw.get("in_generation")),
+        venv_link=_venv_link(raw.get("venv_link")),
+        python_version=raw.get("python", {}).get("version", ""),
+        packages=raw.get("packages"),
+        torch=_torch(raw.get("torch")),
+        files=_files(raw.get("files")),
+        cache=_cache(raw.get("cache")),
+        scripts=_scripts(raw.get("scripts")),
+        hardware=raw.get("hardware") or {},
+        history=tuple(_switch(entry) for entry in raw.get("history", [])),
+        uv=_uv(raw.get("uv")),
+        host=Host(raw.get("hostname"), raw.get("machine"), raw.get("libc"), raw.get("container")),
+    )
+
+
+def _venv_link(raw: dict[str, Any] | None) -> VenvLink | None:
+    return None if raw is None else VenvLink(raw.get("kind", "absent"), raw.get("target"))
+
+
+def _torch(raw: dict[str, Any] | None) -> TorchBuild | None:
+    if raw is None:
+        return None
+    return TorchBuild(
+        version=raw["version"],
+        local=raw.get("local"),
+        cuda=raw.get("cuda"),
+        hip=raw.get("hip"),
+        git_version=raw.get("git_version"),
+        cuda_requires=tuple(raw.get("cuda_requires", ())),
+    )
+
+
+def _change(item: dict[str, Any]) -> FileChange:
+    return FileChange(
+        path=item["path"],
+        dist=item.get("dist") or "",
+        links=item.get("links", 1),
+        why=item.get("why", ""),
+        pth=bool(item.get("pth")),
+    )
+
+
+def _files(raw: dict[str, Any] | None) -> FilesReport | None:
+    if raw is None:
+        return None
+    return FilesReport(
+        checked=raw.get("checked", 0),
+        modified=tuple(_change(i) for i in raw.get("modified", [])),
+        missing=tuple(_change(i) for i in raw.get("missing", [])),
+        added=tuple(_change(i) for i in raw.get("added", [])),
+    )
+
+
+def _cache(raw: dict[str, Any] | None) -> CacheState | None:
+    if raw is None:
+        return None
+    return CacheState(
+        dir=raw["dir"],
+        exists=bool(raw.get("exists")),
+        files=raw.get("files", 0),
+        bytes=raw.get("bytes"),
+        last_used=raw.get("last_used"),
+        fingerprint=raw.get("fingerprint") or {},
+    )
+
+
+def _scripts(raw: dict[str, Any] | None) -> ScriptsState | None:
+    return None if raw is None else ScriptsState(raw.get("dest", ""), dict(raw.get("hashes", {})))
+
+
+def _switch(entry: dict[str, Any]) -> Switch:
+    return Switch(
+        to=entry.get("to", ""),
+        from_=entry.get("from"),
+        action=entry.get("action", "switch"),
+        time=entry.get("time", ""),
+    )
+
+
+def _uv(raw: dict[str, Any] | None) -> UvState | None:
+    if raw is None:
+        return None
+    return UvState(bool(raw.get("present")), bool(raw.get("ok")), raw.get("version"))

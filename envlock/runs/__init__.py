@@ -1,0 +1,1 @@
+"""What happens around a run: its environment, snapshots, diffs and compile caches."""

@@ -1,0 +1,81 @@
+"""Compile caches on a target: status, portable save and restore (through the agent)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from envlock.atomic import write_atomic
+from envlock.errors import OperationError, UsageError
+from envlock.reconcile.agentcall import call_agent, call_agent_raw, parse_answer
+from envlock.reconcile.context import Context
+from envlock.reconcile.state import CacheState
+
+
+def cache_request(ctx: Context) -> dict[str, Any]:
+    return {"root": ctx.profile.target.root, "cache_dir": ctx.profile.cache_dir}
+
+
+def cache_status(ctx: Context) -> dict[str, Any]:
+    return call_agent(ctx.transport, ctx.profile.target.root, "cache-status", cache_request(ctx))
+
+
+def save_cache(ctx: Context, file: Path) -> int:
+    """Archive the active build's cache into FILE (atomically); returns its size."""
+    result = call_agent_raw(
+        ctx.transport, ctx.profile.target.root, "cache-save", cache_request(ctx)
+    )
+    if not result.ok:
+        # The agent reports on stdout before the stream starts, on stderr after.
+        for text in (result.stdout, result.stderr):
+            lines = text.decode(errors="replace").strip().splitlines()
+            if lines and lines[-1].startswith('{"error"'):
+                error = json.loads(lines[-1])["error"]
+                raise OperationError(f"{ctx.transport.name}: {error['message']}")
+        raise OperationError(
+            f"saving the compile cache failed (exit {result.exit_code}): {result.error_text()}"
+        )
+    write_atomic(file, result.stdout)
+    return len(result.stdout)
+
+
+def restore_cache(ctx: Context, file: Path, *, force: bool = False) -> dict[str, Any]:
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot read: {exc.strerror}") from None
+    result = call_agent_raw(
+        ctx.transport,
+        ctx.profile.target.root,
+        "cache-restore",
+        {**cache_request(ctx), "force": force},
+        stdin=data,
+    )
+    return parse_answer(ctx.transport, "cache-restore", result)
+
+
+def cache_warnings(
+    state_cache: CacheState | None, environ: dict[str, str], local: bool
+) -> list[str]:
+    """Not drift, but worth knowing before a run: a cold cache, variables pointing away."""
+    if state_cache is None:
+        return []
+    warnings = []
+    if not state_cache.files:
+        warnings.append(
+            f"the compile cache of this build is cold ({state_cache.dir}): the "
+            "first compiled step recompiles; `envlock cache PROFILE restore FILE` "
+            "brings a saved one"
+        )
+    if local:
+        for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+            want = os.path.join(state_cache.dir, sub)
+            have = environ.get(var)
+            if have and os.path.normpath(have) != os.path.normpath(want):
+                warnings.append(
+                    f"{var} in this shell points to {have}; processes started "
+                    f"outside `envlock run` would miss the build's cache ({want})"
+                )
+    return warnings

@@ -1,0 +1,229 @@
+"""Diff: what changed between two runs, grouped, most consequential first.
+
+A side is a snapshot file, a directory holding one (a checkpoint dir, whose checkpoint's own
+config is read too), or a lock. Comparing is pure: `compare(a, b)` over loaded sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envlock import ui
+from envlock.checkpoint.reader import CHECKPOINT_SUFFIXES, read_checkpoint_config
+from envlock.cuda import is_cuda_library
+from envlock.errors import EnvlockError, UsageError
+from envlock.lock import Lock, parse_lock
+from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str
+    lock: Lock | None
+    snapshot: dict[str, Any] | None = None
+    checkpoint_config: dict[str, Any] | None = None
+
+    def packages(self) -> dict[str, str]:
+        if self.snapshot is not None:
+            return dict(self.snapshot.get("packages") or {})
+        return self.lock.versions() if self.lock else {}
+
+    def torch(self) -> dict[str, Any]:
+        packages = self.packages()
+        found = dict((self.snapshot or {}).get("torch") or {})
+        version = found.get("version") or packages.get("torch")
+        if not version:
+            return {}
+        label = version.partition("+")[2] or None
+        cuda_libs = sorted(f"{name}=={v}" for name, v in packages.items() if is_cuda_library(name))
+        return {
+            "torch": version,
+            "local label": found.get("local", label),
+            "CUDA": found.get("cuda"),
+            "cuDNN": found.get("cudnn"),
+            "CUDA libraries": ", ".join(cuda_libs) or None,
+            "triton": packages.get("triton") or packages.get("pytorch-triton"),
+        }
+
+    def scripts(self) -> dict[str, str]:
+        if self.snapshot is not None:
+            return dict((self.snapshot.get("scripts") or {}).get("sha256") or {})
+        return dict((self.lock.meta.get("scripts") if self.lock else None) or {})
+
+    def config(self) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        if self.checkpoint_config:
+            merged.update({f"checkpoint.{k}": v for k, v in self.checkpoint_config.items()})
+        run_config = (self.snapshot or {}).get("config")
+        if run_config is not None:
+            merged["run"] = run_config
+        return flatten(merged)
+
+    def cache(self) -> dict[str, Any] | None:
+        return (self.snapshot or {}).get("cache")
+
+    def hardware(self) -> dict[str, Any]:
+        snap = self.snapshot or {}
+        hw = snap.get("hardware") or {}
+        gpus = hw.get("gpus") or []
+        return {
+            "GPUs": ", ".join(f"{g.get('name')} (sm {g.get('capability')})" for g in gpus) or None,
+            "driver": hw.get("driver"),
+            "python": snap.get("python"),
+            "machine": (snap.get("platform") or {}).get("machine"),
+            "host": (snap.get("host") or {}).get("hostname"),
+        }
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str
+    a: Any
+    b: Any
+
+    @property
+    def kind(self) -> str:
+        return "added" if self.a is None else "removed" if self.b is None else "changed"
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    changes: tuple[Change, ...] = field(default_factory=tuple)
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "note": self.note,
+            "changes": [{**asdict(c), "kind": c.kind} for c in self.changes],
+        }
+
+
+# -- loading ------------------------------------------------------------------------------
+def load_side(path: str) -> Side:
+    target = Path(path)
+    if target.is_dir():
+        snapshot = load_snapshot(target) if (target / SNAPSHOT_FILE).exists() else None
+        config = checkpoint_config(target)
+        if snapshot is None and config is None:
+            raise UsageError(
+                f"{target}: holds neither {SNAPSHOT_FILE} nor a checkpoint",
+                hint="pass a snapshot file, a checkpoint dir or a lock",
+            )
+        lock = snapshot_lock(snapshot, target) if snapshot is not None else None
+        return Side(str(target), lock, snapshot, config)
+    if not target.is_file():
+        raise UsageError(f"{target}: no such file or directory")
+    if target.name.startswith("pylock.") and target.suffix == ".toml":
+        return Side(str(target), parse_lock(target, target.read_text()))
+    if target.suffix == ".json":
+        snapshot = load_snapshot(target)
+        return Side(str(target), snapshot_lock(snapshot, target), snapshot)
+    raise UsageError(
+        f"{target}: not a snapshot, checkpoint directory or lock",
+        hint="pass envlock-snapshot.json, a checkpoint dir or pylock.<name>.toml",
+    )
+
+
+def checkpoint_config(directory: Path) -> dict[str, Any] | None:
+    """The config the newest checkpoint in `directory` carries (read without torch, never
+    executed). Keyed by entry name only, so runs whose files are named by step compare."""
+    candidates = [
+        p for p in directory.iterdir() if p.is_file() and p.name.endswith(CHECKPOINT_SUFFIXES)
+    ]
+    for path in sorted(candidates, key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            config = read_checkpoint_config(path)
+        except EnvlockError:
+            continue
+        if config:
+            return config
+    return None
+
+
+# -- comparing ----------------------------------------------------------------------------
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key == "__class__":
+                continue
+            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def mapping_changes(
+    a: dict[str, Any], b: dict[str, Any], *, ordered: bool = False
+) -> tuple[Change, ...]:
+    keys = list(dict.fromkeys([*a, *b])) if ordered else sorted(set(a) | set(b))
+    return tuple(Change(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k))
+
+
+def known_to_both(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict]:
+    """Drop what one side cannot know (a lock has no observed CUDA or cuDNN)."""
+    keys = {k for k in a if a[k] is not None} & {k for k in b if b[k] is not None}
+    keys |= {k for k in ("torch",) if k in a or k in b}
+    return {k: v for k, v in a.items() if k in keys}, {k: v for k, v in b.items() if k in keys}
+
+
+def warmth(cache: dict[str, Any] | None) -> str | None:
+    if not cache:
+        return None
+    if not cache.get("exists") or not cache.get("files"):
+        return "cold"
+    return f"warm ({ui.size(cache.get('bytes') or 0)})"
+
+
+def cache_group(a: Side, b: Side, *, torch_changed: bool) -> Group:
+    ca, cb = a.cache() or {}, b.cache() or {}
+    changes = []
+    fa = (ca.get("fingerprint") or {}).get("id")
+    fb = (cb.get("fingerprint") or {}).get("id")
+    if fa != fb and not torch_changed:  # a new torch build implies a new fingerprint
+        changes.append(Change("fingerprint", fa, fb))
+    wa, wb = warmth(ca), warmth(cb)
+    if wa != wb:
+        changes.append(Change("compile cache", wa, wb))
+    return Group("compile cache", tuple(changes))
+
+
+def compare(a: Side, b: Side) -> list[Group]:
+    """Grouped differences, most consequential first; empty groups dropped."""
+    torch_a, torch_b = a.torch(), b.torch()
+    if a.snapshot is None or b.snapshot is None:
+        torch_a, torch_b = known_to_both(torch_a, torch_b)
+    # torch and its nvidia-*-cuXX libraries are reported together, as the torch build.
+    pkgs_a = {k: v for k, v in a.packages().items() if k != "torch" and not is_cuda_library(k)}
+    pkgs_b = {k: v for k, v in b.packages().items() if k != "torch" and not is_cuda_library(k)}
+    groups = [
+        Group("torch build", mapping_changes(torch_a, torch_b, ordered=True)),
+        Group("packages", mapping_changes(pkgs_a, pkgs_b)),
+        Group("scripts", mapping_changes(short(a.scripts()), short(b.scripts()))),
+    ]
+    if a.config() and b.config():  # a lock, or a run that passed none, has no config
+        groups.append(Group("hyperparameters", mapping_changes(a.config(), b.config())))
+    if a.snapshot is not None and b.snapshot is not None:
+        # Observed facts exist only in snapshots; a lock side has none to compare.
+        groups += [
+            Group("environment variables", mapping_changes(env_of(a), env_of(b))),
+            cache_group(a, b, torch_changed=torch_a != torch_b),
+            Group("hardware and driver", mapping_changes(a.hardware(), b.hardware())),
+        ]
+    return [g for g in groups if g.changes]
+
+
+# Set by envlock run from the build fingerprint: reported under "compile cache" instead.
+MANAGED_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def env_of(side: Side) -> dict[str, Any]:
+    env = dict((side.snapshot or {}).get("env") or {})
+    return {k: v for k, v in env.items() if k not in MANAGED_ENV}
+
+
+def short(hashes: dict[str, str]) -> dict[str, str]:
+    return {k: v[:12] for k, v in hashes.items()}

@@ -1,0 +1,45 @@
+"""envlock-snapshot.json: writing it atomically, reading it back (from the file or the
+checkpoint directory holding it) and the lock it recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from envlock.atomic import write_atomic
+from envlock.errors import UsageError
+from envlock.lock import Lock, parse_lock
+
+SNAPSHOT_FILE = "envlock-snapshot.json"
+SCHEMA = 1
+
+
+def write_snapshot(directory: str | os.PathLike[str], data: dict[str, Any]) -> Path:
+    """Write DIR/envlock-snapshot.json atomically; returns its path."""
+    path = Path(directory) / SNAPSHOT_FILE
+    write_atomic(path, (json.dumps(data, indent=1, sort_keys=False) + "\n").encode())
+    return path
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A snapshot from its file or from the directory (checkpoint dir) holding it."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / SNAPSHOT_FILE
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise UsageError(
+            f"{file}: no snapshot here", hint="write one with `envlock snapshot PROFILE DIR`"
+        ) from None
+    except ValueError as exc:
+        raise UsageError(f"{file}: not a valid snapshot: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise UsageError(f"{file}: unsupported snapshot schema {data.get('schema')!r}")
+    return data
+
+
+def snapshot_lock(data: dict[str, Any], origin: Path) -> Lock:
+    return parse_lock(origin, data["lock"]["text"])

@@ -1,0 +1,11 @@
+"""The target types a profile may name in [target] type. A new type is a module that
+defines a TargetType, plus one line here."""
+
+from __future__ import annotations
+
+from envlock.targets.base import TargetType
+from envlock.targets.local import LOCAL
+from envlock.targets.lxc import PROXMOX_LXC
+from envlock.targets.ssh import SSH
+
+TARGET_TYPES: dict[str, TargetType] = {kind.name: kind for kind in (LOCAL, SSH, PROXMOX_LXC)}
