@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -209,3 +211,100 @@ def test_bad_diff_sides(tmp_path: Path, envlock: Envlock) -> None:
     (tmp_path / "broken.json").write_text("{")
     broken = envlock("diff", tmp_path / "broken.json", tmp_path / "broken.json")
     assert broken.returncode == 2 and "not a valid snapshot" in broken.stderr
+
+
+# -- secrets (issue #11) ------------------------------------------------------------------
+SECRETS = {
+    "HF_TOKEN": "hf_live_token_value_0001",
+    "HF_HUB_TOKEN": "hf_hub_token_value_0002",
+    "NVIDIA_API_KEY": "nvapi-key-value-0003",
+    "TORCH_HUB_TOKEN": "torch-hub-token-value-0004",
+    "TRITON_API_KEY": "triton-api-key-value-0005",
+}
+
+
+def redacted(value: str) -> str:
+    return f"<redacted sha256:{hashlib.sha256(value.encode()).hexdigest()[:8]}>"
+
+
+def with_secrets(values: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **values}
+
+
+def assert_no_secret(text: str, values: dict[str, str] | None = None) -> None:
+    for name, value in (values or SECRETS).items():
+        assert value not in text, f"the value of {name} leaked"
+
+
+def test_snapshot_never_records_a_secret(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = applied_project(tmp_path / "p", wheelhouse, envlock, env={"WANDB_API_KEY": "wb-0006"})
+    result = envlock("snapshot", profile, tmp_path / "ckpt", env=with_secrets(SECRETS))
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "ckpt" / "envlock-snapshot.json").read_text()
+    assert_no_secret(text + result.stdout + result.stderr, {**SECRETS, "WANDB": "wb-0006"})
+    env = json.loads(text)["env"]
+    assert {name: env[name] for name in SECRETS} == {k: redacted(v) for k, v in SECRETS.items()}
+    assert env["WANDB_API_KEY"] == redacted("wb-0006")
+
+
+def test_run_snapshot_redacts_but_the_command_sees_the_secret(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = applied_project(tmp_path / "p", wheelhouse, envlock)
+    ckpt = tmp_path / "ckpt"
+    code = "import os, sys; print(os.environ['HF_TOKEN'] == sys.argv[2])"
+    argv = ["python", "-c", code, "--hf-token", SECRETS["HF_TOKEN"]]
+    ran = envlock("run", profile, "--snapshot-into", ckpt, "--", *argv, env=with_secrets(SECRETS))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "True"
+    text = (ckpt / "envlock-snapshot.json").read_text()
+    assert_no_secret(text + ran.stderr)
+    data = json.loads(text)
+    assert data["command"] == [*argv[:-1], redacted(SECRETS["HF_TOKEN"])]
+    assert data["env"]["TRITON_API_KEY"] == redacted(SECRETS["TRITON_API_KEY"])
+
+
+def test_diff_says_a_secret_changed_without_printing_it(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = applied_project(tmp_path / "p", wheelhouse, envlock)
+    other = {**SECRETS, "HF_TOKEN": "hf_live_token_value_9999"}
+    for name, values in (("a", SECRETS), ("b", other)):
+        config = tmp_path / f"{name}.json"
+        config.write_text(json.dumps({"lr": 0.1, "wandb": {"api_key": values["HF_TOKEN"]}}))
+        made = envlock(
+            "snapshot", "--config", config, profile, tmp_path / name, env=with_secrets(values)
+        )
+        assert made.returncode == 0, made.stderr
+    human = envlock("diff", tmp_path / "a", tmp_path / "b")
+    as_json = envlock("diff", "--json", tmp_path / "a", tmp_path / "b")
+    assert human.returncode == as_json.returncode == 1
+    for output in (human, as_json):
+        assert_no_secret(output.stdout + output.stderr, {**SECRETS, "new": other["HF_TOKEN"]})
+    groups = groups_of(as_json)
+    assert groups["environment variables"] == {"HF_TOKEN"}
+    assert groups["hyperparameters"] == {"run.wandb.api_key"}
+    assert f"{redacted(SECRETS['HF_TOKEN'])} → {redacted(other['HF_TOKEN'])}" in human.stdout
+
+
+def test_diff_redacts_old_snapshots_holding_raw_secrets(
+    two_runs: tuple[Path, Path], envlock: Envlock
+) -> None:
+    """Snapshots written before redaction (or by hand) hold raw values: shown redacted."""
+    ckpt_a, ckpt_b = two_runs
+    for ckpt, token in ((ckpt_a, SECRETS["HF_TOKEN"]), (ckpt_b, "hf_other_raw_value")):
+        path = ckpt / "envlock-snapshot.json"
+        data = json.loads(path.read_text())
+        data["env"]["HF_TOKEN"] = token
+        data["command"] = ["python", "train.py", f"--api-key={token}"]
+        data["config"]["hf_token"] = token
+        path.write_text(json.dumps(data))
+    for args in ((ckpt_a, ckpt_b), ("--json", ckpt_a, ckpt_b)):
+        result = envlock("diff", *args)
+        assert result.returncode == 1
+        assert_no_secret(result.stdout + result.stderr, {**SECRETS, "b": "hf_other_raw_value"})
+    groups = groups_of(envlock("diff", "--json", ckpt_a, ckpt_b))
+    assert "HF_TOKEN" in groups["environment variables"]
+    assert "run.hf_token" in groups["hyperparameters"]

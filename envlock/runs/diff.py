@@ -15,6 +15,7 @@ from envlock.checkpoint.reader import CHECKPOINT_SUFFIXES, read_checkpoint_confi
 from envlock.cuda import is_cuda_library
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
+from envlock.runs.secrets import redact_config
 from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
 
 
@@ -140,7 +141,7 @@ def checkpoint_config(directory: Path) -> dict[str, Any] | None:
         except EnvlockError:
             continue
         if config:
-            return config
+            return redact_config(config)  # a checkpoint's args may hold a token too
     return None
 
 

@@ -22,9 +22,10 @@ from typing import Any
 from envlock import __version__
 from envlock.errors import UsageError
 from envlock.profile import load_profile
-from envlock.reconcile.context import Context, gather_state, open_context
+from envlock.reconcile.context import Context, gather_state, open_context, own_context
 from envlock.reconcile.state import State
 from envlock.runs.environment import run_environment
+from envlock.runs.secrets import redact_argv, redact_config, redact_env
 from envlock.runs.snapshot_file import SCHEMA, load_snapshot, snapshot_lock, write_snapshot
 
 # The variables of a run that change what it computes or how fast.
@@ -52,10 +53,11 @@ def plain(value: Any) -> Any:
 
 
 def run_env(environ: Mapping[str, str], profile_env: Mapping[str, str]) -> dict[str, str]:
-    """The variables a run sees that matter: the profile's [env] and CUDA/NCCL/TORCH/… ones."""
+    """The variables a run sees that matter: the profile's [env] and CUDA/NCCL/TORCH/… ones,
+    secrets redacted."""
     keep = {k: v for k, v in environ.items() if ENV_PATTERN.match(k)}
     keep.update({k: environ.get(k, v) for k, v in profile_env.items()})
-    return dict(sorted(keep.items()))
+    return redact_env(dict(sorted(keep.items())))
 
 
 def git_state(directory: Path | None) -> dict[str, Any] | None:
@@ -95,12 +97,14 @@ def build_snapshot(
 ) -> dict[str, Any]:
     """The snapshot document of a context's target in `state` (pure)."""
     profile, host = ctx.profile, state.host
+    ran = own_context(ctx, state).lock
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "envlock": __version__,
         "profile": {"name": profile.name, "path": str(profile.path), "sha256": profile.sha256},
-        "lock": {"sha256": ctx.lock.sha256, "text": ctx.lock.text},
+        # The lock of the generation that actually runs (after a rollback, not the profile's).
+        "lock": {"sha256": ran.sha256, "text": ran.text},
         "generation": state.current,
         "python": state.python_version or None,
         "platform": {"machine": host.machine, "libc": host.libc},
@@ -118,9 +122,9 @@ def build_snapshot(
             "container": host.container,
             "target": ctx.transport.name,
         },
-        "command": list(command),
+        "command": redact_argv(list(command)),
         "git": git_state(profile.scripts.source if profile.scripts else None),
-        "config": plain(config) if config is not None else None,
+        "config": redact_config(plain(config)) if config is not None else None,
     }
 
 
@@ -130,7 +134,7 @@ def take_snapshot(ctx: Context, *, command: list[str], config: Any = None) -> di
     The environment recorded is the one `envlock run` gives a command: the current process's
     when it runs under `envlock run`, else what envlock run would export.
     """
-    state = gather_state(ctx, verify=False, warmth=True)
+    state = gather_state(ctx, verify=False, warmth=True, lock=True)
     environ: Mapping[str, str] = os.environ
     if state.current and not os.environ.get("ENVLOCK_GENERATION"):
         environ = run_environment(ctx.profile, state, os.environ)

@@ -11,6 +11,7 @@ from typing import Any
 from envlock.atomic import write_atomic
 from envlock.errors import UsageError
 from envlock.lock import Lock, parse_lock
+from envlock.runs.secrets import redact_argv, redact_config, redact_env
 
 SNAPSHOT_FILE = "envlock-snapshot.json"
 SCHEMA = 1
@@ -38,6 +39,19 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise UsageError(f"{file}: not a valid snapshot: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UsageError(f"{file}: unsupported snapshot schema {data.get('schema')!r}")
+    return without_secrets(data)
+
+
+def without_secrets(data: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot as it may be shown: one written before envlock redacted secrets (or by
+    hand) holds them raw, so they are redacted again on every load."""
+    data = dict(data)
+    if isinstance(data.get("env"), dict):
+        data["env"] = redact_env(data["env"])
+    if isinstance(data.get("command"), list):
+        data["command"] = redact_argv([str(a) for a in data["command"]])
+    if data.get("config") is not None:
+        data["config"] = redact_config(data["config"])
     return data
 
 
