@@ -23,6 +23,8 @@ from envlock.reconcile.state import (
     FileChange,
     FilesReport,
     Generation,
+    GpuFacts,
+    GpuLibrary,
     ScriptsState,
     State,
     Switch,
@@ -137,6 +139,18 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         "lock 000000000000",
     ),
     ("python-version", {}, {"python_version": "3.12.1"}, "python", "3.12.1"),
+    # GPU readiness; every rule's cases are in tests/test_gpu.py. This machine-less
+    # state has no NVIDIA driver, which matters only once GPUs are declared.
+    ("gpu-driver", {"gpu_count": 1}, {}, "NVIDIA driver", "none"),
+    (
+        "gpu-library",
+        {},
+        {"gpu": GpuFacts("580.159.04", (GpuLibrary("libcuda", "/lib/libcuda.so.570.1", "570.1"),))},
+        "/lib/libcuda.so.570.1",
+        "570.1",
+    ),
+    ("gpu-device", {"devices": ("/dev/nvidia0",)}, {}, "/dev/nvidia0", "missing"),
+    ("gpu-count", {"gpu_count": 1}, {}, "GPUs", "0"),
     (
         "torch-build",
         {},

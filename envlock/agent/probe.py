@@ -4,8 +4,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
@@ -22,6 +20,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         site_packages,
         verify_files,
     )
+    from envlock.agent.gpu import nvidia_facts
 
 
 # -- probe --------------------------------------------------------------------------------
@@ -65,32 +64,6 @@ def torch_build(dists, site):
     )
     build["cuda_requires"] = ["cu" + m for m in majors]
     return build
-
-
-def nvidia_facts():
-    """GPUs and driver from /proc (cheap); compute capability from nvidia-smi when present."""
-    facts = {"driver": None, "gpus": []}  # type: dict
-    try:
-        with open("/proc/driver/nvidia/version") as handle:
-            match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", handle.read())
-            facts["driver"] = match.group(1) if match else None
-    except OSError:
-        return facts
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run(
-                [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout
-            for line in out.strip().splitlines():
-                name, _, cap = line.partition(",")
-                facts["gpus"].append({"name": name.strip(), "capability": cap.strip()})
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return facts
 
 
 def cache_fingerprint(torch, dists, hardware):
@@ -156,7 +129,7 @@ def probe(req):
         and os.path.basename(os.path.realpath(sys.prefix)) == state["current"]
     )
     state["in_generation"] = in_generation
-    state["hardware"] = nvidia_facts()
+    state["hardware"] = nvidia_facts(devices=req.get("devices") or ())
     if in_generation:
         gen_dir = os.path.realpath(sys.prefix)
         facts = generation_facts(gen_dir, state["hardware"])

@@ -11,6 +11,7 @@ from envlock import ui
 from envlock.commands.common import json_option, print_drift, with_context
 from envlock.errors import EXIT_DRIFT
 from envlock.reconcile.context import Context, check, check_container
+from envlock.reconcile.gpu import gpu_note
 from envlock.runs.cache import cache_warnings
 
 CHECK_SCHEMA = 1
@@ -32,6 +33,8 @@ def command(ctx: Context, deep: bool, as_json: bool) -> None:
     checked = state.files.checked if state and state.files else 0
     local = not ctx.profile.target.remote
     warnings = cache_warnings(state.cache, dict(os.environ), local) if state else []
+    expect = ctx.expectation()
+    gpu_skip = gpu_note(state.gpu, state.torch, expect.devices, expect.gpu_count) if state else None
     if as_json:
         ui.emit_json(
             {
@@ -44,6 +47,7 @@ def command(ctx: Context, deep: bool, as_json: bool) -> None:
                 "clean": not drifts,
                 "drift": [d.to_json() for d in drifts],
                 "warnings": warnings,
+                "gpu": {**state.hardware, "note": gpu_skip} if state else None,
             }
         )
     else:
@@ -54,6 +58,8 @@ def command(ctx: Context, deep: bool, as_json: bool) -> None:
             drifts,
             f"{where} matches lock {ctx.lock.short_hash} ({mode} check, {checked} files)",
         )
+        if gpu_skip:
+            ui.info(gpu_skip)
         for warning in warnings:
             ui.warn(warning)
     sys.exit(EXIT_DRIFT if drifts else 0)

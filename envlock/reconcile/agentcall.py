@@ -30,7 +30,7 @@ CHOOSE_PYTHON = (
 
 
 # Order matters only for what runs at import: the core (COMMANDS) first.
-AGENT_MODULES = ("core.py", "files.py", "probe.py", "apply.py", "cache.py")
+AGENT_MODULES = ("core.py", "files.py", "gpu.py", "probe.py", "apply.py", "cache.py")
 
 
 @functools.lru_cache(maxsize=1)

@@ -59,7 +59,15 @@ class Context:
             python_version=self.python_version,
             scripts=self.scripts,
             stale=self.stale,
+            devices=self.devices,
+            gpu_count=getattr(self.profile, "gpu_count", None),
         )
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The device nodes the container declares, without PVE's options (`,mode=…`)."""
+        container = self.profile.container
+        return tuple(d.split(",", 1)[0] for d in container.devices) if container else ()
 
 
 def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = False) -> Context:
@@ -89,6 +97,7 @@ def probe_request(
         "deep": deep,
         "verify": verify,
         "warmth": warmth,
+        "devices": list(ctx.devices),
         "uv": {"path": ctx.uv, "version": uv_version()} if remote else None,
     }
 

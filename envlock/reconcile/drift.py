@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from envlock.cuda import cuda_majors
 from envlock.lock import Lock
+from envlock.reconcile.gpu import gpu_drift
 from envlock.reconcile.kinds import Drift, in_order
 from envlock.reconcile.state import FileChange, State, TorchBuild
 
@@ -25,6 +26,8 @@ class Expectation:
     python_version: str
     scripts: dict[str, str]
     stale: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()  # device nodes the container should have
+    gpu_count: int | None = None  # GPUs the environment should see; None: undeclared
 
 
 def compute_drift(expect: Expectation, state: State) -> list[Drift]:
@@ -34,6 +37,7 @@ def compute_drift(expect: Expectation, state: State) -> list[Drift]:
     drifts += generation_drift(expect, state)
     drifts += script_drift(expect, state)
     drifts += link_drift(expect, state)
+    drifts += gpu_drift(state.gpu, state.torch, expect.devices, expect.gpu_count)
     return in_order(drifts)
 
 

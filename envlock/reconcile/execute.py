@@ -87,14 +87,16 @@ def verify_after(
 
     A generation built by this very plan is not re-hashed: its manifest was just written
     from the files on disk. Packages, scripts and links are checked all the same, and a
-    generation switched to or repaired is verified file by file. Drift that only reports
-    (the compile-cache dir) does not count.
+    generation switched to or repaired is verified file by file. Drift apply does not
+    repair (the compile-cache dir, what only reports: the GPU's driver) does not count.
     """
     built = plan is not None and any(a.kind == "build" for a in plan.actions)
     state = gather_state(ctx, verify=not built)
     drifts = compute_drift(ctx.expectation(), state)
     remaining = [
-        d for d in drifts if d.declared.repair is not Repair.CACHE_DIR and d.kind not in ignore
+        d
+        for d in drifts
+        if d.declared.repair not in (Repair.CACHE_DIR, Repair.REPORT) and d.kind not in ignore
     ]
     if remaining:
         listed = "; ".join(f"{d.kind} {d.subject}" for d in remaining[:6])

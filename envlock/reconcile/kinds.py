@@ -45,6 +45,16 @@ KINDS: tuple[Kind, ...] = (
     Kind("torch-build", Repair.RESYNC),
     Kind("cuda-libraries", Repair.RESYNC),
     Kind("python-version", Repair.REPORT),
+    # GPU readiness (reconcile/gpu.py): the node's driver, not the environment, so
+    # apply leaves it alone; a run refuses, as its first CUDA call would fail.
+    Kind("gpu-driver", Repair.REPORT, fix="upgrade the host's NVIDIA driver"),
+    Kind(
+        "gpu-library",
+        Repair.REPORT,
+        fix="reinstall the host driver's user-space part in the container (--no-kernel-module)",
+    ),
+    Kind("gpu-device", Repair.REPORT, fix="pass the device node through to the container"),
+    Kind("gpu-count", Repair.REPORT, fix="pass the GPUs through, or change [gpu] count"),
     Kind("package-version", Repair.RESYNC),
     Kind("package-missing", Repair.RESYNC),
     Kind("package-extra", Repair.RESYNC),

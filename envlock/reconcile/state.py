@@ -135,6 +135,27 @@ class Host:
 
 
 @dataclass(frozen=True)
+class GpuLibrary:
+    """A user-space driver library as the loader finds it (libcuda, libnvidia-ml)."""
+
+    name: str
+    path: str
+    version: str | None  # from the file name (libcuda.so.580.159.04); None when it has none
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """The NVIDIA driver as the target sees it (the probe's `hardware`), for the GPU rules."""
+
+    driver: str | None = None  # the kernel module's version; None: no NVIDIA driver loaded
+    libraries: tuple[GpuLibrary, ...] = ()
+    devices: dict[str, str] = field(default_factory=dict)  # path -> char, file, missing, …
+    listed: int = 0  # GPUs the driver lists in /proc (in an LXC container: all the host's)
+    usable: int = 0  # of those, the ones whose /dev/nvidiaN is a character device here
+    smi_error: str | None = None  # nvidia-smi's complaint, e.g. "Failed to initialize NVML: …"
+
+
+@dataclass(frozen=True)
 class State:
     """A parsed probe answer. `packages` and below are None when no generation is active."""
 
@@ -153,6 +174,7 @@ class State:
     history: tuple[Switch, ...] = ()
     uv: UvState | None = None
     host: Host = Host()
+    gpu: GpuFacts = GpuFacts()
 
     @property
     def current_generation(self) -> Generation | None:
@@ -188,6 +210,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         history=tuple(_switch(entry) for entry in raw.get("history", [])),
         uv=_uv(raw.get("uv")),
         host=Host(raw.get("hostname"), raw.get("machine"), raw.get("libc"), raw.get("container")),
+        gpu=_gpu(raw.get("hardware")),
     )
 
 
@@ -259,3 +282,19 @@ def _uv(raw: dict[str, Any] | None) -> UvState | None:
     if raw is None:
         return None
     return UvState(bool(raw.get("present")), bool(raw.get("ok")), raw.get("version"))
+
+
+def _gpu(raw: dict[str, Any] | None) -> GpuFacts:
+    raw = raw or {}
+    libraries = raw.get("libraries") or {}
+    return GpuFacts(
+        driver=raw.get("driver"),
+        libraries=tuple(
+            GpuLibrary(name, lib.get("path", ""), lib.get("version"))
+            for name, lib in sorted(libraries.items())
+        ),
+        devices=dict(raw.get("devices") or {}),
+        listed=len(raw.get("boards") or ()),
+        usable=int(raw.get("gpu_count") or 0),
+        smi_error=raw.get("smi_error"),
+    )
