@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import make_torch_venv
-from tests.wheelhouse import build_wheelhouse
+from tests.wheelhouse import build_pypi_wheelhouse, build_wheelhouse
 
 pytest_plugins = ["tests.remote.fixtures"]
 
@@ -25,6 +25,13 @@ def torch_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The suite's own wheels: torch 2.11.0 +cu128/+cu130, CUDA libs, deps, a polluter."""
     return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"))
+
+
+@pytest.fixture(scope="session")
+def pypi_wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """PyPI's own torch builds (2.9.1, 2.10.0: CUDA 12.8; 2.11.0, 2.14.1: CUDA 13.0, no
+    label), their libraries, sglang 0.5.23 (pins torch 2.14.1) and 0.5.2, mirrored small."""
+    return build_pypi_wheelhouse(tmp_path_factory.mktemp("pypi-wheelhouse"))
 
 
 def run_envlock(

@@ -38,3 +38,12 @@ def make_torch_venv(dest: Path, *, compile_bytecode: bool = False) -> Path:
             f"(find-links: {machine_find_links() or 'none'}):\n{proc.stderr}"
         )
     return python
+
+
+def uv_install(python: Path, wheelhouses: list[Path], *requirements: str) -> None:
+    """A user's `uv pip install` straight into a live venv: offline, and from the given
+    test wheelhouses only (never an index, nor metadata an index left in a uv cache)."""
+    argv = [UV, "pip", "install", "-q", "--python", str(python), "--offline", "--no-index"]
+    for wheelhouse in wheelhouses:
+        argv += ["--find-links", str(wheelhouse)]
+    subprocess.run([*argv, *requirements], check=True)

@@ -58,6 +58,20 @@ python-version = "3.11"
 LOCK = parse_lock(Path("pylock.t.toml"), LOCK_TEXT)
 HASH = LOCK.short_hash
 GEN = f"1-{HASH}"
+# A cu128 lock that also holds flashinfer's cutlass DSL: -cu12 and -cu13 names that are not
+# torch's CUDA libraries (nvidia-cutlass-dsl[cu13] requires both).
+CUTLASS_LOCK = parse_lock(
+    Path("pylock.t.toml"),
+    LOCK_TEXT.replace(
+        "[tool.envlock]",
+        '[[packages]]\nname = "nvidia-cutlass-dsl-libs-cu12"\nversion = "4.8.0"\n\n'
+        '[[packages]]\nname = "nvidia-cutlass-dsl-libs-cu13"\nversion = "4.8.0"\n\n'
+        "[tool.envlock]",
+    ),
+)
+CUTLASS_GEN = Generation(1, f"1-{CUTLASS_LOCK.short_hash}", CUTLASS_LOCK.short_hash, True)
+# PyPI's torch 2.14.1: a CUDA 13.0 build whose metadata carries no label.
+PYPI_TORCH = TorchBuild("2.14.1", "cu130", "13.0", cuda_requires=("cu13",), reported="2.14.1+cu130")
 
 
 def expect(**changes: Any) -> Expectation:
@@ -164,6 +178,25 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         {
             "packages": {**LOCK.versions(), "nvidia-nccl-cu13": "2.28"},
             "torch": TorchBuild("2.11.0+cu128", "cu128", cuda_requires=("cu13",)),
+        },
+        "nvidia-* libraries",
+        "nvidia-*-cu13",
+    ),
+    (
+        "torch-build",
+        {},
+        {"packages": {**LOCK.versions(), "torch": "2.14.1"}, "torch": PYPI_TORCH},
+        "torch",
+        "2.14.1 (PyPI build, CUDA 13.0)",
+    ),
+    (
+        "cuda-libraries",
+        {"lock": CUTLASS_LOCK},
+        {
+            "generations": (CUTLASS_GEN,),
+            "current": CUTLASS_GEN.name,
+            "packages": {**CUTLASS_LOCK.versions(), "torch": "2.14.1", "nvidia-cublas": "13.1"},
+            "torch": PYPI_TORCH,
         },
         "nvidia-* libraries",
         "nvidia-*-cu13",
@@ -295,6 +328,42 @@ def test_a_build_swap_names_both_labels_and_the_cuda_torch_reports() -> None:
     )
     (drift,) = [d for d in compute_drift(expect(), swapped) if d.kind == "torch-build"]
     assert "from cu128 to cu130" in drift.detail and "CUDA 13.0" in drift.detail
+
+
+def test_a_pypi_build_is_named_by_the_label_its_version_py_reports() -> None:
+    # PyPI's 2.14.1 says "2.14.1" in its metadata and "2.14.1+cu130" in version.py.
+    polluted = state(packages={**LOCK.versions(), "torch": "2.14.1"}, torch=PYPI_TORCH)
+    (drift,) = [d for d in compute_drift(expect(), polluted) if d.kind == "torch-build"]
+    assert (drift.expected, drift.actual) == ("2.11.0+cu128", "2.14.1 (PyPI build, CUDA 13.0)")
+    assert drift.detail == "torch changed from 2.11.0+cu128 to 2.14.1 (PyPI build, CUDA 13.0)"
+    # The same version from PyPI over a cu128 lock: a label swap, named from version.py.
+    pypi_2110 = TorchBuild("2.11.0", "cu130", "13.0", cuda_requires=("cu13",))
+    same = state(packages={**LOCK.versions(), "torch": "2.11.0"}, torch=pypi_2110)
+    (swap,) = [d for d in compute_drift(expect(), same) if d.kind == "torch-build"]
+    assert "from cu128 to cu130" in swap.detail and "no label" not in swap.detail
+    assert swap.actual == "2.11.0 (PyPI build, CUDA 13.0)"
+
+
+def test_cuda_libraries_fold_the_new_toolkit_but_not_the_cutlass_dsl() -> None:
+    new = {
+        "nvidia-cublas": "13.1.0.3",
+        "nvidia-cufft": "12.0.0.61",  # CUDA 13.0's cuFFT: its version names no major
+        "cuda-toolkit": "13.0.2",
+        "nvidia-cudnn-cu13": "9.19.0.56",
+        "nvidia-cutlass-dsl-libs-cu13": "4.8.0",
+        "sglang": "0.5.23",
+    }
+    polluted = state(packages={**LOCK.versions(), **new, "torch": "2.14.1"}, torch=PYPI_TORCH)
+    drifts = compute_drift(expect(), polluted)
+    (cuda,) = [d for d in drifts if d.kind == "cuda-libraries"]
+    assert cuda.dist.split(",") == [
+        "cuda-toolkit",
+        "nvidia-cublas",
+        "nvidia-cudnn-cu13",
+        "nvidia-cufft",
+    ]
+    extras = {d.subject for d in drifts if d.kind == "package-extra"}
+    assert extras == {"nvidia-cutlass-dsl-libs-cu13", "sglang"}
 
 
 def test_cache_dir_drift_does_not_block_a_run_and_the_rest_does() -> None:

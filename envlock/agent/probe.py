@@ -39,31 +39,104 @@ def installed_distributions(site):
 
 
 def torch_build(dists, site):
-    """torch's version, local label and CUDA from metadata and version.py, never importing it."""
+    """torch's version, build label and CUDA from metadata and version.py, never importing it.
+
+    PyPI's CUDA wheels carry no local label (metadata `2.11.0`, `torch.__version__`
+    `2.11.0+cu130`): the label then comes from version.py's `__version__` (`reported`)."""
     info = dists.get("torch")
     if info is None:
         return None
     version = info["version"]
-    build = {"version": version, "local": version.split("+", 1)[1] if "+" in version else None}
-    candidate = os.path.join(site, "torch", "version.py")
-    if os.path.isfile(candidate):
-        with open(candidate) as handle:
-            text = handle.read()
-        for key in ("cuda", "hip", "git_version"):
-            match = re.search(rf"^{key}\s*(?::\s*\S+\s*)?=\s*(.+)$", text, re.M)
-            if match:
-                value = match.group(1).strip()
-                build[key] = None if value == "None" else value.strip("'\"")
-    majors = sorted(
-        {
-            m.group(1)
-            for req in info["requires"]
-            for m in [re.match(r"nvidia-[a-z0-9-]+-cu(\d+)", canonical(req))]
-            if m
-        }
-    )
+    build = {"version": version, "local": local_label(version)}
+    build.update(version_py(os.path.join(site, "torch", "version.py")))
+    build["local"] = build["local"] or local_label(build.get("reported") or "")
+    majors = sorted(required_cuda_majors(info["requires"]))
     build["cuda_requires"] = ["cu" + m for m in majors]
     return build
+
+
+def local_label(version):
+    return version.split("+", 1)[1] if "+" in version else None
+
+
+# version.py's names, and the probe's names for them.
+VERSION_PY_KEYS = {
+    "__version__": "reported",
+    "cuda": "cuda",
+    "hip": "hip",
+    "git_version": "git_version",
+}
+
+
+def version_py(path):
+    """torch/version.py's values, read as text; annotations (`cuda: Optional[str] = '13.0'`,
+    `__version__: str = ...`) are tolerated."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError:
+        return {}
+    found = {}
+    for key, field in VERSION_PY_KEYS.items():
+        match = re.search(rf"^{key}\s*(?::\s*\S+\s*)?=\s*(.+)$", text, re.M)
+        if match:
+            value = match.group(1).strip()
+            found[field] = None if value == "None" else value.strip("'\"")
+    return found
+
+
+# torch's own CUDA library families: a copy of envlock/cuda.py's lists, since the agent ships
+# alone (stdlib only) and cannot import envlock. Keep the two in step.
+TORCH_CUDA_FAMILIES = frozenset(
+    [
+        "cublas",
+        "cuda-cupti",
+        "cuda-nvrtc",
+        "cuda-runtime",
+        "cudnn",
+        "cufft",
+        "cufile",
+        "curand",
+        "cusolver",
+        "cusparse",
+        "cusparselt",
+        "nccl",
+        "nvjitlink",
+        "nvshmem",
+        "nvtx",
+    ]
+)
+# Unsuffixed families versioned like the toolkit (nvidia-cublas 13.1.0.3 is CUDA 13; the
+# unsuffixed nvidia-cufft of CUDA 13.0 is 12.0.0.61, so its major says nothing).
+TOOLKIT_VERSIONED = frozenset(
+    ["cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "nvjitlink", "nvtx"]
+)
+
+
+def required_cuda_majors(requires):
+    """The CUDA majors torch's own requirements name: its CUDA library families as -cuNN,
+    or unsuffixed at a toolkit-versioned pin; cuda-toolkit's and cuda-bindings' pins.
+    Other packages' -cuNN names (nvidia-cutlass-dsl-libs-cu12) are not torch's build."""
+    majors = set()
+    for req in requires:
+        spec, _, marker = req.partition(";")
+        if re.search(r"\bextra\s*==", marker):
+            continue  # an optional extra's requirement says nothing about the build
+        named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?(.*)", spec)
+        if named is None:
+            continue
+        name = canonical(named.group(1))
+        suffixed = re.match(r"^nvidia-([a-z0-9-]+?)-cu(\d+)$", name)
+        if suffixed:
+            if suffixed.group(1) in TORCH_CUDA_FAMILIES:
+                majors.add(suffixed.group(2))
+            continue
+        family = name[len("nvidia-") :] if name.startswith("nvidia-") else None
+        if name in ("cuda-toolkit", "cuda-bindings") or family in TOOLKIT_VERSIONED:
+            pinned = re.search(r"(?:===?|~=|>=)\s*(\d+)\.", named.group(3))
+            if pinned:
+                majors.add(pinned.group(1))
+    return majors
 
 
 def cache_fingerprint(torch, dists, hardware):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from envlock.cuda import cuda_majors
+from envlock.cuda import cuda_major, cuda_majors, is_torch_cuda_library
 from envlock.lock import Lock
 from envlock.reconcile.gpu import gpu_drift
 from envlock.reconcile.kinds import Drift, in_order
@@ -154,34 +154,53 @@ def package_drift(lock: Lock, state: State) -> list[Drift]:
 
 
 def torch_drift(want: str, have: str, torch: TorchBuild | None) -> Drift:
-    want_label = want.partition("+")[2] or "no label"
-    have_label = have.partition("+")[2] or "no label"
-    if want.partition("+")[0] == have.partition("+")[0]:
+    """torch replaced: another version, or the same version in another build."""
+    shown = shown_torch(have, torch)
+    want_label = want.partition("+")[2] or "the unlabelled (PyPI) build"
+    have_label = (torch.local if torch else None) or have.partition("+")[2] or "no label"
+    if want.partition("+")[0] != have.partition("+")[0]:
+        detail = f"torch changed from {want} to {shown}"
+    elif want_label != have_label:
         detail = (
             f"torch's build changed from {want_label} to {have_label}: same version, "
             "different CUDA build; something installed over it"
         )
     else:
-        detail = f"torch changed from {want} to {have}"
-    if torch is not None and torch.cuda:
+        detail = f"the same {have_label} build from another index replaced the locked wheel"
+    if torch is not None and torch.cuda and not torch.pypi_build:
         detail += f" (the installed build reports CUDA {torch.cuda})"
-    return Drift("torch-build", "torch", want, have, detail, dist="torch")
+    return Drift("torch-build", "torch", want, shown, detail, dist="torch")
+
+
+def shown_torch(have: str, torch: TorchBuild | None) -> str:
+    """`2.14.1 (PyPI build, CUDA 13.0)` for a build whose label only version.py has."""
+    if torch is None or not torch.pypi_build or torch.version != have:
+        return have
+    what = f"CUDA {torch.cuda}" if torch.cuda else f"+{torch.local}"
+    return f"{have} (PyPI build, {what})"
 
 
 def cuda_library_drift(
     want: dict[str, str], new: dict[str, str], torch: TorchBuild | None
 ) -> Drift | None:
-    """torch now needing nvidia-*-cu13 where the lock has -cu12: a CUDA-major change.
+    """torch now needing CUDA 13 libraries where the lock has CUDA 12 ones: a major change.
 
-    Seen through the installed torch's own requirements (an install over it rarely removes
-    the old libraries) and through newly installed nvidia-* packages.
+    The locked major comes from torch's own CUDA library families in the lock, never from
+    other packages' -cuNN names (nvidia-cutlass-dsl-libs-cu12 and -cu13 sit side by side
+    in locks with flashinfer or sglang). The installed one comes from the installed torch's
+    own requirements (an install over it rarely removes the old libraries), else from newly
+    installed libraries of those families.
     """
     locked = cuda_majors(want)
     required = {m.removeprefix("cu") for m in (torch.cuda_requires if torch else ())}
     now = required or cuda_majors(new)
     if not locked or not now or now <= locked:
         return None
-    names = sorted(n for n in new if cuda_majors([n]) - locked)
+    # New libraries of torch's families not of a locked major (unsuffixed nvidia-cufft's
+    # version names no major: it came with the new toolkit).
+    names = sorted(
+        n for n, v in new.items() if is_torch_cuda_library(n) and cuda_major(n, v) not in locked
+    )
     before = "/".join(f"cu{m}" for m in sorted(locked))
     after = "/".join(f"cu{m}" for m in sorted(now))
     return Drift(
@@ -189,8 +208,8 @@ def cuda_library_drift(
         "nvidia-* libraries",
         f"nvidia-*-{before}",
         f"nvidia-*-{after}",
-        f"the CUDA major version changed: the installed packages need nvidia-*-{after} "
-        f"libraries where the lock has nvidia-*-{before}"
+        f"the CUDA major version changed: the installed packages need CUDA "
+        f"{'/'.join(sorted(now))} libraries where the lock has CUDA {'/'.join(sorted(locked))}"
         + (f" ({len(names)} new: {', '.join(names)})" if names else ""),
         dist=",".join(names),
     )

@@ -52,7 +52,11 @@ class FilesReport:
 
 @dataclass(frozen=True)
 class TorchBuild:
-    """torch as installed: from dist-info metadata and torch/version.py, never imported."""
+    """torch as installed: from dist-info metadata and torch/version.py, never imported.
+
+    PyPI's CUDA wheels carry no local label: their metadata says `2.11.0` while version.py
+    says `2.11.0+cu130`. `version` is the metadata's, `reported` version.py's, and `local`
+    the build's label from whichever has one."""
 
     version: str
     local: str | None = None
@@ -60,11 +64,18 @@ class TorchBuild:
     hip: str | None = None
     git_version: str | None = None
     cuda_requires: tuple[str, ...] = ()  # the CUDA majors torch's own requirements name
+    reported: str | None = None  # torch.__version__, as version.py has it
+
+    @property
+    def pypi_build(self) -> bool:
+        """A labelled build whose metadata has no label: how PyPI ships CUDA torch."""
+        return self.local is not None and "+" not in self.version
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "local": self.local,
+            "reported": self.reported,
             "cuda": self.cuda,
             "hip": self.hip,
             "git_version": self.git_version,
@@ -228,6 +239,7 @@ def _torch(raw: dict[str, Any] | None) -> TorchBuild | None:
         hip=raw.get("hip"),
         git_version=raw.get("git_version"),
         cuda_requires=tuple(raw.get("cuda_requires", ())),
+        reported=raw.get("reported"),
     )
 
 
