@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +16,17 @@ from tests.wheelhouse import build_pypi_wheelhouse, build_wheelhouse
 pytest_plugins = ["tests.remote.fixtures"]
 
 Envlock = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One fresh uv cache for the whole session, exported before anything runs uv, so that
+    every uv (the tests', envlock's, the agent's on local targets) inherits it: no test
+    depends on this machine's uv cache, nor on what another session left in it."""
+    os.environ["UV_CACHE_DIR"] = tempfile.mkdtemp(prefix="envlock-tests-uv-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(os.environ.pop("UV_CACHE_DIR"), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

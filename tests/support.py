@@ -22,9 +22,13 @@ def machine_find_links() -> list[str]:
 def make_torch_venv(dest: Path, *, compile_bytecode: bool = False) -> Path:
     """A real venv with CPU torch in it; returns its python. Fails loudly if torch can't be had.
 
-    Benchmarks compile bytecode, so that `import torch` costs what it does on a normal
-    machine even where PYTHONDONTWRITEBYTECODE is set (as on this project's machines)."""
-    subprocess.run([UV, "venv", "-q", "--python", "3.11", str(dest)], check=True)
+    torch comes from the machine's find-links; its pure-Python requirements (sympy, jinja2,
+    …) from PyPI, so this install cannot be offline: under the suite's fresh uv cache they
+    are fetched once per session. Benchmarks compile bytecode, so that `import torch` costs
+    what it does on a normal machine even where PYTHONDONTWRITEBYTECODE is set (as on this
+    project's machines)."""
+    venv = [UV, "venv", "-q", "--offline", "--no-python-downloads", "--python", "3.11"]
+    subprocess.run([*venv, str(dest)], check=True)
     python = dest / "bin" / "python"
     argv = [UV, "pip", "install", "-q", "--python", str(python), f"torch=={TORCH_CPU_VERSION}"]
     if compile_bytecode:

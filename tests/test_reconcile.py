@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
-from tests.support import UV
+from tests.support import uv_install
 
 
 def site(project: Path) -> Path:
@@ -38,22 +38,9 @@ def seed(tmp_path: Path, wheelhouse: Path, envlock: Envlock) -> Path:
 
 
 def pollute_with_sglang(profile: Path, wheelhouse: Path) -> None:
-    """What a user does: install another package into the live venv with uv directly."""
-    subprocess.run(
-        [
-            UV,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(profile.parent / "venv" / "bin" / "python"),
-            "--offline",
-            "--find-links",
-            str(wheelhouse),
-            "sglang",
-        ],
-        check=True,
-    )
+    """What a user does: install another package into the live venv with uv directly (the
+    synthetic polluter, which swaps torch's build label)."""
+    uv_install(profile.parent / "venv" / "bin" / "python", [wheelhouse], "sglang==0.5.0")
 
 
 def test_seed_scenario(seed: Path, wheelhouse: Path, envlock: Envlock) -> None:
@@ -125,21 +112,7 @@ def test_drift_is_detected_and_repaired(
     elif damage == "pth":
         (site(project) / "zz-inject.pth").write_text("import os\n")
     elif damage == "downgrade":
-        subprocess.run(
-            [
-                UV,
-                "pip",
-                "install",
-                "-q",
-                "--python",
-                str(project / "venv/bin/python"),
-                "--offline",
-                "--find-links",
-                str(wheelhouse),
-                "tinydep==0.9",
-            ],
-            check=True,
-        )
+        uv_install(project / "venv/bin/python", [wheelhouse], "tinydep==0.9")
     elif damage == "script":
         with open(project / "deployed" / "train.py", "a") as handle:
             handle.write("print('tampered')\n")
