@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from envlock import cuda
+from envlock.agent import probe
 from envlock.agent.probe import required_cuda_majors, version_py
 from envlock.cuda import cuda_majors, is_torch_cuda_library
 from envlock.lock import read_lock
@@ -190,3 +192,9 @@ def test_torchs_cuda_library_families() -> None:
     mine = ["nvidia-cublas", "nvidia-cufft", "nvidia-nccl-cu13", "cuda-toolkit"]
     others = ["nvidia-cutlass-dsl-libs-cu13", "nvidia-cudnn-frontend", "cuda-bindings"]
     assert [is_torch_cuda_library(n) for n in mine + others] == [True] * 4 + [False] * 3
+
+
+def test_the_agents_copy_of_the_families_is_envlocks() -> None:
+    # The agent ships alone and keeps its own copy: the two must not drift apart.
+    assert probe.TORCH_CUDA_FAMILIES == cuda.TORCH_CUDA_FAMILIES
+    assert probe.TOOLKIT_VERSIONED == cuda.TOOLKIT_VERSIONED
