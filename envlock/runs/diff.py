@@ -17,6 +17,7 @@ from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
 from envlock.runs.secrets import redact_config
 from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
+from envlock.runs.snapshot_schema import parse_lock_text
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,9 @@ def load_side(path: str) -> Side:
     if not target.is_file():
         raise UsageError(f"{target}: no such file or directory")
     if target.name.startswith("pylock.") and target.suffix == ".toml":
-        return Side(str(target), parse_lock(target, target.read_text()))
+        text = read_text(target)
+        parse_lock_text(text, str(target), where="")  # a lock from elsewhere is data too
+        return Side(str(target), parse_lock(target, text))
     if target.suffix == ".json":
         snapshot = load_snapshot(target)
         return Side(str(target), snapshot_lock(snapshot, target), snapshot)
@@ -127,6 +130,13 @@ def load_side(path: str) -> Side:
         f"{target}: not a snapshot, checkpoint directory or lock",
         hint="pass envlock-snapshot.json, a checkpoint dir or pylock.<name>.toml",
     )
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from None
 
 
 def checkpoint_config(directory: Path) -> dict[str, Any] | None:

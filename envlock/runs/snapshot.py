@@ -21,12 +21,14 @@ from typing import Any
 
 from envlock import __version__
 from envlock.errors import UsageError
+from envlock.lock import find_links_for
 from envlock.profile import load_profile
 from envlock.reconcile.context import Context, gather_state, open_context, own_context
 from envlock.reconcile.state import State
 from envlock.runs.environment import run_environment
 from envlock.runs.secrets import redact_argv, redact_config, redact_env
 from envlock.runs.snapshot_file import SCHEMA, load_snapshot, snapshot_lock, write_snapshot
+from envlock.runs.snapshot_schema import check_sources, parse_lock_text
 
 # The variables of a run that change what it computes or how fast.
 ENV_PATTERN = re.compile(
@@ -163,10 +165,23 @@ def snapshot(
 
 
 # -- rebuilding a snapshot's environment ------------------------------------------------
-def context_from_snapshot(profile_path: str | os.PathLike[str], snapshot_dir: str) -> Context:
-    """A context whose lock is the one a snapshot recorded (to rebuild that environment)."""
+def context_from_snapshot(
+    profile_path: str | os.PathLike[str], snapshot_dir: str, *, force: bool = False
+) -> Context:
+    """A context whose lock is the one a snapshot recorded (to rebuild that environment).
+
+    The snapshot is checked before anything of it is used: its lock's wheels must come from
+    https:// or the profile's find-links, and it must be this profile's (unless `force`)."""
     profile = load_profile(profile_path)
     data = load_snapshot(snapshot_dir)
+    origin = str(snapshot_dir)
+    theirs = data["profile"]["name"]
+    if theirs != profile.name and not force:
+        raise UsageError(
+            f"{origin}: the snapshot was made for profile {theirs!r}, not {profile.name!r}",
+            hint="pass --force to rebuild its environment on this profile's target anyway",
+        )
+    check_sources(parse_lock_text(data["lock"]["text"], origin), find_links_for(profile), origin)
     lock = snapshot_lock(data, Path(snapshot_dir))
     return Context(profile, lock, profile.target.transport())
 

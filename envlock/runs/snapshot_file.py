@@ -12,6 +12,7 @@ from envlock.atomic import write_atomic
 from envlock.errors import UsageError
 from envlock.lock import Lock, parse_lock
 from envlock.runs.secrets import redact_argv, redact_config, redact_env
+from envlock.runs.snapshot_schema import validate_snapshot
 
 SNAPSHOT_FILE = "envlock-snapshot.json"
 SCHEMA = 1
@@ -25,7 +26,8 @@ def write_snapshot(directory: str | os.PathLike[str], data: dict[str, Any]) -> P
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A snapshot from its file or from the directory (checkpoint dir) holding it."""
+    """A snapshot from its file or from the directory (checkpoint dir) holding it, checked
+    field by field (a snapshot is data from anywhere) and with its secrets redacted."""
     file = Path(path)
     if file.is_dir():
         file = file / SNAPSHOT_FILE
@@ -35,10 +37,17 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise UsageError(
             f"{file}: no snapshot here", hint="write one with `envlock snapshot PROFILE DIR`"
         ) from None
-    except ValueError as exc:
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f"{file}: not a valid snapshot: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise UsageError(f"{file}: unsupported snapshot schema {data.get('schema')!r}")
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if isinstance(schema, int) and not isinstance(schema, bool) and schema != SCHEMA:
+        raise UsageError(
+            f"{file}: unsupported snapshot schema {schema}",
+            hint=f"this envlock reads schema {SCHEMA}",
+        )
+    validate_snapshot(data, str(file))
     return without_secrets(data)
 
 
