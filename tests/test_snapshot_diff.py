@@ -7,10 +7,12 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import envlock as envlock_api
+from envlock.runs.diff import Side, compare
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
 
@@ -308,3 +310,109 @@ def test_diff_redacts_old_snapshots_holding_raw_secrets(
     groups = groups_of(envlock("diff", "--json", ckpt_a, ckpt_b))
     assert "HF_TOKEN" in groups["environment variables"]
     assert "run.hf_token" in groups["hyperparameters"]
+
+
+# -- one-sided keys and the environment group (issue #20) ---------------------------------
+def side(label: str, **fields: Any) -> Side:
+    return Side(label, None, {"packages": {}, "env": {}, **fields})
+
+
+def changes(a: Side, b: Side) -> dict[str, dict[str, str]]:
+    """{group: {key: kind}} of compare(a, b)."""
+    return {g.name: {c.key: c.kind for c in g.changes} for g in compare(a, b)}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        (
+            side("a", env={"NCCL_DEBUG": "INFO"}),
+            side("b", env={"NCCL_DEBUG": "WARN"}),
+            {"environment variables": {"NCCL_DEBUG": "changed"}},
+        ),
+        (
+            side("a", env={"NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0"}),
+            side("b", env={"CUDA_VISIBLE_DEVICES": "0", "OMP_NUM_THREADS": "8"}),
+            {"environment variables": {"NCCL_DEBUG": "removed", "OMP_NUM_THREADS": "added"}},
+        ),
+        (
+            side("a", packages={"tinydep": "1.0"}),
+            side("b", packages={"tinydep": "1.0", "trainutil": "2.0"}),
+            {"packages": {"trainutil": "added"}},
+        ),
+        (
+            side("a", packages={"tinydep": "1.0", "trainutil": "2.0"}),
+            side("b", packages={"trainutil": "2.0"}),
+            {"packages": {"tinydep": "removed"}},
+        ),
+        (
+            side("a", config={"lr": 0.1, "warmup": 100}),
+            side("b", config={"lr": 0.1, "schedule": "cosine"}),
+            {"hyperparameters": {"run.warmup": "removed", "run.schedule": "added"}},
+        ),
+        (  # a key on one side only is a difference even when its value is null
+            side("a", config={"lr": 0.1}, env={}),
+            side("b", config={"lr": 0.1, "dropout": None}, env={"NCCL_ALGO": ""}),
+            {
+                "hyperparameters": {"run.dropout": "added"},
+                "environment variables": {"NCCL_ALGO": "added"},
+            },
+        ),
+        (
+            side("a", config={"model": {"layers": 12}}),
+            side("b", config={"model": {"layers": 12, "heads": 8}}),
+            {"hyperparameters": {"run.model.heads": "added"}},
+        ),
+    ],
+    ids=[
+        "env-changed",
+        "env-one-sided",
+        "package-added",
+        "package-removed",
+        "config-one-sided",
+        "null-one-sided",
+        "nested-config-one-sided",
+    ],
+)
+def test_compare_reports_changed_and_one_sided_keys(
+    a: Side, b: Side, expected: dict[str, dict[str, str]]
+) -> None:
+    assert changes(a, b) == expected
+    flipped = {"added": "removed", "removed": "added", "changed": "changed"}
+    assert changes(b, a) == {
+        group: {key: flipped[kind] for key, kind in keys.items()}
+        for group, keys in expected.items()
+    }
+
+
+def test_diff_cli_shows_env_and_one_sided_keys(
+    two_runs: tuple[Path, Path], envlock: Envlock
+) -> None:
+    """Through the CLI, with real snapshots: one env value changed, one env variable, one
+    package and one hyperparameter on one side only; each is named with its side."""
+    ckpt_a, _ = two_runs
+    ckpt_b = ckpt_a.parent / "ckpt-a2"
+    ckpt_b.mkdir()
+    data = json.loads((ckpt_a / "envlock-snapshot.json").read_text())
+    data["env"].update(NCCL_DEBUG="INFO", CUDA_VISIBLE_DEVICES="0,1")
+    (ckpt_a / "envlock-snapshot.json").write_text(json.dumps(data))
+    data["env"]["NCCL_DEBUG"] = "WARN"
+    del data["env"]["CUDA_VISIBLE_DEVICES"]
+    data["packages"]["extrapkg"] = "0.1"
+    data["config"]["warmup"] = 100
+    (ckpt_b / "envlock-snapshot.json").write_text(json.dumps(data))
+    result = envlock("diff", "--json", ckpt_a, ckpt_b)
+    assert result.returncode == 1
+    kinds = {
+        g["name"]: {c["key"]: c["kind"] for c in g["changes"]}
+        for g in json.loads(result.stdout)["groups"]
+    }
+    assert kinds == {
+        "packages": {"extrapkg": "added"},
+        "hyperparameters": {"run.warmup": "added"},
+        "environment variables": {"NCCL_DEBUG": "changed", "CUDA_VISIBLE_DEVICES": "removed"},
+    }
+    human = envlock("diff", ckpt_a, ckpt_b).stdout
+    assert "INFO → WARN" in human
+    assert "- 0,1 (only in A)" in human
+    assert "+ 0.1 (only in B)" in human and "+ 100 (only in B)" in human

@@ -6,7 +6,7 @@ config is read too), or a lock. Comparing is pure: `compare(a, b)` over loaded s
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +84,15 @@ class Change:
     key: str
     a: Any
     b: Any
+    only_in: str = ""  # "a" or "b": the key exists on that side only
 
     @property
     def kind(self) -> str:
-        return "added" if self.a is None else "removed" if self.b is None else "changed"
+        if self.only_in == "b" or (not self.only_in and self.a is None):
+            return "added"
+        if self.only_in == "a" or (not self.only_in and self.b is None):
+            return "removed"
+        return "changed"
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ class Group:
         return {
             "name": self.name,
             "note": self.note,
-            "changes": [{**asdict(c), "kind": c.kind} for c in self.changes],
+            "changes": [{"key": c.key, "a": c.a, "b": c.b, "kind": c.kind} for c in self.changes],
         }
 
 
@@ -170,8 +175,15 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def mapping_changes(
     a: dict[str, Any], b: dict[str, Any], *, ordered: bool = False
 ) -> tuple[Change, ...]:
+    """What differs between two flat mappings: changed values, and keys one side lacks
+    (a key on one side only is a difference even when its value is null)."""
     keys = list(dict.fromkeys([*a, *b])) if ordered else sorted(set(a) | set(b))
-    return tuple(Change(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k))
+    return tuple(key_change(k, a, b) for k in keys if k not in a or k not in b or a[k] != b[k])
+
+
+def key_change(key: str, a: dict[str, Any], b: dict[str, Any]) -> Change:
+    only_in = "b" if key not in a else "a" if key not in b else ""
+    return Change(key, a.get(key), b.get(key), only_in)
 
 
 def known_to_both(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict]:
