@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from envlock.errors import UsageError
+from envlock.runs.snapshot_file import load_snapshot, snapshot_lock
 from tests.conftest import run_envlock
 from tests.projects import write_seed_project
 from tests.wheelhouse import build_wheelhouse
@@ -248,3 +252,106 @@ def test_the_valid_snapshot_passes(base: Base) -> None:
     assert run_envlock("diff", valid, valid).returncode == 0
     applied = run_envlock("apply", "-y", "--from-snapshot", valid, base.profile)
     assert applied.returncode == 0, applied.stderr
+
+
+# -- fuzzing load_snapshot -----------------------------------------------------------------
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=30),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+# Lines a lock could hold instead of one of its own: its keys with any value, or anything.
+LOCK_KEYS = [
+    "name",
+    "version",
+    "url",
+    "sha256",
+    "python-version",
+    "python-platform",
+    "wheels",
+    "sdist",
+    "directory",
+    "[[packages]]",
+    "[tool.envlock]",
+    "[tool.envlock.scripts]",
+]
+
+
+def nodes(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The path of every value in a JSON document (the root's is ())."""
+    found = [path]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += nodes(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += nodes(item, (*path, index))
+    return found
+
+
+def mutate_at(doc: Any, path: tuple[Any, ...], action: str, value: Any) -> Any:
+    if not path:
+        return value
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if action == "delete":
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return doc
+
+
+@st.composite
+def lock_line(draw: st.DrawFn) -> str:
+    key = draw(st.sampled_from(LOCK_KEYS))
+    if key.startswith("["):
+        return key
+    value = draw(JSON_VALUES)
+    return f"{key} = {json.dumps(value)}" if draw(st.booleans()) else draw(st.text(max_size=40))
+
+
+@st.composite
+def mutated_snapshots(draw: st.DrawFn, valid: Doc) -> str:
+    """A valid snapshot with a few things changed: values replaced by any JSON, keys deleted,
+    lines of its lock replaced."""
+    doc: Any = copy.deepcopy(valid)
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        if isinstance(doc, dict) and isinstance(doc.get("lock"), dict) and draw(st.booleans()):
+            text = doc["lock"].get("text")
+            if isinstance(text, str):
+                lines = text.splitlines()
+                index = draw(st.integers(min_value=0, max_value=max(len(lines) - 1, 0)))
+                lines[index : index + 1] = [draw(lock_line())]
+                doc["lock"]["text"] = "\n".join(lines)
+                continue
+        path = draw(st.sampled_from(nodes(doc)))
+        action = draw(st.sampled_from(["replace", "delete"])) if path else "replace"
+        doc = mutate_at(doc, path, action, draw(JSON_VALUES))
+    return json.dumps(doc)
+
+
+def test_load_snapshot_fuzz(base: Base) -> None:
+    """Whatever a mutated snapshot holds, loading it gives a document or a UsageError."""
+    target = base.work / "fuzz" / "envlock-snapshot.json"
+    target.parent.mkdir(exist_ok=True)
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(text=mutated_snapshots(base.doc))
+    def load(text: str) -> None:
+        target.write_text(text)
+        try:
+            loaded = load_snapshot(target.parent)
+        except UsageError as exc:
+            assert str(exc).startswith(str(target)), str(exc)
+            return
+        assert isinstance(loaded, dict)
+        snapshot_lock(loaded, target)  # what diff and apply read next
+
+    load()
