@@ -24,14 +24,15 @@ from envlock.errors import ProfileError
 from envlock.proxmox.settings import Container
 from envlock.targets.base import Target
 from envlock.targets.registry import TARGET_TYPES
-from envlock.tomlread import ENV_NAME_RE, Table, describe, load_toml, suggest
+from envlock.tomlread import ENV_NAME_RE, Table, describe, load_toml, shown, suggest
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-BACKEND_RE = re.compile(r"^(cpu|cu\d{2,3}|rocm\d+\.\d+(\.\d+)?|xpu|pypi)$")
+# Matched with fullmatch: "$" would also accept a value that ends in a newline.
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+BACKEND_RE = re.compile(r"cpu|cu\d{2,3}|rocm\d+\.\d+(\.\d+)?|xpu|pypi")
 PLATFORM_RE = re.compile(
-    r"^(linux|(x86_64|aarch64)-(manylinux2014|manylinux_2_\d+|unknown-linux-(gnu|musl)))$"
+    r"linux|(x86_64|aarch64)-(manylinux2014|manylinux_2_\d+|unknown-linux-(gnu|musl))"
 )
-PYTHON_RE = re.compile(r"^3\.\d+(\.\d+)?$")
+PYTHON_RE = re.compile(r"3\.\d+(\.\d+)?")
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 # Packages that PyTorch publishes per backend: they must come from the backend's index.
 TORCH_FAMILY = frozenset(
@@ -114,6 +115,12 @@ class Profile:
     env: dict[str, str]
     scripts: Scripts | None
     container: Container | None
+    # [python] download: whether uv may download a managed CPython for the environment.
+    python_download: bool = False
+    # [run] pass-env: variables `envlock run` passes through from the caller's environment.
+    pass_env: tuple[str, ...] = ()
+    # [gpu] count: how many GPUs the environment expects to see; None when not declared.
+    gpu_count: int | None = None
     sha256: str = field(repr=False, default="")
 
     @property
@@ -148,6 +155,8 @@ class _ProfileReader:
         "cache",
         "env",
         "scripts",
+        "run",
+        "gpu",
     )
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
@@ -179,24 +188,26 @@ class _ProfileReader:
             raise_profile(self.label, f"unknown table [{key}]", hint)
         profile_t = self.required_table("profile")
         name = profile_t.string("name")
-        if not NAME_RE.match(name):
+        if not NAME_RE.fullmatch(name):
             profile_t.fail(
                 "name",
                 'expected lowercase letters, digits, "-" and "_" (starting with a letter or digit),'
-                f' found "{name}"',
+                f" found {shown(name)}",
                 hint=f"it becomes pylock.<name>.toml; try `{_slug(name)}`",
             )
         description = profile_t.string("description", "")
         profile_t.finish()
 
         target = self.read_target(name)
-        python_version, python_platform = self.read_python(target)
+        python_version, python_platform, python_download = self.read_python(target)
         torch = self.read_torch()
         deps = self.read_dependencies(torch)
         container = self.read_container(target)
         cache_dir = self.read_cache(target)
         env = self.read_env()
         scripts = self.read_scripts(target)
+        pass_env = self.read_run(env)
+        gpu_count = self.read_gpu()
         return Profile(
             path=self.path.resolve(),
             name=name,
@@ -210,6 +221,9 @@ class _ProfileReader:
             env=env,
             scripts=scripts,
             container=container,
+            python_download=python_download,
+            pass_env=pass_env,
+            gpu_count=gpu_count,
             sha256=hashlib.sha256(self.path.read_bytes()).hexdigest(),
         )
 
@@ -231,7 +245,7 @@ class _ProfileReader:
         if target_type is None:
             t.fail(
                 "type",
-                f'expected one of {", ".join(TARGET_TYPES)}, found "{kind}"',
+                f"expected one of {', '.join(TARGET_TYPES)}, found {shown(kind)}",
                 hint=suggest(kind, list(TARGET_TYPES)),
             )
         remote = target_type.remote
@@ -249,11 +263,11 @@ class _ProfileReader:
         return Target(target_type, root, venv, settings)
 
     def path_value(self, t: Table, key: str, default: Any, *, absolute: bool) -> Any:
-        value = t.string(key, default) if default is not None else t.string(key)
+        value = t.text(key, default) if default is not None else t.text(key)
         if absolute and not value.startswith("/"):
             t.fail(
                 key,
-                f'expected an absolute path on the target, found "{value}"',
+                f"expected an absolute path on the target, found {shown(value)}",
                 hint=f'write it from the filesystem root, e.g. "/{value.lstrip("./~")}"',
             )
         if not absolute:
@@ -267,22 +281,23 @@ class _ProfileReader:
         return Path(os.path.normpath(full))
 
     # -- [python] ---------------------------------------------------------------------------
-    def read_python(self, target: Target) -> tuple[str, str]:
+    def read_python(self, target: Target) -> tuple[str, str, bool]:
         t = self.required_table("python")
         version = t.string("version")
-        if not PYTHON_RE.match(version):
-            t.fail("version", f'expected a Python version such as "3.11", found "{version}"')
+        if not PYTHON_RE.fullmatch(version):
+            t.fail("version", f'expected a Python version such as "3.11", found {shown(version)}')
         default_platform = "x86_64-manylinux_2_28"
         if not target.remote:
             default_platform = f"{host_platform.machine()}-manylinux_2_28"
         plat = t.string("platform", default_platform)
-        if not PLATFORM_RE.match(plat):
+        if not PLATFORM_RE.fullmatch(plat):
             t.fail(
                 "platform",
-                f'expected a Linux platform such as "x86_64-manylinux_2_28", found "{plat}"',
+                f'expected a Linux platform such as "x86_64-manylinux_2_28", found {shown(plat)}',
             )
+        download = t.boolean("download", False)
         t.finish()
-        return version, plat
+        return version, plat, download
 
     # -- [torch] ----------------------------------------------------------------------------
     def read_torch(self) -> TorchSpec | None:
@@ -293,7 +308,7 @@ class _ProfileReader:
         try:
             parsed = Version(version)
         except InvalidVersion:
-            t.fail("version", f'expected a torch version such as "2.11.0", found "{version}"')
+            t.fail("version", f'expected a torch version such as "2.11.0", found {shown(version)}')
         backend = t.raw(
             "backend",
             required_because="a torch version needs a backend: "
@@ -301,10 +316,10 @@ class _ProfileReader:
         )
         if not isinstance(backend, str):
             t.fail("backend", f"expected a string, found {describe(backend)}")
-        if not BACKEND_RE.match(backend):
+        if not BACKEND_RE.fullmatch(backend):
             t.fail(
                 "backend",
-                f'expected cpu, cuXYZ (e.g. cu128), rocmX.Y, xpu or pypi, found "{backend}"',
+                f"expected cpu, cuXYZ (e.g. cu128), rocmX.Y, xpu or pypi, found {shown(backend)}",
                 hint=_backend_hint(backend),
             )
         if parsed.local and parsed.local != backend:
@@ -316,7 +331,7 @@ class _ProfileReader:
         index_url = t.string("index-url", None)
         if index_url is not None:
             _check_url(t, "index-url", index_url)
-        packages = t.strings("packages", [])
+        packages = t.texts("packages", [])
         seen: dict[str, str] = {"torch": "[torch] version"}
         for index, text in enumerate(packages):
             req = _requirement(t, f"packages[{index}]", text)
@@ -340,7 +355,7 @@ class _ProfileReader:
         t = self.table("dependencies")
         if t is None:
             return Dependencies()
-        packages = t.strings("packages", [])
+        packages = t.texts("packages", [])
         torch_names = (
             {canonicalize_name(Requirement(p).name) for p in torch.packages} if torch else set()
         )
@@ -367,7 +382,7 @@ class _ProfileReader:
         for index, url in enumerate(extras):
             _check_url(t, f"extra-index-urls[{index}]", url)
         links = [
-            self.find_link(t, index, link) for index, link in enumerate(t.strings("find-links", []))
+            self.find_link(t, index, link) for index, link in enumerate(t.texts("find-links", []))
         ]
         offline = t.boolean("offline", False)
         if offline and not links:
@@ -450,9 +465,9 @@ class _ProfileReader:
         t = self.table("scripts")
         if t is None:
             return None
-        source = self.local_path(t.string("source", "."))
+        source = self.local_path(t.text("source", "."))
         dest = self.path_value(t, "dest", None, absolute=target.remote)
-        files = t.strings("files")
+        files = t.texts("files")
         if not files:
             t.fail("files", "expected at least one file or glob")
         t.finish()
@@ -467,6 +482,40 @@ class _ProfileReader:
             if not glob.glob(str(source / pattern), recursive=True):
                 t.fail("files", f'"{pattern}" matches no file under {source}')
         return scripts
+
+    # -- [run], [gpu] -----------------------------------------------------------------------
+    def read_run(self, env: dict[str, str]) -> tuple[str, ...]:
+        t = self.table("run")
+        if t is None:
+            return ()
+        names = t.strings("pass-env", [])
+        for index, name in enumerate(names):
+            key = f"pass-env[{index}]"
+            if not ENV_NAME_RE.match(name):
+                t.fail(
+                    key,
+                    f"expected an environment variable name, found {shown(name)}",
+                    hint="letters, digits and _, not starting with a digit",
+                )
+            if name in names[:index]:
+                t.fail(key, f'duplicate variable "{name}"', hint="list each variable once")
+            if name in env:
+                # Which value would win is a guess nobody should have to make.
+                t.fail(
+                    key,
+                    f"expected a variable that [env] does not set, found {name} (set in [env])",
+                    hint=f"either set {name} in [env] or pass it from the caller, not both",
+                )
+        t.finish()
+        return tuple(names)
+
+    def read_gpu(self) -> int | None:
+        t = self.table("gpu")
+        if t is None:
+            return None
+        count: int = t.integer("count", minimum=1)
+        t.finish()
+        return count
 
 
 def raise_profile(path: str, message: str, hint: str | None = None) -> NoReturn:
@@ -496,8 +545,9 @@ def _requirement(t: Table, key: str, text: str) -> Requirement:
 
 
 def _check_url(t: Table, key: str, url: str) -> None:
-    if not re.match(r"^(https?|file)://\S+$", url):
-        t.fail(key, f'expected an http(s):// or file:// URL, found "{url}"')
+    t.plain(key, url)
+    if not re.fullmatch(r"(https?|file)://\S+", url):
+        t.fail(key, f"expected an http(s):// or file:// URL, found {shown(url)}")
 
 
 def _backend_hint(backend: str) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,8 +24,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 TOMLDecodeError = tomllib.TOMLDecodeError
 
 _MISSING = object()
-# An environment variable's name, wherever a profile names one.
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# An environment variable's name, wherever a profile names one. \Z, not $: "$" would also
+# accept a name that ends in a newline.
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -61,10 +63,35 @@ def describe(value: object) -> str:
     if isinstance(value, bool):
         text = "true" if value else "false"
     if isinstance(value, str):
-        text = f'"{value}"'
+        text = shown(value)
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{kind} {text}".strip()
+
+
+def shown(text: str) -> str:
+    """A string in double quotes for a message, its control characters escaped: a NUL or a
+    newline from a profile must not break the line it is reported on."""
+    return '"' + "".join(_escaped(char) for char in text) + '"'
+
+
+def _escaped(char: str) -> str:
+    if not _is_control(char):
+        return char
+    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(char, f"\\u{ord(char):04x}")
+
+
+def _is_control(char: str) -> bool:
+    # Cc: NUL, newlines, escape, DEL...; Zl/Zp: the Unicode line and paragraph separators.
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp")
+
+
+def control_char(text: str) -> str | None:
+    """The first control character of text, escaped for a message, or None."""
+    for char in text:
+        if _is_control(char):
+            return _escaped(char)
+    return None
 
 
 class Table:
@@ -88,9 +115,35 @@ class Table:
         if key in self.data:
             return self.data[key]
         if default is _MISSING:
-            why = f" ({required_because})" if required_because else ""
-            self.fail(key, f"missing required key{why}", hint=f"add `{key} = ...` to [{self.name}]")
+            self.missing(key, required_because)
         return default
+
+    def missing(self, key: str, why: str = "") -> NoReturn:
+        """Fail for a required key; a misspelling of it in the table is named, since the
+        unknown-key check would only have come after this failure."""
+        typo = self.misspelling_of(key)
+        if typo is not None:
+            self.fail(
+                key,
+                f"missing required key `{key}` (found unknown key `{typo}`: did you mean `{key}`?)",
+                hint=f"rename `{typo}` to `{key}`",
+            )
+        why = f" ({why})" if why else ""
+        self.fail(key, f"missing required key{why}", hint=f"add `{key} = ...` to [{self.name}]")
+
+    def misspelling_of(self, key: str) -> str | None:
+        """A key of this table that nobody asked for and that is a typo or two from `key`.
+
+        Keys read later are not known yet, so "close" is strict (one edit for short names,
+        two for longer ones): a real neighbour such as api-user never passes for api-url.
+        """
+        limit = 1 if len(key) <= 5 else 2
+        for candidate in self.data:
+            if candidate in self.seen:
+                continue
+            if _typo_distance(_folded(candidate), _folded(key)) <= limit:
+                return candidate
+        return None
 
     def typed(self, key: str, kind: type | tuple[type, ...], expected: str, default: Any) -> Any:
         value = self.raw(key, default)
@@ -103,6 +156,25 @@ class Table:
 
     def string(self, key: str, default: Any = _MISSING) -> Any:
         return self.typed(key, str, "a string", default)
+
+    def text(self, key: str, default: Any = _MISSING) -> Any:
+        """A string without control characters: it becomes an argv word, a path, a header
+        or a config line, where a NUL or a newline is an error or an injection."""
+        value = self.string(key, default)
+        if isinstance(value, str):
+            self.plain(key, value)
+        return value
+
+    def plain(self, key: str, value: str) -> None:
+        """Fail when value holds a control character (NUL, newline, escape, ...)."""
+        char = control_char(value)
+        if char is not None:
+            self.fail(
+                key,
+                f"expected text without control characters, found {shown(value)} "
+                f'(contains "{char}")',
+                hint="remove the control character; TOML escapes such as \\n and \\u0000 count too",
+            )
 
     def integer(self, key: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
         value = self.typed(key, int, "an integer", default)
@@ -122,6 +194,13 @@ class Table:
                 self.fail(f"{key}[{index}]", f"expected a string, found {describe(item)}")
         return list(value)
 
+    def texts(self, key: str, default: Any = _MISSING) -> Any:
+        """An array of strings without control characters (see `text`)."""
+        values = self.strings(key, default)
+        for index, value in enumerate(values or ()):
+            self.plain(f"{key}[{index}]", value)
+        return values
+
     def table(self, key: str) -> Table | None:
         value = self.raw(key, None)
         if value is None:
@@ -139,6 +218,26 @@ class Table:
 
 def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _folded(key: str) -> str:
+    # `index_url` and `Index-URL` are the same mistake as a one-letter typo.
+    return key.lower().replace("_", "-")
+
+
+def _typo_distance(a: str, b: str) -> int:
+    """Edits (insert, delete, replace, swap two neighbours) from a to b."""
+    rows = [list(range(len(b) + 1))]
+    for i, char_a in enumerate(a, 1):
+        row = [i]
+        for j, char_b in enumerate(b, 1):
+            cost = 0 if char_a == char_b else 1
+            best = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + cost)
+            if i > 1 and j > 1 and char_a == b[j - 2] and a[i - 2] == char_b:
+                best = min(best, rows[-2][j - 2] + 1)
+            row.append(best)
+        rows.append(row)
+    return rows[-1][-1]
 
 
 def suggest(word: str, choices: Iterable[str]) -> str | None:

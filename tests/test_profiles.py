@@ -9,6 +9,7 @@ written). The good-profile tests pin defaults, path resolution and the torch pin
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,8 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from envlock.errors import EXIT_USAGE, ProfileError
+from envlock.errors import EXIT_USAGE, ProfileError, UsageError
 from envlock.profile import TorchSpec, load_profile
+from envlock.proxmox.api import read_secret
+from envlock.proxmox.settings import LxcSettings
+from envlock.targets.ssh import SshSettings
+from envlock.tomlread import Table
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,7 +54,28 @@ CLI_SUBSET = [
     "33-env-not-string.toml",
     "36-deps-conflict-torch-pin.toml",
     "43-scripts-glob-no-match.toml",
+    "70-torch-backend-typo.toml",
+    "72-device-injection.toml",
+    "75-ssh-proxycommand.toml",
+    "79-host-nul.toml",
 ]
+
+# The bad profile that proves each table refuses a key it does not know.
+UNKNOWN_KEY_PROFILES = {
+    "[profile]": "03-unknown-key.toml",
+    "[target] local": "57-local-target-with-host.toml",
+    "[target] ssh": "59-ssh-target-unknown-key.toml",
+    "[target] proxmox-lxc": "60-lxc-target-unknown-key.toml",
+    "[python]": "61-python-unknown-key.toml",
+    "[torch]": "62-torch-unknown-key.toml",
+    "[dependencies]": "63-dependencies-unknown-key.toml",
+    "[cache]": "64-cache-unknown-key.toml",
+    "[scripts]": "65-scripts-unknown-key.toml",
+    "[container]": "66-container-unknown-key.toml",
+    "[container] mounts": "67-mount-unknown-key.toml",
+    "[run]": "68-run-unknown-key.toml",
+    "[gpu]": "69-gpu-unknown-key.toml",
+}
 
 LOCAL_HEAD = """\
 [profile]
@@ -63,10 +89,51 @@ version = "3.11"
 """
 
 
+SSH_TARGET = """\
+[profile]
+name = "remote"
+
+[target]
+type = "ssh"
+host = "gpu1"
+root = "/opt/envlock"
+{target}
+[python]
+version = "3.12"
+"""
+
+LXC_TARGET = """\
+[profile]
+name = "ct"
+
+[target]
+type = "proxmox-lxc"
+host = "pve1"
+root = "/opt/envlock"
+api-url = "https://pve1.example:8006"
+node = "pve1"
+vmid = 101
+secret-env = "PVE_TOKEN_SECRET"
+{target}
+[python]
+version = "3.12"
+
+[container]
+ostemplate = "local:vztmpl/debian-12.tar.zst"
+rootfs = "local-lvm:64"
+{container}"""
+
+
 def write_profile(directory: Path, body: str, *, name: str = "good", target: str = "") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.toml"
     path.write_text(LOCAL_HEAD.format(name=name, target=target) + body)
+    return path
+
+
+def write_text(directory: Path, text: str) -> Path:
+    path = directory / "p.toml"
+    path.write_text(text)
     return path
 
 
@@ -78,6 +145,13 @@ def test_corpus_and_expectations_match() -> None:
     assert sorted(EXPECTED) == BAD_FILES, "every bad profile needs an entry in expected.toml"
     for name, fragments in EXPECTED.items():
         assert fragments and all(isinstance(f, str) and f for f in fragments), name
+
+
+@pytest.mark.parametrize("table", UNKNOWN_KEY_PROFILES)
+def test_every_table_has_an_unknown_key_profile(table: str) -> None:
+    fragments = EXPECTED[UNKNOWN_KEY_PROFILES[table]]
+    assert "unknown key" in fragments
+    assert any(f.startswith(table.split(" ")[0]) for f in fragments)
 
 
 @pytest.mark.parametrize("name", BAD_FILES)
@@ -267,3 +341,329 @@ def test_env_values_kept_literally(tmp_path: Path) -> None:
     )
     profile = load_profile(write_profile(tmp_path, body))
     assert profile.env == values
+
+
+# -- the newer keys -----------------------------------------------------------------------------
+
+
+def test_new_keys_default(tmp_path: Path) -> None:
+    profile = load_profile(write_profile(tmp_path, ""))
+    assert profile.python_download is False
+    assert profile.pass_env == ()
+    assert profile.gpu_count is None
+    ssh = load_profile(write_text(tmp_path, SSH_TARGET.format(target="")))
+    assert ssh.target.settings.allow_insecure_ssh is False
+    lxc = load_profile(write_text(tmp_path, LXC_TARGET.format(target="", container="")))
+    assert lxc.container is not None
+    assert lxc.container.keep_snapshots == 5
+    assert lxc.target.settings.ssh.allow_insecure_ssh is False
+
+
+def test_new_keys_parsed(tmp_path: Path) -> None:
+    body = (
+        'download = true\n\n[run]\npass-env = ["WANDB_API_KEY", "HF_TOKEN"]\n\n[gpu]\ncount = 8\n'
+    )
+    profile = load_profile(write_profile(tmp_path, body))
+    assert profile.python_download is True
+    assert profile.pass_env == ("WANDB_API_KEY", "HF_TOKEN")
+    assert profile.gpu_count == 8
+    lxc = load_profile(
+        write_text(tmp_path, LXC_TARGET.format(target="", container="keep-snapshots = 2\n"))
+    )
+    assert lxc.container is not None
+    assert lxc.container.keep_snapshots == 2
+
+
+def test_empty_run_table_passes_nothing(tmp_path: Path) -> None:
+    assert load_profile(write_profile(tmp_path, "\n[run]\n")).pass_env == ()
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ("\n[gpu]\ncount = true\n", "found a boolean true"),
+        ('\n[gpu]\ncount = "8"\n', 'found a string "8"'),
+        ("\n[gpu]\n", "[gpu] count: missing required key"),
+        ('\n[run]\npass-env = "HF_TOKEN"\n', "expected an array of strings"),
+        ('\n[run]\npass-env = ["HF_TOKEN\\n"]\n', "expected an environment variable name"),
+        ('\n[run]\npass-env = ["1ST"]\n', "not starting with a digit"),
+        ("\n[run]\nthing = 1\n", "[run] thing: unknown key"),
+        ("download = 1\n", "[python] download: expected true or false"),
+        ("run = 1\n", "[python] run: unknown key"),
+    ],
+)
+def test_new_keys_refused(tmp_path: Path, body: str, fragment: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        load_profile(write_profile(tmp_path, body))
+    assert fragment in str(info.value)
+
+
+# -- ssh options --------------------------------------------------------------------------------
+
+REFUSED_SSH_OPTIONS = [
+    "ProxyCommand=nc %h %p",
+    "proxycommand=nc %h %p",
+    "LocalCommand=touch /tmp/x",
+    "PermitLocalCommand=yes",
+    "KnownHostsCommand=/bin/echo",
+    "PKCS11Provider=/tmp/evil.so",
+    "SecurityKeyProvider=/tmp/evil.so",
+    "StrictHostKeyChecking=no",
+    "STRICTHOSTKEYCHECKING=No",
+    "StrictHostKeyChecking=off",
+    'StrictHostKeyChecking="no"',
+    "UserKnownHostsFile=/dev/null",
+    "userknownhostsfile=none",
+    "UserKnownHostsFile=~/.ssh/known_hosts /dev/null",
+]
+
+
+def ssh_profile(tmp_path: Path, options: list[str], extra: str = "") -> Path:
+    listed = ", ".join(f"'{option}'" for option in options)
+    return write_text(tmp_path, SSH_TARGET.format(target=f"ssh-options = [{listed}]\n{extra}"))
+
+
+@pytest.mark.parametrize("option", REFUSED_SSH_OPTIONS)
+def test_insecure_ssh_option_refused(tmp_path: Path, option: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        load_profile(ssh_profile(tmp_path, ["ConnectTimeout=5", option]))
+    message = str(info.value)
+    assert "[target] ssh-options[1]" in message
+    assert "runs no local command" in message
+    assert "allow-insecure-ssh = true" in message
+
+
+@pytest.mark.parametrize("option", REFUSED_SSH_OPTIONS)
+def test_insecure_ssh_option_allowed_when_declared(tmp_path: Path, option: str) -> None:
+    profile = load_profile(ssh_profile(tmp_path, [option], "allow-insecure-ssh = true\n"))
+    assert profile.target.settings.ssh_options == (option,)
+    assert profile.target.settings.allow_insecure_ssh is True
+
+
+def test_insecure_ssh_option_refused_on_proxmox_node(tmp_path: Path) -> None:
+    text = LXC_TARGET.format(target='ssh-options = ["ProxyCommand=nc %h %p"]\n', container="")
+    with pytest.raises(ProfileError, match=r"ssh-options\[0\].*runs a local command"):
+        load_profile(write_text(tmp_path, text))
+
+
+def test_safe_ssh_options_kept(tmp_path: Path) -> None:
+    options = [
+        "ProxyJump=bastion",
+        "StrictHostKeyChecking=yes",
+        "StrictHostKeyChecking=accept-new",
+        "UserKnownHostsFile=~/.ssh/known_hosts_gpu",
+        "ConnectTimeout=10",
+    ]
+    settings = load_profile(ssh_profile(tmp_path, options)).target.settings
+    assert isinstance(settings, SshSettings)
+    assert settings.ssh_options == tuple(options)
+    assert settings.transport().options == tuple(options)
+
+
+# -- control characters, argv words and Proxmox property strings --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "container", "where"),
+    [
+        ('user = "root\\u0000"', "", "[target] user"),
+        ('identity-file = "~/.ssh/id\\n"', "", "[target] identity-file"),
+        ('ca-file = "ca\\u0000.pem"', "", "[target] ca-file"),
+        ('secret-file = "secret\\u0000"', "", "[target] secret-file"),
+        ('token-id = "envlock\\r\\nX-Evil: 1"', "", "[target] token-id"),
+        ('api-user = "root@pam\\u0000"', "", "[target] api-user"),
+        ('api-url = "https://pve1:8006/\\u0000"', "", "[target] api-url"),
+        ('venv = "/opt/venv\\u0000"', "", "[target] venv"),
+        ("", 'hostname = "ct\\nmp0: /etc"', "[container] hostname"),
+        ("", 'features = ["nesting=1\\u0000"]', "[container] features[0]"),
+        ("", 'net = ["name=eth0\\u2028"]', "[container] net[0]"),
+        ("", 'ostemplate = "local:vztmpl/x\\u001b[2J"', "[container] ostemplate"),
+        ("", 'devices = ["/dev/nvidia0\\u0000"]', "[container] devices[0]"),
+    ],
+)
+def test_control_characters_refused(
+    tmp_path: Path, target: str, container: str, where: str
+) -> None:
+    line = target or container
+    template = re.sub(rf"(?m)^{line.split(' ')[0]} = .*\n", "", LXC_TARGET)  # no duplicate key
+    text = template.format(target=target + "\n", container=container + "\n")
+    with pytest.raises(ProfileError) as info:
+        load_profile(write_text(tmp_path, text))
+    message = str(info.value)
+    assert where in message
+    assert "without control characters" in message
+    assert "\x00" not in message and "\n  hint" in message  # escaped, one line plus the hint
+
+
+@pytest.mark.parametrize("host", ["-oProxyCommand=id", "gpu 1", "gpu1\\t", "\\u0000"])
+def test_bad_host_refused(tmp_path: Path, host: str) -> None:
+    text = SSH_TARGET.format(target="").replace('host = "gpu1"', f'host = "{host}"')
+    with pytest.raises(ProfileError, match=r"\[target\] host"):
+        load_profile(write_text(tmp_path, text))
+
+
+@pytest.mark.parametrize("node", ["-pve1", "pve1/..", "pve 1", "pve1\\u0000", "", "pve1-"])
+def test_bad_node_refused(tmp_path: Path, node: str) -> None:
+    text = LXC_TARGET.format(target="", container="").replace('node = "pve1"', f'node = "{node}"')
+    with pytest.raises(ProfileError, match=r"\[target\] node"):
+        load_profile(write_text(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("container", "where", "fragment"),
+    [
+        ('devices = ["/dev/nvidia0,mode=0666"]', "devices[0]", "Proxmox options"),
+        ('devices = ["/dev/nvidia0", "/dev/dri/../sda"]', "devices[1]", '".."'),
+        ('devices = ["/dev/nvidia 0"]', "devices[0]", "whitespace"),
+        ('devices = ["/dev/nvidia0=x"]', "devices[0]", "Proxmox options"),
+        (
+            'mounts = [{ source = "/srv/x,mp=/etc,shared=1", path = "/x" }]',
+            "mounts[0].source",
+            "Proxmox options",
+        ),
+        ('mounts = [{ source = "/srv/x", path = "/x,ro=0" }]', "mounts[0].path", "options"),
+        ('mounts = [{ source = "/srv/../etc", path = "/x" }]', "mounts[0].source", '".."'),
+        ('mounts = [{ source = "/srv/x", path = "/x\\u0000" }]', "mounts[0].path", "control"),
+        ('mounts = [{ source = "/srv/x\\ty", path = "/x" }]', "mounts[0].source", "control"),
+        ('rootfs = "local-lvm:64\\n"', "rootfs", "control"),
+    ],
+)
+def test_proxmox_property_injection_refused(
+    tmp_path: Path, container: str, where: str, fragment: str
+) -> None:
+    text = LXC_TARGET.format(target="", container=container + "\n")
+    text = text.replace('rootfs = "local-lvm:64"\n', "") if "rootfs" in container else text
+    with pytest.raises(ProfileError) as info:
+        load_profile(write_text(tmp_path, text))
+    message = str(info.value)
+    assert f"[container] {where}" in message
+    assert fragment in message
+
+
+def test_safe_container_paths_kept(tmp_path: Path) -> None:
+    container = (
+        'devices = ["/dev/nvidia0", "/dev/nvidia-uvm", "/dev/dri/renderD128"]\n'
+        'net = ["name=eth0,bridge=vmbr0,ip=dhcp"]\nfeatures = ["nesting=1,keyctl=1"]\n'
+        'mounts = [{ source = "/tank/work space.d", path = "/workspace" }]\n'
+    )
+    text = LXC_TARGET.format(target="", container=container)
+    with pytest.raises(ProfileError, match="whitespace"):  # spaces split property strings too
+        load_profile(write_text(tmp_path, text))
+    ct = load_profile(write_text(tmp_path, text.replace("work space.d", "work_space.d"))).container
+    assert ct is not None
+    assert ct.devices == ("/dev/nvidia0", "/dev/nvidia-uvm", "/dev/dri/renderD128")
+    assert ct.mounts[0].source == "/tank/work_space.d"
+    assert ct.net == ("name=eth0,bridge=vmbr0,ip=dhcp",)
+
+
+@pytest.mark.parametrize(
+    ("line", "old", "new"),
+    [
+        ('name = "ok\\n"', 'name = "good"', "[profile] name"),
+        ('version = "3.11\\n"', 'version = "3.11"', "[python] version"),
+        ('platform = "linux\\n"', "", "[python] platform"),
+    ],
+)
+def test_trailing_newline_not_accepted_by_patterns(
+    tmp_path: Path, line: str, old: str, new: str
+) -> None:
+    path = write_profile(tmp_path, "")
+    text = path.read_text()
+    path.write_text(text.replace(old, line) if old else text + line + "\n")
+    with pytest.raises(ProfileError, match=re.escape(new)):
+        load_profile(path)
+
+
+def test_backend_with_newline_refused(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, '\n[torch]\nversion = "2.11.0"\nbackend = "cu128\\n"\n')
+    with pytest.raises(ProfileError, match=r"\[torch\] backend: expected cpu"):
+        load_profile(path)
+
+
+# -- a misspelt required key --------------------------------------------------------------------
+
+
+def table(data: dict[str, object], *seen: str) -> Table:
+    t = Table("p.toml", "target", data)
+    t.seen.update(seen)
+    return t
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "typo"),
+    [
+        ({"bakend": "cu128"}, "backend", "bakend"),
+        ({"backedn": "cu128"}, "backend", "backedn"),
+        ({"BACKEND": "cu128"}, "backend", "BACKEND"),
+        ({"api_url": "https://x"}, "api-url", "api_url"),
+        ({"hots": "gpu1"}, "host", "hots"),
+        ({"vmdi": 101}, "vmid", "vmdi"),
+    ],
+)
+def test_missing_key_names_its_misspelling(data: dict[str, object], key: str, typo: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        table(data).raw(key)
+    assert (
+        f"missing required key `{key}` (found unknown key `{typo}`: did you mean `{key}`?)"
+        in str(info.value)
+    )
+    assert f"rename `{typo}` to `{key}`" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"api-user": "root@pam"}, "api-url"),  # a real neighbour, read later
+        ({"port": 22}, "host"),
+        ({"root": "/opt"}, "node"),
+    ],
+)
+def test_missing_key_without_a_close_unknown_key(data: dict[str, object], key: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        table(data).raw(key)
+    assert str(info.value).startswith(f"p.toml: [target] {key}: missing required key")
+    assert "did you mean" not in str(info.value)
+
+
+def test_missing_key_ignores_keys_already_read() -> None:
+    with pytest.raises(ProfileError) as info:
+        table({"bakend": "x"}, "bakend").raw("backend")
+    assert "did you mean" not in str(info.value)
+
+
+def test_secret_typo_named(tmp_path: Path) -> None:
+    text = LXC_TARGET.format(target="", container="").replace("secret-env", "secret_env")
+    with pytest.raises(ProfileError, match="found unknown key `secret_env`"):
+        load_profile(write_text(tmp_path, text))
+
+
+# -- the Proxmox secret file --------------------------------------------------------------------
+
+
+def lxc_settings(secret_file: Path) -> LxcSettings:
+    return LxcSettings(ssh=SshSettings(host="pve1"), secret_file=str(secret_file))
+
+
+def test_secret_file_read(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    path.write_text("s3cr\u00e9t\n")
+    assert read_secret(lxc_settings(path)) == "s3cr\u00e9t"
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"\xff\xfe\x00s\x00", "is not UTF-8 text"),
+        (b"\n", "is empty"),
+        (b"line one\nline two\n", "more than one line"),
+        (b"abc\x00def", "control characters"),
+    ],
+)
+def test_bad_secret_file_is_a_usage_error(tmp_path: Path, content: bytes, fragment: str) -> None:
+    path = tmp_path / "secret"
+    path.write_bytes(content)
+    with pytest.raises(UsageError) as info:
+        read_secret(lxc_settings(path))
+    assert str(path) in str(info.value)
+    assert fragment in str(info.value)
+    assert info.value.exit_code == EXIT_USAGE

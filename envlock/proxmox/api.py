@@ -130,17 +130,7 @@ def read_secret(target: LxcSettings) -> str:
     if target.secret_env and os.environ.get(target.secret_env):
         return os.environ[target.secret_env].rstrip("\r\n")
     if target.secret_file:
-        path = Path(target.secret_file)
-        try:
-            secret = path.read_text().rstrip("\r\n")
-        except OSError as exc:
-            raise UsageError(
-                f"cannot read the Proxmox secret from {path}: {exc.strerror}",
-                hint="[target] secret-file must name a readable file holding only the secret",
-            ) from None
-        if not secret:
-            raise UsageError(f"the Proxmox secret file {path} is empty")
-        return secret
+        return read_secret_file(Path(target.secret_file))
     if target.secret_env:
         what = "API token secret" if target.token_id else f"password of {target.api_user}"
         raise UsageError(
@@ -152,6 +142,29 @@ def read_secret(target: LxcSettings) -> str:
         "[target] names no Proxmox secret",
         hint='add secret-env = "PVE_TOKEN_SECRET" or secret-file = "..."',
     )
+
+
+def read_secret_file(path: Path) -> str:
+    """The secret in a file: UTF-8 text on one line (a trailing newline is dropped)."""
+    hint = "[target] secret-file must name a readable file holding only the secret"
+    try:
+        secret = path.read_bytes().decode("utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read the Proxmox secret from {path}: {exc.strerror}", hint=hint
+        ) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"the Proxmox secret file {path} is not UTF-8 text", hint=hint) from None
+    if not secret:
+        raise UsageError(f"the Proxmox secret file {path} is empty", hint=hint)
+    # It goes into an HTTP header or a form field: a NUL or an inner newline would break
+    # the request with a traceback instead of this message.
+    if any(ord(char) < 32 or ord(char) == 127 for char in secret):
+        raise UsageError(
+            f"the Proxmox secret file {path} holds control characters or more than one line",
+            hint=hint,
+        )
+    return secret
 
 
 def tls_verification(target: LxcSettings) -> str | bool:

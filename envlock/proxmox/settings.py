@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 from envlock.targets.base import LocalPath
 from envlock.targets.ssh import SshSettings, read_ssh_settings
-from envlock.tomlread import ENV_NAME_RE, Table, describe
+from envlock.tomlread import ENV_NAME_RE, Table, control_char, describe, shown
+
+# A Proxmox node name, as pve-node defines it: it becomes part of every API path.
+NODE_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -50,35 +53,37 @@ class Container:
     devices: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
     snapshot_before_apply: bool = False
+    keep_snapshots: int = 5
 
 
 def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
     ssh = read_ssh_settings(t, local_path)
-    api_url = t.string("api-url")
+    api_url = t.text("api-url")
     if not re.match(r"^https://[^/\s]+", api_url):
         t.fail(
             "api-url",
-            f'expected an https:// URL of the Proxmox API, found "{api_url}"',
+            f"expected an https:// URL of the Proxmox API, found {shown(api_url)}",
             hint='e.g. "https://pve1.example:8006"',
         )
-    node = t.string("node")
-    vmid = t.integer("vmid", minimum=100)
-    api_user = t.string("api-user", "root@pam")
-    if "@" not in api_user:
-        t.fail("api-user", f'expected user@realm, found "{api_user}"', hint='e.g. "root@pam"')
-    token_id = t.string("token-id", None)
-    secret_env = t.string("secret-env", None)
-    secret_file = t.string("secret-file", None)
-    if secret_env is None and secret_file is None:
+    node = t.text("node")
+    if not NODE_RE.fullmatch(node):
         t.fail(
-            "secret-env",
-            "missing: the Proxmox secret must come from an environment "
-            "variable or a file, never from the profile",
-            hint='add `secret-env = "PVE_TOKEN_SECRET"` or `secret-file = "..."`',
+            "node",
+            f'expected a Proxmox node name (letters, digits and "-"), found {shown(node)}',
+            hint="use the name `pvecm nodes` or the web UI shows for the node",
         )
+    vmid = t.integer("vmid", minimum=100)
+    api_user = t.text("api-user", "root@pam")
+    if "@" not in api_user:
+        t.fail("api-user", f"expected user@realm, found {shown(api_user)}", hint='e.g. "root@pam"')
+    token_id = t.text("token-id", None)
+    secret_env = t.string("secret-env", None)
+    secret_file = t.text("secret-file", None)
+    if secret_env is None and secret_file is None:
+        read_secret_typo(t)
     if secret_env is not None and not ENV_NAME_RE.match(secret_env):
-        t.fail("secret-env", f'expected an environment variable name, found "{secret_env}"')
-    ca_file = t.string("ca-file", None)
+        t.fail("secret-env", f"expected an environment variable name, found {shown(secret_env)}")
+    ca_file = t.text("ca-file", None)
     return LxcSettings(
         ssh=ssh,
         api_url=api_url,
@@ -93,15 +98,31 @@ def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
     )
 
 
+def read_secret_typo(t: Table) -> None:
+    """Neither secret-env nor secret-file: name a misspelling of either, else say why."""
+    for key in ("secret-env", "secret-file"):
+        if t.misspelling_of(key) is not None:
+            t.missing(key)
+    t.fail(
+        "secret-env",
+        "missing: the Proxmox secret must come from an environment "
+        "variable or a file, never from the profile",
+        hint='add `secret-env = "PVE_TOKEN_SECRET"` or `secret-file = "..."`',
+    )
+
+
 def read_container(t: Table) -> Container:
-    ostemplate = t.string("ostemplate")
-    rootfs = t.string("rootfs")
-    if not re.match(r"^[A-Za-z0-9][\w.-]*:\S+$", rootfs):
-        t.fail("rootfs", f'expected STORAGE:SIZE_GB such as "local-lvm:64", found "{rootfs}"')
-    devices = t.strings("devices", [])
+    ostemplate = t.text("ostemplate")
+    rootfs = t.text("rootfs")
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*:\S+", rootfs):
+        t.fail("rootfs", f'expected STORAGE:SIZE_GB such as "local-lvm:64", found {shown(rootfs)}')
+    devices = t.texts("devices", [])
     for index, dev in enumerate(devices):
-        if not dev.startswith("/dev/") or ".." in dev.split("/"):
-            t.fail(f"devices[{index}]", f'expected a device path under /dev, found "{dev}"')
+        if not dev.startswith("/dev/"):
+            t.fail(f"devices[{index}]", f"expected a device path under /dev, found {shown(dev)}")
+        check_pve_path(
+            t, f"devices[{index}]", dev, "a device path under /dev", 'e.g. "/dev/nvidia0"'
+        )
     if len(set(devices)) != len(devices):
         t.fail("devices", "a device is listed twice")
     container = Container(
@@ -110,13 +131,14 @@ def read_container(t: Table) -> Container:
         cores=t.integer("cores", 1, minimum=1),
         memory=t.integer("memory", 1024, minimum=16),
         swap=t.integer("swap", 0, minimum=0),
-        hostname=t.string("hostname", None),
+        hostname=t.text("hostname", None),
         unprivileged=t.boolean("unprivileged", False),
-        features=tuple(t.strings("features", [])),
-        net=tuple(t.strings("net", [])),
+        features=tuple(t.texts("features", [])),
+        net=tuple(t.texts("net", [])),
         devices=tuple(devices),
         mounts=read_mounts(t),
         snapshot_before_apply=t.boolean("snapshot-before-apply", False),
+        keep_snapshots=t.integer("keep-snapshots", 5, minimum=1),
     )
     t.finish()
     return container
@@ -138,7 +160,35 @@ def read_mounts(t: Table) -> tuple[Mount, ...]:
         for key in ("source", "path"):
             value = getattr(mount, key)
             if not value.startswith("/"):
-                m.fail(key, f'expected an absolute path, found "{value}"')
+                m.fail(key, f"expected an absolute path, found {shown(value)}")
+            check_pve_path(m, key, value, "an absolute path", "read-only is `ro = true`")
         m.finish()
         mounts.append(mount)
     return tuple(mounts)
+
+
+def check_pve_path(t: Table, key: str, path: str, expected: str, example: str) -> None:
+    """Proxmox writes a device or mount point as one "path,option=value,..." string: a ","
+    or "=" in the path would add options of the profile's choosing (mp=/etc, mode=0666)."""
+    problem = pve_path_problem(path)
+    if problem is not None:
+        t.fail(
+            key,
+            f'expected {expected} without commas, "=", whitespace, control characters '
+            f'or ".." segments, found {shown(path)}: it {problem}',
+            hint=f"give the path alone; {example}",
+        )
+
+
+def pve_path_problem(path: str) -> str | None:
+    """What makes a path unsafe in a Proxmox property string, or None."""
+    char = control_char(path)
+    if char is not None:
+        return f'contains the control character "{char}"'
+    if "," in path or "=" in path:
+        return "would add Proxmox options of its own"
+    if any(c.isspace() for c in path):
+        return "contains whitespace"
+    if ".." in path.split("/"):
+        return 'leaves its directory through ".."'
+    return None

@@ -20,7 +20,7 @@ from pathlib import Path
 from envlock.errors import OperationError
 from envlock.targets.base import LocalPath, Result, TargetType
 from envlock.targets.local import communicate
-from envlock.tomlread import Table
+from envlock.tomlread import Table, shown
 
 SSH_FAILED = 255
 # How long an idle master connection stays up for the next envlock command.
@@ -175,13 +175,15 @@ def close_master(transport: SshTransport) -> None:
 # -- the target type ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class SshSettings:
-    """How to reach a host over ssh ([target] host, user, port, identity-file, ssh-options)."""
+    """How to reach a host over ssh ([target] host, user, port, identity-file, ssh-options,
+    allow-insecure-ssh)."""
 
     host: str
     user: str | None = None
     port: int | None = None
     identity_file: str | None = None
     ssh_options: tuple[str, ...] = ()
+    allow_insecure_ssh: bool = False
 
     def transport(self) -> SshTransport:
         return SshTransport(
@@ -194,24 +196,80 @@ class SshSettings:
 
 
 def read_ssh_settings(t: Table, local_path: LocalPath) -> SshSettings:
-    host = t.string("host")
+    host = t.text("host")
     if host.startswith("-") or not host.strip() or any(c.isspace() for c in host):
-        t.fail("host", f'expected a host name or ssh alias, found "{host}"')
+        t.fail(
+            "host",
+            f"expected a host name or ssh alias, found {shown(host)}",
+            hint='no spaces, and no leading "-" (ssh would read it as an option)',
+        )
+    user = t.text("user", None)
+    if user is not None and (not user or user.startswith("-") or any(c.isspace() for c in user)):
+        t.fail(
+            "user",
+            f"expected a login name, found {shown(user)}",
+            hint='no spaces, and no leading "-" (ssh would read it as an option)',
+        )
     port = t.integer("port", None, minimum=1)
     if port is not None and port > 65535:
         t.fail("port", f"expected a TCP port (1-65535), found {port}")
-    identity = t.string("identity-file", None)
-    options = t.strings("ssh-options", [])
+    identity = t.text("identity-file", None)
+    allow_insecure = t.boolean("allow-insecure-ssh", False)
+    options = t.texts("ssh-options", [])
     for index, option in enumerate(options):
-        if not re.match(r"^[A-Za-z]+=", option):
-            t.fail(f"ssh-options[{index}]", f'expected "Name=value", found "{option}"')
+        check_ssh_option(t, f"ssh-options[{index}]", option, allow_insecure)
     return SshSettings(
         host=host,
-        user=t.string("user", None),
+        user=user,
         port=port,
         identity_file=local_path(identity) if identity else None,
         ssh_options=tuple(options),
+        allow_insecure_ssh=allow_insecure,
     )
+
+
+# Options that run a command on this machine (or load code into ssh) when a profile is used:
+# a profile is shared data, and applying one must not execute what it says.
+SSH_COMMAND_OPTIONS = {
+    "proxycommand": "runs a local command to connect; for a jump host use ProxyJump=HOST",
+    "localcommand": "runs a local command after connecting",
+    "permitlocalcommand": "enables LocalCommand, which runs a local command",
+    "knownhostscommand": "runs a local command to find host keys",
+    "pkcs11provider": "loads a shared library into ssh",
+    "securitykeyprovider": "loads a shared library into ssh",
+}
+# Values of these options that switch host-key checking off (ssh reads them case-blind).
+SSH_INSECURE_VALUES = {
+    "stricthostkeychecking": {"no", "off", "false"},
+    "userknownhostsfile": {"/dev/null", "none"},
+}
+
+
+def check_ssh_option(t: Table, key: str, option: str, allow_insecure: bool) -> None:
+    """A "Name=value" ssh option; those that run local commands or disable host-key
+    checking are refused unless [target] allow-insecure-ssh = true."""
+    match = re.fullmatch(r"([A-Za-z][A-Za-z0-9]*)=(.*)", option, flags=re.DOTALL)
+    if match is None:
+        t.fail(key, f'expected "Name=value", found {shown(option)}')
+    problem = insecure_ssh_option(match.group(1).lower(), match.group(2))
+    if problem is not None and not allow_insecure:
+        t.fail(
+            key,
+            "expected an ssh option that keeps host-key checking on and runs no local "
+            f"command, found {shown(option)}: it {problem}",
+            hint="remove it, or set `allow-insecure-ssh = true` in [target] if this profile "
+            "is meant to do that",
+        )
+
+
+def insecure_ssh_option(name: str, value: str) -> str | None:
+    """Why an option (lowercase name) is unsafe in a profile, or None."""
+    if name in SSH_COMMAND_OPTIONS:
+        return SSH_COMMAND_OPTIONS[name]
+    words = {word.strip("\"'").lower() for word in value.split()}
+    if words & SSH_INSECURE_VALUES.get(name, set()):
+        return "disables host-key checking"
+    return None
 
 
 SSH = TargetType(
