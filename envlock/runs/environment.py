@@ -1,12 +1,17 @@
-"""The environment a command sees under `envlock run`. Pure: state and profile in, env out."""
+"""The environment a command sees under `envlock run`: state and profile in, env out."""
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from envlock import __version__
 from envlock.profile import Profile
+from envlock.reconcile.context import Context, own_context
 from envlock.reconcile.state import State
+from envlock.runs.startup_set import package_dir, python_path, remote_dir, ship
 
 # Variables that would make the generation's interpreter look elsewhere.
 SCRUBBED = ("PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX", "__PYVENV_LAUNCHER__")
@@ -17,7 +22,16 @@ def generation_dir(profile: Profile, state: State) -> str:
     return os.path.join(profile.target.root, "generations", state.current)
 
 
-def run_environment(profile: Profile, state: State, base: Mapping[str, str]) -> dict[str, str]:
+def run_environment(
+    profile: Profile,
+    state: State,
+    base: Mapping[str, str],
+    *,
+    scripts: Sequence[str] = (),
+    target: str = "",
+) -> dict[str, str]:
+    """What the command gets: the generation first on PATH, its caches, the profile's [env],
+    the startup set on PYTHONPATH, and what `envlock.snapshot()` in it needs to know."""
     env = {k: v for k, v in base.items() if k not in SCRUBBED}
     gen = generation_dir(profile, state)
     env["VIRTUAL_ENV"] = gen
@@ -25,23 +39,51 @@ def run_environment(profile: Profile, state: State, base: Mapping[str, str]) -> 
     if state.cache is not None:
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(state.cache.dir, "inductor")
         env["TRITON_CACHE_DIR"] = os.path.join(state.cache.dir, "triton")
-    if not profile.target.remote:
-        # envlock_megacache (save/load torch's mega-cache) is importable by the command;
-        # the directory holds only stdlib modules (its sitecustomize chains to any other).
-        env["PYTHONPATH"] = startup_dir()
+    # envlock_megacache, the sitecustomize that loads compile artifacts and (unless the lock
+    # installs a real one) the `envlock` of envlock.snapshot(): stdlib-only modules.
+    where = remote_dir(profile.target.root) if profile.target.remote else package_dir()
+    env["PYTHONPATH"] = python_path(where, api="envlock" not in (state.packages or {}))
     env.update(profile.env)
     env["ENVLOCK_PROFILE"] = str(profile.path)
     env["ENVLOCK_GENERATION"] = state.current or ""
+    env["ENVLOCK_ROOT"] = profile.target.root
+    env["ENVLOCK_RUN_CONTEXT"] = json.dumps(run_context(profile, scripts, target), sort_keys=True)
     return env
 
 
-def startup_dir() -> str:
-    """envlock/startup: envlock_megacache and the sitecustomize that loads artifacts."""
-    from importlib import resources
+def run_context(profile: Profile, scripts: Sequence[str], target: str) -> dict[str, Any]:
+    """What envlock.snapshot() inside the command cannot find out there: the profile (whose
+    file may be on another machine), the cache dir, the pinned scripts, the [env] names."""
+    return {
+        "envlock": __version__,
+        "profile": {"name": profile.name, "path": str(profile.path), "sha256": profile.sha256},
+        "cache_dir": profile.cache_dir,
+        "scripts": None
+        if profile.scripts is None
+        else {
+            "dest": profile.scripts.dest,
+            "files": sorted(scripts),
+            "source": str(profile.scripts.source),
+        },
+        "env": sorted(profile.env),
+        "target": target,
+    }
 
-    return str(resources.files("envlock").joinpath("startup"))
+
+def command_environment(ctx: Context, state: State, base: Mapping[str, str]) -> dict[str, str]:
+    """run_environment for the context's command; on a remote target the startup set is
+    installed in the root first (once per envlock version)."""
+    running = own_context(ctx, state)  # the active generation's own lock pins its scripts
+    target = ctx.profile.target
+    if target.remote:
+        python = os.path.join(generation_dir(ctx.profile, state), "bin", "python")
+        ship(ctx.transport, target.root, python)
+    return run_environment(
+        ctx.profile, state, base, scripts=sorted(running.scripts), target=ctx.transport.name
+    )
 
 
 def compile_artifacts_env(path: str) -> dict[str, str]:
-    """Variables that make the command's Python load a mega-cache file at start-up."""
-    return {"ENVLOCK_COMPILE_ARTIFACTS": path, "PYTHONPATH": startup_dir()}
+    """Variables that make the command's Python load a mega-cache file at start-up (its
+    sitecustomize is on PYTHONPATH already)."""
+    return {"ENVLOCK_COMPILE_ARTIFACTS": path}

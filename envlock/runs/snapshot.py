@@ -8,13 +8,8 @@ and to rebuild the environment exactly (`envlock apply PROFILE --from-snapshot D
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import os
-import re
-import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,67 +21,9 @@ from envlock.profile import load_profile
 from envlock.reconcile.context import Context, gather_state, open_context, own_context
 from envlock.reconcile.state import State
 from envlock.runs.environment import run_environment
-from envlock.runs.secrets import redact_argv, redact_config, redact_env
-from envlock.runs.snapshot_file import SCHEMA, load_snapshot, snapshot_lock, write_snapshot
+from envlock.runs.snapshot_doc import document, git_state, rank_of, snapshot_name
+from envlock.runs.snapshot_file import load_snapshot, snapshot_lock, write_snapshot
 from envlock.runs.snapshot_schema import check_sources, parse_lock_text
-
-# The variables of a run that change what it computes or how fast.
-ENV_PATTERN = re.compile(
-    r"^(CUDA_|NCCL_|TORCH|PYTORCH_|TRITON_|NVIDIA_|CUBLAS_|CUDNN_|OMP_"
-    r"NUM_THREADS$|MKL_NUM_THREADS$|HF_|TOKENIZERS_)"
-)
-
-
-def plain(value: Any) -> Any:
-    """A run config as JSON data: dicts, argparse.Namespace and dataclasses become dicts
-    (with their class names kept), anything else unknown becomes its repr."""
-    if isinstance(value, argparse.Namespace):
-        return {"__class__": "argparse.Namespace", **plain(vars(value))}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return {"__class__": type(value).__qualname__, **fields}
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
-
-
-def run_env(environ: Mapping[str, str], profile_env: Mapping[str, str]) -> dict[str, str]:
-    """The variables a run sees that matter: the profile's [env] and CUDA/NCCL/TORCH/… ones,
-    secrets redacted."""
-    keep = {k: v for k, v in environ.items() if ENV_PATTERN.match(k)}
-    keep.update({k: environ.get(k, v) for k, v in profile_env.items()})
-    return redact_env(dict(sorted(keep.items())))
-
-
-def git_state(directory: Path | None) -> dict[str, Any] | None:
-    """Commit and dirtiness of the repository holding the scripts, when there is one."""
-    if directory is None or not directory.is_dir():
-        return None
-    head = subprocess.run(
-        ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True
-    )
-    if head.returncode != 0:
-        return None
-    status = subprocess.run(
-        ["git", "-C", str(directory), "status", "--porcelain", "--", "."],
-        capture_output=True,
-        text=True,
-    )
-    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
-
-
-def torch_facts(state: State) -> dict[str, Any] | None:
-    if state.torch is None:
-        return None
-    torch = state.torch.to_json()
-    packages = state.packages or {}
-    cudnn = next((v for k, v in packages.items() if k.startswith("nvidia-cudnn-")), None)
-    torch["cudnn"] = cudnn
-    return torch
 
 
 def build_snapshot(
@@ -96,62 +33,58 @@ def build_snapshot(
     environ: Mapping[str, str],
     command: list[str],
     config: Any = None,
+    process: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The snapshot document of a context's target in `state` (pure)."""
-    profile, host = ctx.profile, state.host
+    """The snapshot document of a context's target in `state` (pure but for git)."""
+    profile = ctx.profile
+    # The lock of the generation that actually runs (after a rollback, not the profile's).
     ran = own_context(ctx, state).lock
-    return {
-        "schema": SCHEMA,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "envlock": __version__,
-        "profile": {"name": profile.name, "path": str(profile.path), "sha256": profile.sha256},
-        # The lock of the generation that actually runs (after a rollback, not the profile's).
-        "lock": {"sha256": ran.sha256, "text": ran.text},
-        "generation": state.current,
-        "python": state.python_version or None,
-        "platform": {"machine": host.machine, "libc": host.libc},
-        "packages": dict(sorted((state.packages or {}).items())),
-        "torch": torch_facts(state),
-        "hardware": state.hardware,
-        "scripts": {
-            "dest": state.scripts.dest if state.scripts else None,
-            "sha256": state.scripts.hashes if state.scripts else {},
-        },
-        "env": run_env(environ, profile.env),
-        "cache": state.cache.to_json() if state.cache else None,
-        "host": {
-            "hostname": host.hostname,
-            "container": host.container,
-            "target": ctx.transport.name,
-        },
-        "command": redact_argv(list(command)),
-        "git": git_state(profile.scripts.source if profile.scripts else None),
-        "config": redact_config(plain(config)) if config is not None else None,
-    }
+    source = profile.scripts.source if profile.scripts else None
+    return document(
+        # The probe's answer as the agent gave it: the in-process API records the same
+        # facts from the same answer (snapshot_doc.observed), so both read it one way.
+        probe=state.raw,
+        profile={"name": profile.name, "path": str(profile.path), "sha256": profile.sha256},
+        lock={"sha256": ran.sha256, "text": ran.text},
+        environ=environ,
+        profile_env=profile.env,
+        command=command,
+        target=ctx.transport.name,
+        git=git_state(str(source) if source else None),
+        config=config,
+        process=process,
+        envlock_version=__version__,
+    )
 
 
 def take_snapshot(ctx: Context, *, command: list[str], config: Any = None) -> dict[str, Any]:
-    """Gather (metadata only: no file hashing, no torch import) and build a snapshot.
-
-    The environment recorded is the one `envlock run` gives a command: the current process's
-    when it runs under `envlock run`, else what envlock run would export.
-    """
+    """Gather (metadata only: no file hashing, no torch import) and build a snapshot."""
     state = gather_state(ctx, verify=False, warmth=True, lock=True)
+    return snapshot_of(ctx, state, command=command, config=config)
+
+
+def snapshot_of(ctx: Context, state: State, **what: Any) -> dict[str, Any]:
+    """The environment recorded is the one `envlock run` gives a command: the current
+    process's when it runs under `envlock run`, else what envlock run would export."""
     environ: Mapping[str, str] = os.environ
     if state.current and not os.environ.get("ENVLOCK_GENERATION"):
         environ = run_environment(ctx.profile, state, os.environ)
-    return build_snapshot(ctx, state, environ=environ, command=command, config=config)
+    return build_snapshot(ctx, state, environ=environ, **what)
 
 
 def snapshot(
     directory: str | os.PathLike[str],
     profile: str | os.PathLike[str] | None = None,
     config: Any = None,
-) -> Path:
+    *,
+    all_ranks: bool = False,
+) -> Path | None:
     """Python API: record the environment (and the run's `config`) into `directory`.
 
     Under `envlock run` the profile is known from ENVLOCK_PROFILE. Cheap enough to call at
     every checkpoint save: one probe of package metadata, no file hashing, no torch import.
+    In a distributed run only global rank 0 writes (None elsewhere), unless `all_ranks`:
+    then each rank writes envlock-snapshot.rank{N}.json.
     """
     profile = profile or os.environ.get("ENVLOCK_PROFILE")
     if not profile:
@@ -159,9 +92,15 @@ def snapshot(
             "no profile given and ENVLOCK_PROFILE is not set",
             hint="pass profile=… or run the script through `envlock run`",
         )
+    place = rank_of(os.environ)
+    if place["rank"] != 0 and not all_ranks:
+        return None
     ctx = open_context(profile, allow_stale=True)
-    data = take_snapshot(ctx, command=list(sys.argv), config=config)
-    return write_snapshot(directory, data)
+    state = gather_state(ctx, verify=False, warmth=True, lock=True)
+    process = dict(place, argv=list(sys.argv))
+    data = snapshot_of(ctx, state, command=list(sys.argv), config=config, process=process)
+    name = snapshot_name(place["rank"] if all_ranks else None)
+    return write_snapshot(directory, data, name)
 
 
 # -- rebuilding a snapshot's environment ------------------------------------------------

@@ -12,15 +12,15 @@ from envlock.atomic import write_atomic
 from envlock.errors import UsageError
 from envlock.lock import Lock, parse_lock
 from envlock.runs.secrets import redact_argv, redact_config, redact_env
+from envlock.runs.snapshot_doc import SCHEMA, SNAPSHOT_FILE
 from envlock.runs.snapshot_schema import validate_snapshot
 
-SNAPSHOT_FILE = "envlock-snapshot.json"
-SCHEMA = 1
 
-
-def write_snapshot(directory: str | os.PathLike[str], data: dict[str, Any]) -> Path:
-    """Write DIR/envlock-snapshot.json atomically; returns its path."""
-    path = Path(directory) / SNAPSHOT_FILE
+def write_snapshot(
+    directory: str | os.PathLike[str], data: dict[str, Any], name: str = SNAPSHOT_FILE
+) -> Path:
+    """Write DIR/envlock-snapshot.json (or another `name`) atomically; returns its path."""
+    path = Path(directory) / name
     write_atomic(path, (json.dumps(data, indent=1, sort_keys=False) + "\n").encode())
     return path
 

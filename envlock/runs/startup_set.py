@@ -1,0 +1,120 @@
+"""The startup set: the stdlib-only files a command started by `envlock run` can import.
+
+`sitecustomize` (loads compile artifacts at start-up), `envlock_megacache`, and an `envlock`
+package for `envlock.snapshot()` inside the command (startup/envlock_api/envlock), which runs
+the agent's probe and runs/snapshot_doc.py in-process. Locally they are read where envlock
+is installed; a remote root gets a copy under `<root>/startup/<version>/`, the same layout
+as in the envlock package, pushed once per version and verified against its hash on arrival
+(like the uv binary).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import os
+from importlib import resources
+
+from envlock.errors import OperationError
+from envlock.targets.base import Transport
+
+# Paths inside the envlock package. The agent is taken whole, as reconcile/agentcall.py does.
+SHARED = ("runs/secrets.py", "runs/snapshot_doc.py")
+STARTUP = ("startup/sitecustomize.py", "startup/envlock_megacache.py")
+API = "startup/envlock_api/envlock/__init__.py"
+COMPLETE = ".complete"
+
+
+def package_dir() -> str:
+    return str(resources.files("envlock"))
+
+
+@functools.lru_cache(maxsize=1)
+def startup_files() -> dict[str, bytes]:
+    """{path inside the package: content} of everything the startup set holds."""
+    base = package_dir()
+    agent = sorted(
+        f"agent/{name}"
+        for name in os.listdir(os.path.join(base, "agent"))
+        if name.endswith(".py") and name != "__init__.py"
+    )
+    found = {}
+    for rel in (*STARTUP, API, *agent, *SHARED):
+        with open(os.path.join(base, rel), "rb") as handle:
+            found[rel] = handle.read()
+    return found
+
+
+def version_of(files: dict[str, bytes]) -> str:
+    """The version a set of files is shipped as: a hash of their paths and contents."""
+    manifest = "".join(
+        f"{rel} {hashlib.sha256(data).hexdigest()}\n" for rel, data in sorted(files.items())
+    )
+    return hashlib.sha256(manifest.encode()).hexdigest()[:16]
+
+
+def remote_dir(root: str) -> str:
+    return f"{root}/startup/{version_of(startup_files())}"
+
+
+def python_path(base: str, *, api: bool) -> str:
+    """PYTHONPATH for a startup set copied (or installed) at `base`. The `envlock` API goes
+    on it only when the environment has no envlock of its own: never shadow a real one."""
+    entries = [os.path.join(base, "startup")]
+    if api:
+        entries.append(os.path.join(base, "startup", "envlock_api"))
+    return os.pathsep.join(entries)
+
+
+# -- shipping to a remote root ------------------------------------------------------------------
+# Runs on the target with the generation's Python (3.8+, stdlib only). argv: the final dir and
+# its version; stdin: {path: base64}. Files land in a temp dir, are hashed back from disk, and
+# only a set whose hash is its version is renamed into place.
+INSTALLER = r"""
+import base64, hashlib, json, os, shutil, sys
+final, version = sys.argv[1], sys.argv[2]
+files = json.load(sys.stdin)
+tmp = "%s.%d.tmp" % (final, os.getpid())
+shutil.rmtree(tmp, ignore_errors=True)
+manifest = ""
+for rel in sorted(files):
+    path = os.path.join(tmp, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(base64.b64decode(files[rel]))
+    with open(path, "rb") as handle:
+        manifest += "%s %s\n" % (rel, hashlib.sha256(handle.read()).hexdigest())
+if hashlib.sha256(manifest.encode()).hexdigest()[:16] != version:
+    shutil.rmtree(tmp, ignore_errors=True)
+    sys.stderr.write("envlock: the startup files arrived corrupted\n")
+    sys.exit(3)
+open(os.path.join(tmp, ".complete"), "w").close()
+try:
+    os.rename(tmp, final)
+except OSError:
+    shutil.rmtree(tmp, ignore_errors=True)  # another run installed the same version meanwhile
+    if not os.path.exists(os.path.join(final, ".complete")):
+        raise
+"""
+
+
+def ship(transport: Transport, root: str, python: str) -> str:
+    """Make sure `<root>/startup/<version>/` holds this envlock's startup set; returns it.
+    One round trip when it is there (the usual case), two when it has to be pushed."""
+    final = remote_dir(root)
+    present = transport.run(["test", "-f", f"{final}/{COMPLETE}"])
+    if present.ok:
+        return final
+    files = startup_files()
+    payload = json.dumps({rel: base64.b64encode(data).decode() for rel, data in files.items()})
+    script = 'mkdir -p "$1" && shift && exec "$@"'
+    argv = ["sh", "-c", script, "sh", f"{root}/startup", python, "-c", INSTALLER, final]
+    result = transport.run([*argv, version_of(files)], stdin=payload.encode())
+    if not result.ok:
+        raise OperationError(
+            f"{transport.name}: could not install envlock's startup files into {final}: "
+            + (result.error_text() or f"exit {result.exit_code}")
+        )
+    return final

@@ -1,0 +1,185 @@
+"""`import envlock` inside a command started by `envlock run`, without envlock in the lock.
+
+    import envlock
+    envlock.snapshot(ckpt_dir, config=args)   # writes ckpt_dir/envlock-snapshot.json
+
+This is not envlock itself but its in-process API: a stdlib-only package that `envlock run`
+puts on the command's PYTHONPATH when the environment installs no `envlock` of its own. It
+records what `envlock snapshot` records, gathered in this very process by the agent's probe
+(package metadata, torch's version.py, the GPUs, the compile cache: no torch import, no file
+hashing but the pinned scripts), plus the process's own view: its argv, its config and its
+place in a distributed run. The document is built by envlock/runs/snapshot_doc.py, the same
+function the CLI uses.
+
+The modules it runs (the agent, runs/secrets.py, runs/snapshot_doc.py) are read from beside
+it: three levels up is the envlock package, or the copy of it `envlock run` installs in a
+remote root (`<root>/startup/<version>/`).
+
+Compatible with Python 3.8+ (the environment's interpreter is not envlock's to choose).
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+
+def _real_envlock():
+    """A real envlock further down sys.path (envlock's own venv, or a tool's, started under
+    `envlock run`): it is the one to import, never hidden behind this API."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        try:
+            spec = find("envlock", rest) if find is not None else None
+        except Exception:  # a finder that cannot answer is no answer
+            continue
+        # A directory named envlock without __init__ (a namespace portion) is no envlock.
+        if spec is None or spec.loader is None or spec.origin in (None, "namespace"):
+            continue
+        if spec.origin != os.path.abspath(__file__):
+            return spec
+    return None
+
+
+def _become(spec):
+    """Load the real envlock in place of this module (the import returns sys.modules')."""
+    import importlib.util
+
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[__name__] = module
+    spec.loader.exec_module(module)
+
+
+_REAL = _real_envlock()
+if _REAL is not None:
+    _become(_REAL)
+
+__all__ = ["snapshot"]
+
+# envlock/startup/envlock_api/envlock/__init__.py -> envlock/
+PACKAGE = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
+SHARED = ("runs/secrets.py", "runs/snapshot_doc.py")
+LOCK_COPY = os.path.join(".envlock", "pylock.toml")
+
+_loaded = {}  # type: dict  # name -> namespace, loaded once per process
+
+
+class NotUnderEnvlockRun(RuntimeError):
+    """envlock.snapshot() was called in a process that `envlock run` did not start."""
+
+
+def snapshot(directory, profile=None, config=None, *, all_ranks=False):
+    """Record this run's environment (and its `config`) into DIRECTORY/envlock-snapshot.json.
+
+    Called like envlock's own `envlock.snapshot`; `profile` is accepted and unused: the
+    profile recorded is the one `envlock run` started this command with.
+
+    `config`: a dict, an argparse.Namespace, a dataclass, or any object with `model_dump()`
+    or `to_dict()` (pydantic, OmegaConf); secrets in it are redacted. In a distributed run
+    only global rank 0 writes (others return None) unless `all_ranks`: then every rank
+    writes envlock-snapshot.rank{N}.json. Returns the path written.
+    """
+    run = run_context()
+    doc = namespace("doc", SHARED)
+    place = doc["rank_of"](os.environ)
+    if place["rank"] != 0 and not all_ranks:
+        return None
+    probe = gather(run)
+    text = lock_text(run, probe)
+    data = doc["document"](
+        probe=probe,
+        profile=run["profile"],
+        lock={"sha256": hashlib.sha256(text.encode()).hexdigest(), "text": text},
+        environ=os.environ,
+        profile_env=run["env"],
+        command=list(sys.argv),
+        target=run["target"],
+        git=doc["git_state"]((run["scripts"] or {}).get("source")),
+        config=config,
+        process=dict(place, argv=list(sys.argv)),
+        envlock_version=run["envlock"],
+    )
+    name = doc["snapshot_name"](place["rank"] if all_ranks else None)
+    path = os.path.join(os.fspath(directory), name)
+    doc["write_file"](path, (json.dumps(data, indent=1) + "\n").encode())
+    return path
+
+
+def run_context():
+    """What `envlock run` exported for this command (ENVLOCK_RUN_CONTEXT, ENVLOCK_ROOT, …)."""
+    names = ("ENVLOCK_RUN_CONTEXT", "ENVLOCK_ROOT", "ENVLOCK_GENERATION")
+    missing = [name for name in names if not os.environ.get(name)]
+    if missing:
+        raise NotUnderEnvlockRun(
+            "envlock.snapshot() needs a process started by `envlock run PROFILE -- CMD` "
+            "({} not set): run the script through envlock run, or call `envlock snapshot "
+            "PROFILE DIR` from outside".format(", ".join(missing))
+        )
+    run = json.loads(os.environ["ENVLOCK_RUN_CONTEXT"])
+    run["root"] = os.environ["ENVLOCK_ROOT"]
+    run["generation"] = os.environ["ENVLOCK_GENERATION"]
+    return run
+
+
+def namespace(name, files):
+    """Run stdlib-only modules of the envlock package in one namespace (once)."""
+    if name not in _loaded:
+        space = {"__name__": "envlock_" + name, "__envlock_agent__": True}
+        for rel in files:
+            path = os.path.join(PACKAGE, rel)
+            with open(path) as handle:
+                exec(compile(handle.read(), path, "exec"), space)
+        _loaded[name] = space
+    return _loaded[name]
+
+
+def agent_files():
+    """The agent's modules, its core first (the others register in its COMMANDS)."""
+    names = sorted(n for n in os.listdir(os.path.join(PACKAGE, "agent")) if n.endswith(".py"))
+    rest = [n for n in names if n not in ("__init__.py", "core.py")]
+    return ["agent/" + n for n in ["core.py", *rest]]
+
+
+def gather(run):
+    """The agent's probe of this root, run in this process: metadata only, no verify."""
+    scripts = run["scripts"]
+    request = {
+        "root": run["root"],
+        "venv": None,
+        "cache_dir": run["cache_dir"],
+        "scripts": {"dest": scripts["dest"], "files": scripts["files"]} if scripts else None,
+        "deep": False,
+        "verify": False,
+        "warmth": True,
+        "active_lock": True,
+        "uv": None,
+    }
+    return namespace("agent", agent_files())["probe"](request)
+
+
+def lock_text(run, probe):
+    """The lock this generation was built from (its own copy), else the profile's lock."""
+    candidates = [
+        os.path.join(run["root"], "generations", run["generation"], LOCK_COPY),
+        os.path.join(
+            os.path.dirname(run["profile"]["path"]),
+            "pylock.{}.toml".format(run["profile"]["name"]),
+        ),
+    ]
+    if probe.get("active_lock"):
+        return probe["active_lock"]
+    for path in candidates:
+        try:
+            with open(path) as handle:
+                return handle.read()
+        except OSError:
+            continue
+    raise NotUnderEnvlockRun(
+        "envlock.snapshot(): the lock of generation {} is in none of {}".format(
+            run["generation"], ", ".join(candidates)
+        )
+    )
