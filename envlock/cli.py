@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import traceback
 from importlib import import_module
 
 import click
 
 from envlock import __version__, ui
-from envlock.errors import EnvlockError
+from envlock.errors import EXIT_INTERRUPTED, INTERRUPTED, EnvlockError
 
 # name -> module under envlock.commands defining a click command named `command`.
 COMMANDS = {
@@ -46,9 +48,12 @@ class EnvlockGroup(click.Group):
             return super().invoke(ctx)
         except EnvlockError as exc:
             if ctx.obj and ctx.obj.get("verbose"):
-                raise
+                traceback.print_exc()  # -v shows where; the exit code stays the contract's
             ui.error(str(exc))
             sys.exit(exc.exit_code)
+        except (KeyboardInterrupt, click.Abort):
+            ui.error(f"interrupted: {ctx.meta.get(INTERRUPTED, 'nothing changed')}")
+            sys.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=EnvlockGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,8 +67,14 @@ def cli(ctx: click.Context, verbose: bool) -> None:
 
 
 def main() -> None:
+    # A scheduler's SIGTERM stops envlock like Ctrl-C: the same message and status (130).
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         cli(prog_name="envlock")
     except KeyboardInterrupt:
-        ui.error("interrupted")
-        sys.exit(130)
+        ui.error("interrupted: nothing changed")
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

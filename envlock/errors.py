@@ -5,6 +5,10 @@ from __future__ import annotations
 EXIT_DRIFT = 1
 EXIT_USAGE = 2
 EXIT_FAILED = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM, as a shell reports it
+
+# The click context's meta key where a command says what an interrupt leaves behind.
+INTERRUPTED = "envlock.interrupted"
 
 
 class EnvlockError(Exception):

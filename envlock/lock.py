@@ -28,7 +28,7 @@ from envlock.profile import TORCH_FAMILY, Profile
 from envlock.tomlread import TOMLDecodeError, tomllib
 from envlock.uvbin import uv_path
 
-LOCK_FORMAT = 1
+LOCK_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,11 @@ class Lock:
 
     @property
     def short_hash(self) -> str:
-        return self.sha256[:12]
+        """What the lock installs (its packages and Python), hashed: the generation's name.
+        Two locks that install the same share one generation."""
+        body = self.text.split("\n[tool.envlock]", 1)[0]
+        python = str(self.meta.get("python-version", ""))
+        return hashlib.sha256(f"{body}\npython {python}".encode()).hexdigest()[:12]
 
     def versions(self) -> dict[str, str]:
         return {name: pkg.version for name, pkg in self.packages.items()}
@@ -103,8 +107,10 @@ def stale_reasons(profile: Profile, lock: Lock) -> list[str]:
     reasons = []
     if meta.get("format") != LOCK_FORMAT:
         reasons.append(f"lock format {meta.get('format')!r}, this envlock writes {LOCK_FORMAT}")
-    if meta.get("profile-sha256") != profile.sha256:
-        reasons.append(f"{profile.path.name} changed since the lock was written")
+    if meta.get("inputs-sha256") != resolution_sha256(profile):
+        reasons.append(
+            f"{profile.path.name}: what the lock is resolved from changed since it was written"
+        )
     scripts = meta.get("scripts", {})
     current = profile.script_hashes()
     for rel in sorted(set(scripts) | set(current)):
@@ -112,6 +118,28 @@ def stale_reasons(profile: Profile, lock: Lock) -> list[str]:
             what = "added" if rel not in scripts else "removed" if rel not in current else "changed"
             reasons.append(f"script {rel} {what}")
     return reasons
+
+
+def resolution_sha256(profile: Profile) -> str:
+    """The hash of what resolution depends on: Python, platform, torch, dependencies,
+    indexes, find-links, offline. Comments, layout, key order, [env], [target] and
+    [container] never stale a lock; they take effect at the next apply or run."""
+    torch = profile.torch
+    deps = profile.dependencies
+    inputs = {
+        "python": [profile.python_version, profile.python_platform],
+        "torch": [torch.version, torch.backend, torch.index_url, list(torch.packages)]
+        if torch
+        else None,
+        "dependencies": [
+            list(deps.packages),
+            deps.index_url,
+            list(deps.extra_index_urls),
+            list(deps.find_links),
+            deps.offline,
+        ],
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
 def load_fresh_lock(profile: Profile) -> Lock:
@@ -240,6 +268,9 @@ def uv_compile_argv(
         "--output-file",
         str(output),
     ]
+    if not getattr(profile, "python_download", False):
+        # uv would otherwise spend seconds trying to fetch a managed CPython, unasked.
+        argv.append("--no-python-downloads")
     if deps.offline:
         argv += ["--no-index", "--offline"]
     else:
@@ -258,7 +289,7 @@ def envlock_table(profile: Profile) -> str:
     entries: dict[str, str | int] = {
         "format": LOCK_FORMAT,
         "profile": profile.name,
-        "profile-sha256": profile.sha256,
+        "inputs-sha256": resolution_sha256(profile),
         "python-version": profile.python_version,
         "python-platform": profile.python_platform,
         "torch-backend": torch.backend if torch else "",

@@ -48,6 +48,17 @@ def status(message: str, *, quiet: bool = False) -> Iterator[None]:
         yield
 
 
+def shown_path(path: object) -> str:
+    """A path as a user would type it here: relative to the working directory when inside."""
+    from pathlib import Path
+
+    full = Path(str(path))
+    try:
+        return str(full.relative_to(Path.cwd()))
+    except ValueError:
+        return str(full)
+
+
 # -- formatting for people --------------------------------------------------------------
 def size(n: int | float) -> str:
     """Bytes for people: 1.5 GB, 512 B (powers of 1000, like file managers)."""

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from envlock.lock import read_lock, resolver_input, stale_reasons, wheel_in_find_links
+from envlock.lock import (
+    read_lock,
+    resolution_sha256,
+    resolver_input,
+    stale_reasons,
+    wheel_in_find_links,
+)
 from envlock.profile import load_profile
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
@@ -48,7 +54,7 @@ def test_variant_locks_pin_the_backend_build(
     assert torch.sha256s == {hashlib.sha256(wheel_file.read_bytes()).hexdigest()}
     meta = lock.meta
     assert meta["torch-backend"] == backend and meta["torch"] == torch_version
-    assert meta["profile-sha256"] == hashlib.sha256(profile.read_bytes()).hexdigest()
+    assert meta["inputs-sha256"] == resolution_sha256(load_profile(profile))
     assert meta["python-version"] == "3.11"
     assert set(meta["scripts"]) == {"train.py"}
     # Every package carries a hash: the lock can be installed with verification.
@@ -93,10 +99,21 @@ def test_stale_lock_is_refused_with_what_to_do(
     assert "stale lock" in refused.stderr and "envlock lock" in refused.stderr
 
     assert envlock("lock", profile).returncode == 0
-    profile.write_text(profile.read_text() + "\n# a comment is a change too\n")
+    lock_before = (profile.parent / "pylock.seed.toml").read_bytes()
+    # Comments, [env] and key order are not resolution inputs: the lock stays fresh.
+    text = profile.read_text()
+    profile.write_text("# a comment\n" + text + '\n[env]\nOMP_NUM_THREADS = "4"\n')
+    prof = load_profile(profile)
+    assert stale_reasons(prof, read_lock(prof.lock_path)) == []
+    assert envlock("lock", "--check", profile).returncode == 0
+    relocked = envlock("lock", profile)
+    assert "unchanged" in relocked.stdout
+    assert (profile.parent / "pylock.seed.toml").read_bytes() == lock_before
+    # A new dependency is: the lock goes stale.
+    profile.write_text(text.replace("[python]", '[python]\nplatform = "x86_64-manylinux_2_34"', 1))
     prof = load_profile(profile)
     assert stale_reasons(prof, read_lock(prof.lock_path)) == [
-        "seed.toml changed since the lock was written"
+        "seed.toml: what the lock is resolved from changed since it was written"
     ]
 
 

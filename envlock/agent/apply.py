@@ -14,11 +14,13 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         COMMANDS,
         GEN_RE,
         GENERATION,
+        HOLD,
         LOCK_COPY,
         META_DIR,
         AgentError,
         append_history,
         current_generation,
+        list_generations,
         progress,
         read_json,
         sha256_file,
@@ -79,6 +81,7 @@ def uv_env(req):
     env.pop("VIRTUAL_ENV", None)
     if req.get("offline"):
         env["UV_OFFLINE"] = "1"
+    if req.get("offline") or not req.get("python_downloads"):
         env["UV_PYTHON_DOWNLOADS"] = "never"
     return env
 
@@ -124,10 +127,16 @@ def build_into(req, gen_dir, action):
     except AgentError as exc:
         uv_says = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
         if "interpreter" in " ".join(uv_says).lower():
+            allowed = req.get("python_downloads") and not req.get("offline")
+            fixes = (
+                f"install Python {version} on the target (e.g. `uv python install {version}`"
+                f" or the OS package python{version})"
+            )
+            if not allowed:
+                fixes += ", or set [python] download = true to let uv fetch a managed CPython"
             raise AgentError(
                 "python",
-                f"no usable Python {version} on the target (install Python {version} there, "
-                "or let uv download it by not running offline); uv says:\n  "
+                f"no Python {version} on the target: {fixes}; uv says:\n  "
                 + "\n  ".join(uv_says[:4]),
             ) from None
         raise
@@ -183,10 +192,19 @@ def do_switch(req, action):
             "generation {} is not complete; refusing to switch to it".format(action["name"]),
         )
     previous = current_generation(root)
+    why = action.get("why", "switch")
+    if why == "rollback":
+        # Written before the switch: a reader never sees the rolled-back generation unheld.
+        hold = {"generation": action["name"], "from": previous, "time": utc_now()}
+        write_atomic(os.path.join(root, HOLD), json.dumps(hold, sort_keys=True).encode())
     symlink_atomic(os.path.join(root, "current"), os.path.join("generations", action["name"]))
-    append_history(
-        root, {"action": action.get("why", "switch"), "from": previous, "to": action["name"]}
-    )
+    if why != "rollback" and os.path.lexists(os.path.join(root, HOLD)):
+        os.unlink(os.path.join(root, HOLD))
+    append_history(root, {"action": why, "from": previous, "to": action["name"]})
+
+
+def utc_now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def do_link_venv(req, action):
@@ -263,11 +281,34 @@ ACTIONS = {
 }
 
 
+def number_builds(root, actions):
+    """Name each new generation while holding the root's lock: an apply planned against an
+    older view may have been overtaken by another that took its number meanwhile."""
+    taken = {g["number"]: g["name"] for g in list_generations(root)}
+    renamed = {}
+    for action in actions:
+        if action["kind"] != "build":
+            continue
+        number, name = action["number"], action["name"]
+        if number in taken and taken[number] != name:
+            number = max(taken) + 1
+            new = "{}-{}".format(number, name.split("-", 1)[1])
+            progress(f"generation {name} was taken by another apply: building {new}")
+            renamed[name] = new
+            action.update(number=number, name=new)
+        taken[number] = action["name"]
+    for action in actions:
+        for key in ("name", "generation"):
+            if action["kind"] != "build" and action.get(key) in renamed:
+                action[key] = renamed[action[key]]
+
+
 def apply(req):
     root = req["root"]
     os.makedirs(os.path.join(root, "generations"), exist_ok=True)
     done = []
     with RootLock(root, req.get("wait", True)):
+        number_builds(root, req["actions"])
         for action in req["actions"]:
             progress(action["description"])
             ACTIONS[action["kind"]](req, action)

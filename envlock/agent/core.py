@@ -25,6 +25,8 @@ META_DIR = ".envlock"
 MANIFEST = META_DIR + "/manifest.json"
 GENERATION = META_DIR + "/generation.json"
 LOCK_COPY = META_DIR + "/pylock.toml"
+# A rollback holds the root on the generation it chose until the next apply.
+HOLD = "hold.json"
 GEN_RE = re.compile(r"^(\d+)-([0-9a-f]{12})$")
 
 

@@ -37,7 +37,7 @@ def walk_files(venv, prefix=""):
                     continue
                 st = entry.stat(follow_symlinks=False)
                 key = prefix + "/" + rel if prefix else rel
-                found[key] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_nlink]
+                found[key] = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_nlink, st.st_ctime_ns]
     return found
 
 
@@ -84,20 +84,20 @@ def canonical(name):
 
 
 def write_manifest(venv):
-    """Stat manifest of every file, with owners; sha256 only for files no RECORD covers."""
+    """Stat manifest of every file, with owners; sha256 only for files no RECORD covers.
+
+    An entry is [size, mtime_ns, inode, dist, sha256 or "" (RECORD covers it), nlink,
+    ctime_ns]. Manifests of older envlocks end after the sha256 (or the dist)."""
     owners = read_records(venv)
     files = walk_files(venv)
     entries = {}
-    for rel, (size, mtime, ino, _) in files.items():
+    for rel, (size, mtime, ino, nlink, ctime) in files.items():
         dist, digest = owners.get(rel, ("", ""))
-        entry = [size, mtime, ino, dist]
+        own = ""
         if not digest:
-            entry.append(
-                sha256_file(os.path.join(venv, rel))
-                if not os.path.islink(os.path.join(venv, rel))
-                else "link:" + os.readlink(os.path.join(venv, rel))
-            )
-        entries[rel] = entry
+            path = os.path.join(venv, rel)
+            own = "link:" + os.readlink(path) if os.path.islink(path) else sha256_file(path)
+        entries[rel] = [size, mtime, ino, dist, own, nlink, ctime]
     os.makedirs(os.path.join(venv, META_DIR), exist_ok=True)
     # The directories are stored too: finding added files then needs no path splitting.
     manifest = {"files": entries, "dirs": sorted(directories_of(entries))}
@@ -109,8 +109,11 @@ def verify_files(venv, deep=False):
     """Compare a generation with its manifest.
 
     Fast mode lstat()s each recorded file and hashes only those whose size, mtime or inode
-    moved; deep mode hashes every file against the wheels' RECORDs (in threads: hashlib
-    releases the GIL, so this keeps up with sha256sum).
+    moved, or whose ctime moved while the link count stayed: user space can set mtime back
+    but not ctime, while uv hardlinking the same cached file into another venv moves ctime
+    and the link count together (no false alarm, no hashing). Deep mode hashes every file
+    against the wheels' RECORDs (in threads: hashlib releases the GIL, so this keeps up
+    with sha256sum).
     """
     manifest = read_json(os.path.join(venv, MANIFEST))
     if manifest is None:
@@ -125,7 +128,13 @@ def verify_files(venv, deep=False):
         except OSError:
             missing.append({"path": rel, "dist": entry[3]})
             continue
-        if deep or st.st_size != entry[0] or st.st_mtime_ns != entry[1] or st.st_ino != entry[2]:
+        if (
+            deep
+            or st.st_size != entry[0]
+            or st.st_mtime_ns != entry[1]
+            or st.st_ino != entry[2]
+            or (len(entry) > 6 and st.st_ctime_ns != entry[6] and st.st_nlink == entry[5])
+        ):
             suspects.append((rel, entry, st.st_nlink))
     owners = read_records(venv) if suspects else {}
     changed = []
@@ -201,6 +210,6 @@ def content_verdict(venv, rel, entry, owners):
     digest = owners.get(rel, ("", ""))[1]
     if digest:
         return None if record_hash(path) == digest else "content differs from the wheel's RECORD"
-    if len(entry) > 4:
+    if len(entry) > 4 and entry[4]:
         return None if sha256_file(path) == entry[4] else "content differs from the build"
     return "changed since the build"

@@ -9,6 +9,8 @@ import sys
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
     from envlock.agent.core import (
         COMMANDS,
+        HOLD,
+        LOCK_COPY,
         current_generation,
         list_generations,
         read_history,
@@ -196,6 +198,11 @@ def probe(req):
         "history": read_history(root, 20),
         "venv_link": link_state(req.get("venv"), root),
     }
+    state["hold"] = hold_state(root, state["current"])
+    if state["current"] and (state["hold"] or req.get("active_lock")):
+        # The active generation's own lock: what a hold is judged by, what a snapshot records.
+        lock_path = os.path.join(root, "generations", state["current"], LOCK_COPY)
+        state["active_lock"] = read_text(lock_path)
     in_generation = (
         state["python"]["in_venv"]
         and state["current"] is not None
@@ -215,6 +222,22 @@ def probe(req):
     state["scripts"] = scripts_state(req.get("scripts"))
     state["uv"] = uv_state(req.get("uv"))
     return state
+
+
+def hold_state(root, current):
+    """The rollback hold on the root, while it holds the active generation."""
+    hold = read_json(os.path.join(root, HOLD))
+    if not isinstance(hold, dict) or hold.get("generation") != current:
+        return None
+    return hold
+
+
+def read_text(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def container_kind():

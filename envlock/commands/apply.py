@@ -21,7 +21,7 @@ from envlock.commands.common import (
     profile_argument,
     progress_printer,
 )
-from envlock.errors import EXIT_USAGE, UsageError
+from envlock.errors import EXIT_DRIFT, EXIT_USAGE, INTERRUPTED, UsageError
 from envlock.reconcile.context import Context, check, check_container, open_context
 from envlock.reconcile.execute import execute, verify_after
 from envlock.reconcile.kinds import Drift
@@ -41,13 +41,32 @@ from envlock.runs.snapshot_file import load_snapshot
     metavar="DIR",
     help="Rebuild exactly the environment a snapshot recorded (its lock).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --from-snapshot: rebuild a snapshot made for another profile name.",
+)
+@click.option(
+    "--deep", is_flag=True, help="Re-hash every file first, and repair whatever that finds."
+)
 @json_option
 def command(
-    profile: str, yes: bool, no_wait: bool, snapshot_dir: str | None, as_json: bool
+    profile: str,
+    yes: bool,
+    no_wait: bool,
+    snapshot_dir: str | None,
+    force: bool,
+    deep: bool,
+    as_json: bool,
 ) -> None:
     """Converge the target to the lock: provision, build, switch, deploy, link."""
     started = time.perf_counter()
-    ctx = context_from_snapshot(profile, snapshot_dir) if snapshot_dir else open_context(profile)
+    if force and not snapshot_dir:
+        raise UsageError("--force goes with --from-snapshot", hint="drop --force")
+    if snapshot_dir:
+        ctx = context_from_snapshot(profile, snapshot_dir, force=force)
+    else:
+        ctx = open_context(profile)
     progress = progress_printer(as_json)
     report: list[str] = []
     provisioner = ctx.provisioner
@@ -60,7 +79,7 @@ def command(
         label = ctx.lock.short_hash if container.exists else None
         report += provisioner.provision(snapshot_label=label, on_progress=progress)
         container = None
-    state, drifts = check(ctx)
+    state, drifts = check(ctx, deep=deep, hold=False)  # apply returns to the profile's lock
     if snapshot_dir:
         refuse_incompatible(ctx, snapshot_dir, state)
     plan = make_plan(ctx.expectation(), state, drifts)
@@ -79,12 +98,26 @@ def command(
     if not as_json:
         print_plan(plan)
     confirm(yes)
+    click.get_current_context().meta[INTERRUPTED] = interrupted_note(ctx)
     if container_steps and provisioner is not None:
         label = target_generation(plan, state)
         report += provisioner.provision(snapshot_label=label, on_progress=progress)
     answer = execute(ctx, plan, wait=not no_wait, on_progress=progress)
+    kinds = {a.kind for a in plan.actions}
+    if "switch" in kinds and "build" not in kinds:
+        # The generation switched to was not verified before (only the active one is):
+        # if it drifted while inactive (a polluting install, then a rollback), repair it now.
+        after_state, after_drifts = check(ctx, deep=deep, hold=False)
+        repair = make_plan(ctx.expectation(), after_state, after_drifts)
+        if not repair.empty:
+            answer = execute(ctx, repair, wait=not no_wait, on_progress=progress)
     scripts_skipped = bool(snapshot_dir) and ctx.profile.script_hashes() != ctx.scripts
-    verify_after(ctx, plan, ignore=("script-modified", "script-missing") if scripts_skipped else ())
+    verify_after(
+        ctx,
+        plan,
+        ignore=("script-modified", "script-missing") if scripts_skipped else (),
+        deep=deep,
+    )
     elapsed = time.perf_counter() - started
     current = answer.get("current", state.current)
     if as_json:
@@ -114,7 +147,24 @@ def confirm(yes: bool) -> None:
     if not sys.stdin.isatty():
         ui.error("refusing to act without confirmation: pass -y (stdin is not a terminal)")
         sys.exit(EXIT_USAGE)
-    click.confirm("apply this plan?", abort=True, err=True)
+    if not click.confirm("apply this plan?", err=True):
+        # The plan stays pending, as `envlock plan` would report it.
+        ui.info("nothing changed")
+        sys.exit(EXIT_DRIFT)
+
+
+def interrupted_note(ctx: Context) -> str:
+    """What an interrupt during the apply leaves, and what cleans it up."""
+    note = (
+        "the active generation is untouched (the switch is atomic); a half-built "
+        "generation is removed by the next `envlock apply`"
+    )
+    if ctx.profile.target.remote:
+        note += (
+            "; the agent on the target may still be finishing under the root's lock: "
+            "`envlock check` shows where it ended"
+        )
+    return note
 
 
 def show_container_steps(drifts: list[Drift], as_json: bool) -> None:

@@ -10,7 +10,13 @@ import click
 from envlock import ui
 from envlock.commands.common import json_option, print_drift, with_context
 from envlock.errors import EXIT_DRIFT
-from envlock.reconcile.context import Context, check, check_container
+from envlock.reconcile.context import (
+    Context,
+    check,
+    check_container,
+    held_context,
+    hold_notice,
+)
 from envlock.reconcile.gpu import gpu_note
 from envlock.runs.cache import cache_warnings
 
@@ -20,9 +26,17 @@ CHECK_SCHEMA = 1
 @click.command("check")
 @with_context(allow_stale=True)
 @click.option("--deep", is_flag=True, help="Re-hash every file against the wheels' RECORDs.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Also exit 1 while a rollback holds the target on another lock (for CI).",
+)
 @json_option
-def command(ctx: Context, deep: bool, as_json: bool) -> None:
-    """Report drift between the target and the lock (exit 1 on drift)."""
+def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
+    """Report drift between the target and the lock (exit 1 on drift).
+
+    After `envlock rollback`, the active generation is judged against its own lock: the
+    rollback itself is a notice (exit 0, or 1 with --strict)."""
     container = check_container(ctx)
     with ui.status("checking", quiet=as_json or not deep):
         if container is not None and not container.running:
@@ -31,6 +45,8 @@ def command(ctx: Context, deep: bool, as_json: bool) -> None:
             state, drifts = check(ctx, deep=deep)
             drifts = list(container.drifts if container else ()) + drifts
     checked = state.files.checked if state and state.files else 0
+    notice = hold_notice(ctx, state) if state else None
+    held = held_context(ctx, state) if state else None
     local = not ctx.profile.target.remote
     warnings = cache_warnings(state.cache, dict(os.environ), local) if state else []
     expect = ctx.expectation()
@@ -41,6 +57,9 @@ def command(ctx: Context, deep: bool, as_json: bool) -> None:
                 "schema": CHECK_SCHEMA,
                 "profile": ctx.profile.name,
                 "lock": ctx.lock.short_hash,
+                "hold": {**state.hold.to_json(), "lock": held.lock.short_hash}
+                if state and state.hold and held
+                else None,
                 "generation": state.current if state else None,
                 "deep": deep,
                 "files_checked": checked,
@@ -54,12 +73,12 @@ def command(ctx: Context, deep: bool, as_json: bool) -> None:
         gen = state.current_generation if state else None
         where = f"generation {gen.number}" if gen else "target"
         mode = "deep" if deep else "fast"
-        print_drift(
-            drifts,
-            f"{where} matches lock {ctx.lock.short_hash} ({mode} check, {checked} files)",
-        )
+        judged = (held or ctx).lock.short_hash
+        print_drift(drifts, f"{where} matches lock {judged} ({mode} check, {checked} files)")
+        if notice:
+            ui.info(notice)
         if gpu_skip:
             ui.info(gpu_skip)
         for warning in warnings:
             ui.warn(warning)
-    sys.exit(EXIT_DRIFT if drifts else 0)
+    sys.exit(EXIT_DRIFT if drifts or (strict and notice) else 0)

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from envlock import ui
 from envlock.commands.common import json_option, with_context
-from envlock.reconcile.context import Context, gather_state
+from envlock.reconcile.context import Context, gather_state, held_context
 
 
 @click.command("generations")
@@ -15,7 +15,8 @@ from envlock.reconcile.context import Context, gather_state
 @json_option
 def command(ctx: Context, as_json: bool) -> None:
     """List generations, their locks and which one is active."""
-    state = gather_state(ctx)
+    state = gather_state(ctx, verify=False)  # listing needs no file verification
+    hold = state.hold if held_context(ctx, state) else None
     rows = [
         {
             "number": g.number,
@@ -27,6 +28,7 @@ def command(ctx: Context, as_json: bool) -> None:
             "files": g.meta.get("files"),
             "bytes": g.meta.get("bytes"),
             "matches_lock": g.lock_hash == ctx.lock.short_hash,
+            "held": hold is not None and g.name == hold.generation,
         }
         for g in state.generations
     ]
@@ -34,6 +36,7 @@ def command(ctx: Context, as_json: bool) -> None:
         ui.emit_json(
             {
                 "current": state.current,
+                "hold": hold.to_json() if hold else None,
                 "generations": rows,
                 "history": [s.to_json() for s in state.history],
             }
@@ -46,9 +49,11 @@ def command(ctx: Context, as_json: bool) -> None:
     for column in ("", "gen", "lock", "built", "files", "size", "note"):
         table.add_column(column)
     for row in rows:
-        note = (
-            "incomplete" if not row["complete"] else ("current lock" if row["matches_lock"] else "")
-        )
+        note = "incomplete" if not row["complete"] else ""
+        if row["matches_lock"]:
+            note = "the profile's lock"
+        if row["held"] and hold is not None:
+            note = f"held (rolled back from {hold.from_} at {hold.time})"
         table.add_row(
             "*" if row["active"] else "",
             str(row["number"]),

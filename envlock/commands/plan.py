@@ -29,7 +29,7 @@ def command(ctx: Context, as_json: bool) -> None:
             ui.out.print(drift_table(list(container.drifts)))
             ui.out.print("then: converge the environment inside once the container runs")
         sys.exit(EXIT_DRIFT)
-    state, drifts = check(ctx)
+    state, drifts = check(ctx, hold=False)  # a plan always returns to the profile's lock
     plan = make_plan(ctx.expectation(), state, drifts)
     if as_json:
         ui.emit_json(

@@ -9,7 +9,8 @@ import click
 from envlock import ui
 from envlock.commands.common import json_option, plan_json, print_plan, with_context
 from envlock.errors import UsageError
-from envlock.reconcile.context import Context, check, gather_state
+from envlock.reconcile.context import Context, gather_state, own_context
+from envlock.reconcile.drift import compute_drift
 from envlock.reconcile.execute import execute, verify_after
 from envlock.reconcile.kinds import Drift
 from envlock.reconcile.plan import Plan, plan_rollback, repair_action
@@ -34,9 +35,15 @@ from envlock.reconcile.state import State
     help="Roll the LXC container back through the Proxmox API to SNAPSHOT "
     "(default: the newest envlock snapshot).",
 )
+@click.option("--deep", is_flag=True, help="--resync: re-hash every file to find what to fix.")
 @json_option
 def command(
-    ctx: Context, to: int | None, resync: bool, container_snapshot: str | None, as_json: bool
+    ctx: Context,
+    to: int | None,
+    resync: bool,
+    container_snapshot: str | None,
+    deep: bool,
+    as_json: bool,
 ) -> None:
     """Switch back to the previous generation (milliseconds), or --resync the active one."""
     started = time.perf_counter()
@@ -51,15 +58,17 @@ def command(
             ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
         return
     if resync:
-        state, drifts = check(ctx)
-        plan = resync_plan(state, drifts)
+        # The active generation is re-synced to its own lock, whichever the profile names.
+        state = gather_state(ctx, deep=deep, lock=True)
+        own = own_context(ctx, state)
+        plan = resync_plan(state, compute_drift(own.expectation(), state))
     else:
         # A switch needs only the generations and their history: no file verification.
         state = gather_state(ctx, verify=False)
         plan = plan_rollback(state, to)
     answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
-    if resync:
-        verify_after(ctx)
+    if resync and not plan.empty:
+        verify_after(own, deep=deep)
     elapsed_ms = (time.perf_counter() - started) * 1000
     if as_json:
         ui.emit_json(
@@ -74,6 +83,13 @@ def command(
         print_plan(plan)
         return
     ui.out.print(f"[green]✓[/] generation {answer.get('current')} is active ({elapsed_ms:.0f} ms)")
+    held_lock = str(answer.get("current", "")).partition("-")[2]
+    if not resync and held_lock and held_lock != ctx.lock.short_hash:
+        ui.info(
+            f"rolled back: the profile's lock is {ctx.lock.short_hash}; `envlock check` judges "
+            "this generation by its own lock, `envlock run` uses it, `envlock apply` returns "
+            "to the profile's"
+        )
 
 
 def resync_plan(state: State, drifts: list[Drift]) -> Plan:

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 import click
 
 from envlock import ui
 from envlock.commands.common import drift_table, with_context
-from envlock.errors import EXIT_DRIFT, UsageError
-from envlock.reconcile.context import Context, check
-from envlock.reconcile.kinds import blocking
-from envlock.runs.environment import compile_artifacts_env, run_environment
+from envlock.errors import UsageError
+from envlock.reconcile.context import Context, check, hold_notice
+from envlock.reconcile.kinds import Drift, blocking
+from envlock.runs.environment import (
+    SCRUBBED,
+    command_environment,
+    compile_artifacts_env,
+    generation_dir,
+)
+from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remote
 from envlock.runs.snapshot import build_snapshot
 from envlock.runs.snapshot_file import write_snapshot
 
@@ -20,6 +27,14 @@ from envlock.runs.snapshot_file import write_snapshot
 @click.command("run", context_settings={"ignore_unknown_options": True})
 @with_context(allow_stale=True)
 @click.option("--allow-drift", is_flag=True, help="Run even when the check finds drift.")
+@click.option("--deep", is_flag=True, help="Re-hash every file before running (paranoid).")
+@click.option(
+    "--env",
+    "names",
+    multiple=True,
+    metavar="NAME",
+    help="Pass this variable of yours to a remote command (repeatable; see [run] pass-env).",
+)
 @click.option(
     "--snapshot-into",
     "snapshot_dir",
@@ -37,6 +52,8 @@ from envlock.runs.snapshot_file import write_snapshot
 def command(
     ctx: Context,
     allow_drift: bool,
+    deep: bool,
+    names: tuple[str, ...],
     snapshot_dir: str | None,
     artifacts: str | None,
     cmd: tuple[str, ...],
@@ -45,22 +62,21 @@ def command(
     argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
     if not argv:
         raise UsageError("no command given", hint="envlock run PROFILE -- python train.py")
-    state, drifts = check(ctx, warmth=bool(snapshot_dir))  # a snapshot records the warmth
+    # A snapshot records the cache's warmth and the active generation's own lock.
+    wanted = bool(snapshot_dir)
+    state, drifts = check(ctx, deep=deep, warmth=wanted, lock=wanted)
     refusing = blocking(drifts)
     if state.current is None or not state.in_generation:
-        ui.error("no working environment on the target")
-        ui.err.print(drift_table(drifts))
-        sys.exit(EXIT_DRIFT)
+        refuse(ctx, "no working environment on the target", drifts)
     if refusing and not allow_drift:
-        ui.error(
-            f"refusing to run: {len(refusing)} drift item(s); repair with `envlock apply` "
-            "or `envlock rollback`, or pass --allow-drift"
-        )
-        ui.err.print(drift_table(refusing))
-        sys.exit(EXIT_DRIFT)
+        refuse(ctx, f"refusing to run: {len(refusing)} drift item(s)", refusing, allow=True)
     if refusing:
         ui.warn(f"running despite {len(refusing)} drift item(s) (--allow-drift)")
-    env = run_environment(ctx.profile, state, os.environ)
+    notice = hold_notice(ctx, state)
+    if notice:
+        ui.info(f"envlock: {notice}")
+    remote = ctx.profile.target.remote
+    env = command_environment(ctx, state, passed_env(ctx, names) if remote else os.environ)
     if artifacts:
         if ctx.profile.target.remote:
             raise UsageError(
@@ -72,4 +88,36 @@ def command(
     if snapshot_dir:
         data = build_snapshot(ctx, state, environ=env, command=argv)
         ui.info(f"envlock: snapshot written to {write_snapshot(snapshot_dir, data)}")
-    sys.exit(ctx.transport.exec(argv, env))
+    gen = generation_dir(ctx.profile, state)
+    if not remote:
+        exec_local(argv, env)
+    spec = remote_spec(env, f"{gen}/bin", SCRUBBED)
+    sys.exit(run_remote(ctx.transport, ctx.profile.target.root, f"{gen}/bin/python", argv, spec))
+
+
+def refuse(ctx: Context, why: str, drifts: list[Drift], *, allow: bool = False) -> NoReturn:
+    """envlock's own refusal, unmistakable: `envlock:` first, the fixes that apply, and
+    ENVLOCK_RUN_REFUSED_EXIT (default 1) as the status."""
+    ui.err.print(f"[bold red]envlock:[/] {ui.escape(why)}")
+    ui.err.print(drift_table(drifts))
+    for fix in fixes(ctx, drifts):
+        ui.info(f"  fix: {fix}")
+    if allow:
+        ui.info("  or run anyway: envlock run --allow-drift …")
+    sys.exit(refused_exit())
+
+
+def fixes(ctx: Context, drifts: list[Drift]) -> list[str]:
+    """The commands that repair these drift items, each once, most consequential first."""
+    shown = ui.shown_path(ctx.profile.path)
+    return list(dict.fromkeys(f"`{d.declared.fix.format(profile=shown)}`" for d in drifts))
+
+
+def passed_env(ctx: Context, names: tuple[str, ...]) -> dict[str, str]:
+    """The caller's variables a remote command gets: only those named (`--env`, [run]
+    pass-env); a named variable that is not set here is said, not invented."""
+    wanted = dict.fromkeys([*getattr(ctx.profile, "pass_env", ()), *names])
+    missing = [name for name in wanted if name not in os.environ]
+    if missing:
+        ui.warn(f"not set here, so not passed to the target: {', '.join(missing)}")
+    return {name: os.environ[name] for name in wanted if name in os.environ}

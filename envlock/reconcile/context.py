@@ -3,12 +3,14 @@ container's provisioner when the profile declares one. Gathering state starts he
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from envlock.lock import Lock, load_fresh_lock, read_lock, stale_reasons
+from envlock.lock import Lock, load_fresh_lock, parse_lock, read_lock, stale_reasons
 from envlock.profile import Profile, load_profile
 from envlock.reconcile.agentcall import call_agent
 from envlock.reconcile.drift import Expectation, compute_drift
@@ -82,7 +84,12 @@ def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = Fa
 
 
 def probe_request(
-    ctx: Context, *, deep: bool = False, verify: bool = True, warmth: bool = False
+    ctx: Context,
+    *,
+    deep: bool = False,
+    verify: bool = True,
+    warmth: bool = False,
+    lock: bool = False,
 ) -> dict[str, Any]:
     profile = ctx.profile
     scripts = None
@@ -98,30 +105,85 @@ def probe_request(
         "verify": verify,
         "warmth": warmth,
         "devices": list(ctx.devices),
+        "active_lock": lock,
         "uv": {"path": ctx.uv, "version": uv_version()} if remote else None,
     }
 
 
 def gather_state(
-    ctx: Context, *, deep: bool = False, verify: bool = True, warmth: bool = False
+    ctx: Context,
+    *,
+    deep: bool = False,
+    verify: bool = True,
+    warmth: bool = False,
+    lock: bool = False,
 ) -> State:
     """One round trip: the agent, run by the environment's own interpreter, reports state.
 
     `verify` checks the files, `warmth` counts the build's compile cache (files, bytes)
-    instead of only asking whether it holds any."""
+    instead of only asking whether it holds any; `lock` returns the active generation's own
+    lock."""
     raw = call_agent(
         ctx.transport,
         ctx.profile.target.root,
         "probe",
-        probe_request(ctx, deep=deep, verify=verify, warmth=warmth),
+        probe_request(ctx, deep=deep, verify=verify, warmth=warmth, lock=lock),
         env_python=True,
     )
     return parse_state(raw)
 
 
-def check(ctx: Context, *, deep: bool = False, warmth: bool = False) -> tuple[State, list[Drift]]:
-    state = gather_state(ctx, deep=deep, warmth=warmth)
-    return state, compute_drift(ctx.expectation(), state)
+def check(
+    ctx: Context,
+    *,
+    deep: bool = False,
+    warmth: bool = False,
+    hold: bool = True,
+    lock: bool = False,
+) -> tuple[State, list[Drift]]:
+    """Gather and compute drift. While a rollback holds the root, the active generation is
+    judged against its own lock (`hold=False`: against the profile's, as apply plans)."""
+    state = gather_state(ctx, deep=deep, warmth=warmth, lock=lock)
+    judged = held_context(ctx, state) if hold else None
+    return state, compute_drift((judged or ctx).expectation(), state)
+
+
+def own_context(ctx: Context, state: State) -> Context:
+    """The context of the active generation with its own lock (as it was built); `ctx`
+    itself when the probe did not return that lock."""
+    lock = active_lock(ctx, state)
+    if lock is None or lock.short_hash == ctx.lock.short_hash:
+        return ctx
+    return dataclasses.replace(ctx, lock=lock, stale=())
+
+
+def held_context(ctx: Context, state: State) -> Context | None:
+    """The context of the generation a rollback holds the root on, with that generation's
+    own lock — None when nothing is held or the held lock is the profile's anyway."""
+    if state.hold is None:
+        return None
+    held = own_context(ctx, state)
+    return held if held is not ctx else None
+
+
+def active_lock(ctx: Context, state: State) -> Lock | None:
+    """The active generation's own lock (as it was built), when the probe returned it."""
+    if state.active_lock is None:
+        return None
+    where = Path(ctx.profile.target.root) / "current" / ".envlock" / "pylock.toml"
+    return parse_lock(where, state.active_lock)
+
+
+def hold_notice(ctx: Context, state: State) -> str | None:
+    """What to tell a user while a rollback holds the root (None when nothing is held)."""
+    held = held_context(ctx, state)
+    gen = state.current_generation
+    if held is None or gen is None:
+        return None
+    return (
+        f"rolled back: generation {gen.number} (lock {held.lock.short_hash}) is active; "
+        f"the profile's lock is {ctx.lock.short_hash} — `envlock apply` returns to it"
+    )
 
 
 def check_container(ctx: Context) -> ContainerCheck | None:

@@ -36,6 +36,7 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         "lock_sha256": ctx.lock.sha256,
         "package_count": len(ctx.lock.packages),
         "offline": profile.dependencies.offline,
+        "python_downloads": bool(getattr(profile, "python_download", False)),
         "find_links": list(profile.dependencies.find_links),
         "wait": wait,
         "actions": actions,
@@ -81,7 +82,7 @@ def execute(
 
 
 def verify_after(
-    ctx: Context, plan: Plan | None = None, *, ignore: tuple[str, ...] = ()
+    ctx: Context, plan: Plan | None = None, *, ignore: tuple[str, ...] = (), deep: bool = False
 ) -> list[Drift]:
     """Re-gather after acting; whatever drift remains means apply did not converge.
 
@@ -91,7 +92,7 @@ def verify_after(
     repair (the compile-cache dir, what only reports: the GPU's driver) does not count.
     """
     built = plan is not None and any(a.kind == "build" for a in plan.actions)
-    state = gather_state(ctx, verify=not built)
+    state = gather_state(ctx, verify=not built, deep=deep and not built)
     drifts = compute_drift(ctx.expectation(), state)
     remaining = [
         d

@@ -62,8 +62,13 @@ def make_plan(expect: Expectation, state: State, drifts: list[Drift]) -> Plan:
         actions.append(
             Action("cache-dir", "create the compile-cache dir of the build", {"generation": name})
         )
+        why = " (return to the profile's lock: a rollback holds the target)" if state.hold else ""
         actions.append(
-            Action("switch", f"switch current to generation {name}", {"name": name, "why": "apply"})
+            Action(
+                "switch",
+                f"switch current to generation {name}{why}",
+                {"name": name, "why": "apply"},
+            )
         )
     elif of_repair(drifts, Repair.CACHE_DIR):
         actions.append(
@@ -191,7 +196,7 @@ def plan_rollback(state: State, to: int | None) -> Plan:
         (
             Action(
                 "switch",
-                f"switch current back to generation {chosen.name}",
+                f"switch current to generation {chosen.name} (rollback)",
                 {"name": chosen.name, "why": "rollback"},
             ),
         )

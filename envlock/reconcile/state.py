@@ -32,6 +32,18 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """A rollback's hold: the root stays on `generation` until the next apply."""
+
+    generation: str
+    from_: str | None
+    time: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"generation": self.generation, "from": self.from_, "time": self.time}
+
+
+@dataclass(frozen=True)
 class FileChange:
     """A file of the generation that differs from its manifest or RECORD."""
 
@@ -186,6 +198,8 @@ class State:
     uv: UvState | None = None
     host: Host = Host()
     gpu: GpuFacts = GpuFacts()
+    hold: Hold | None = None
+    active_lock: str | None = None  # the active generation's own lock text, when asked/held
 
     @property
     def current_generation(self) -> Generation | None:
@@ -222,6 +236,8 @@ def parse_state(raw: dict[str, Any]) -> State:
         uv=_uv(raw.get("uv")),
         host=Host(raw.get("hostname"), raw.get("machine"), raw.get("libc"), raw.get("container")),
         gpu=_gpu(raw.get("hardware")),
+        hold=_hold(raw.get("hold")),
+        active_lock=raw.get("active_lock"),
     )
 
 
@@ -288,6 +304,12 @@ def _switch(entry: dict[str, Any]) -> Switch:
         action=entry.get("action", "switch"),
         time=entry.get("time", ""),
     )
+
+
+def _hold(raw: dict[str, Any] | None) -> Hold | None:
+    if not raw:
+        return None
+    return Hold(raw.get("generation", ""), raw.get("from"), raw.get("time", ""))
 
 
 def _uv(raw: dict[str, Any] | None) -> UvState | None:

@@ -4,6 +4,7 @@ target types of the registry, and the provisioner interface of a container."""
 from __future__ import annotations
 
 import shlex
+import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -59,8 +60,8 @@ class Transport(Protocol):
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result: ...
 
-    def exec(self, argv: list[str], env: Mapping[str, str]) -> int:
-        """Run interactively with stdio passed through; returns the exit code."""
+    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start argv with stdio passed through (interactive); the caller waits for it."""
         ...
 
 

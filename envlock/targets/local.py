@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -40,16 +41,20 @@ class LocalTransport:
             raise OperationError(f"command not found: {argv[0]}") from None
         return communicate(proc, argv, stdin, on_stderr_line)
 
-    def exec(self, argv: list[str], env: Mapping[str, str]) -> int:
-        try:
-            return subprocess.call(argv, env=dict(env))
-        except FileNotFoundError:
-            raise OperationError(
-                f"command not found: {argv[0]}",
-                hint="is it installed in the environment? `envlock run` puts its bin first on PATH",
-            ) from None
-        except KeyboardInterrupt:
-            return 130
+    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        return spawn_ignoring_signals(argv)
+
+
+def spawn_ignoring_signals(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start a command (a transport's client, e.g. ssh) with stdio passed through, ignoring
+    the signals envlock forwards itself: a Ctrl-C must reach the remote command, not cut the
+    connection (OpenSSH keeps a signal ignored when it starts with it ignored)."""
+
+    def ignore() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+
+    return subprocess.Popen(argv, preexec_fn=ignore)
 
 
 def communicate(

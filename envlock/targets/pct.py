@@ -9,6 +9,7 @@ the argv on as a list. The node's environment never leaks in: envlock sets what 
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Callable, Mapping
 
 from envlock.errors import OperationError
@@ -67,8 +68,8 @@ class PctTransport:
             self.raise_for_pct(result, argv)
         return Result(tuple(argv), result.exit_code, result.stdout, result.stderr)
 
-    def exec(self, argv: list[str], env: Mapping[str, str]) -> int:
-        return self.node.exec(self.wrap(argv, env), {})
+    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        return self.node.spawn(self.wrap(argv, None))
 
     def raise_for_pct(self, result: Result, argv: list[str]) -> None:
         """pct's own failures become distinct errors; the command's failures pass through."""

@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from envlock.errors import OperationError
 from envlock.targets.base import LocalPath, Result, TargetType
-from envlock.targets.local import communicate
+from envlock.targets.local import communicate, spawn_ignoring_signals
 from envlock.tomlread import Table, shown
 
 SSH_FAILED = 255
@@ -110,13 +111,10 @@ class SshTransport:
             self.raise_for_connection(result)
         return result
 
-    def exec(self, argv: list[str], env: Mapping[str, str]) -> int:
-        full = [*self.ssh_argv(), self.remote_command(argv, env)]
-        try:
-            code = subprocess.call(full)
-        except KeyboardInterrupt:
-            return 130
-        return code
+    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Start argv on the host with stdio passed through (a remote tty when ours is one)."""
+        tty = sys.stdin.isatty()
+        return spawn_ignoring_signals([*self.ssh_argv(tty=tty), self.remote_command(argv, None)])
 
     def raise_for_connection(self, result: Result) -> None:
         """ssh's own failures (exit 255) become clear errors; a command's 255 passes."""

@@ -1,0 +1,154 @@
+"""Starting the command of `envlock run`: the contract with schedulers.
+
+Locally the command replaces envlock (`exec`): it *is* the process, so SIGTERM from SLURM,
+Kubernetes or `docker stop` reaches it directly and its exit status is the status.
+
+On a remote target the command runs under a small launcher on the target, started over the
+target's transport (ssh, or ssh + `pct exec`):
+- its environment travels in a 0600 file that the launcher reads and deletes, never on a
+  command line (`ps` on this machine, the node or the container shows only the file's name);
+  it holds what envlock sets, the profile's [env] and the variables named with `--env` or
+  `[run] pass-env` — nothing else of this machine's environment;
+- the launcher records its process group, then execs the command; SIGINT, SIGTERM and SIGHUP
+  sent to envlock are forwarded to that group (over a second, multiplexed connection), and
+  envlock returns the command's own exit status once it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Mapping
+from types import FrameType
+
+from envlock.errors import EXIT_USAGE, OperationError
+from envlock.targets.base import Transport
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Exit statuses a shell uses: the command is not executable / was not found.
+NOT_EXECUTABLE, NOT_FOUND = 126, 127
+
+# Runs on the target with the generation's own Python (3.8+, stdlib only). argv: the env
+# file, the pid file, then the command. The env file is JSON: {"set": {...}, "unset": [...],
+# "path": "<generation>/bin"}.
+LAUNCHER = r"""
+import json, os, sys
+env_file, pid_file, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+with open(env_file) as handle:
+    spec = json.load(handle)
+os.unlink(env_file)
+env = dict(os.environ)
+for name in spec["unset"]:
+    env.pop(name, None)
+env.update(spec["set"])
+env["PATH"] = spec["path"] + os.pathsep + os.environ.get("PATH", os.defpath)
+target = str(os.getpid())
+if not sys.stdin.isatty():
+    try:
+        os.setpgid(0, 0)
+        target = "-" + target
+    except OSError:
+        pass
+fd = os.open(pid_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+os.write(fd, target.encode())
+os.close(fd)
+try:
+    os.execvpe(argv[0], argv, env)
+except FileNotFoundError:
+    sys.stderr.write("envlock: command not found: %s\n" % argv[0])
+    sys.exit(127)
+except PermissionError:
+    sys.stderr.write(
+        "envlock: not executable: %s (try `python %s`)\n" % (argv[0], argv[0])
+    )
+    sys.exit(126)
+"""
+
+
+def exec_local(argv: list[str], env: Mapping[str, str]) -> None:
+    """Replace envlock with the command (never returns); a shell's 126/127 when it can't."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(argv[0], argv, dict(env))
+    except FileNotFoundError:
+        sys.stderr.write(
+            f"envlock: command not found: {argv[0]} (is it installed in the environment? "
+            "`envlock run` puts the generation's bin first on PATH)\n"
+        )
+        sys.exit(NOT_FOUND)
+    except PermissionError:
+        hint = f" — try `python {argv[0]}`" if argv[0].endswith(".py") else ""
+        sys.stderr.write(f"envlock: not executable: {argv[0]}{hint}\n")
+        sys.exit(NOT_EXECUTABLE)
+
+
+def remote_spec(env: Mapping[str, str], generation_bin: str, unset: tuple[str, ...]) -> bytes:
+    """The env file's content: what the command gets on top of the target's own base."""
+    variables = {k: v for k, v in env.items() if k != "PATH"}
+    return json.dumps({"set": variables, "unset": list(unset), "path": generation_bin}).encode()
+
+
+def run_remote(
+    transport: Transport,
+    root: str,
+    python: str,
+    argv: list[str],
+    spec: bytes,
+) -> int:
+    """Run argv on the target under the launcher; returns its exit status."""
+    token = secrets.token_hex(8)
+    run_dir = f"{root}/run"
+    env_file, pid_file = f"{run_dir}/{token}.env", f"{run_dir}/{token}.pid"
+    write_private(transport, run_dir, env_file, spec)
+    proc = transport.spawn([python, "-c", LAUNCHER, env_file, pid_file, *argv])
+    forward = Forwarder(transport, pid_file)
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        transport.run(["rm", "-f", env_file, pid_file])
+    return code
+
+
+def write_private(transport: Transport, run_dir: str, path: str, data: bytes) -> None:
+    """Write `data` to a 0600 file on the target; the bytes travel on stdin."""
+    script = 'umask 077 && mkdir -p "$1" && cat > "$2"'
+    result = transport.run(["sh", "-c", script, "sh", run_dir, path], stdin=data)
+    if not result.ok:
+        raise OperationError(
+            f"{transport.name}: could not write the command's environment to {path}: "
+            + (result.error_text() or f"exit {result.exit_code}")
+        )
+
+
+class Forwarder:
+    """A signal handler that sends the signal on to the remote command's process group."""
+
+    def __init__(self, transport: Transport, pid_file: str) -> None:
+        self.transport = transport
+        self.pid_file = pid_file
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name.removeprefix("SIG")
+        script = 'target=$(cat "$2" 2>/dev/null) && kill -s "$1" -- "$target"'
+        # The command may have ended meanwhile; its status comes back all the same.
+        with contextlib.suppress(OperationError):
+            self.transport.run(["sh", "-c", script, "sh", name, self.pid_file])
+
+
+def refused_exit() -> int:
+    """The status of a run envlock refused (`ENVLOCK_RUN_REFUSED_EXIT`, default 1), so a
+    scheduler can tell it from the command's own 1."""
+    value = os.environ.get("ENVLOCK_RUN_REFUSED_EXIT", "1")
+    try:
+        code = int(value)
+    except ValueError:
+        return EXIT_USAGE
+    return code if 0 < code < 256 else EXIT_USAGE

@@ -1,0 +1,274 @@
+"""The run and exit contract, through real processes: signals reach the training command
+(locally it *is* the process; over ssh envlock forwards them), its exit status comes back,
+envlock's own refusals are unmistakable, a remote command gets only what it is given, and
+interrupts and -v keep their exit codes.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Envlock
+from tests.projects import write_seed_project
+from tests.remote.fixtures import Node
+from tests.test_remote import cli, ssh_lines, write_profile
+
+TRAP = """
+import os, signal, sys, time
+marker = sys.argv[1]
+def stop(signum, frame):
+    with open(marker, "w") as handle:
+        handle.write("checkpointed on %d\\n" % signum)
+    sys.exit(42)
+signal.signal(signal.SIGTERM, stop)
+with open(marker + ".ready", "w") as handle:
+    handle.write(str(os.getpid()))
+for _ in range(600):
+    time.sleep(0.1)
+sys.exit(3)
+"""
+
+
+def wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
+    """Until the command says it is ready (its own file), or it ended: no fixed delay."""
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the command ended early: {proc.communicate()}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def seed(tmp_path: Path, wheelhouse: Path, envlock: Envlock) -> Path:
+    profile = write_seed_project(tmp_path / "proj", wheelhouse)
+    assert envlock("lock", profile).returncode == 0
+    assert envlock("apply", "-y", profile).returncode == 0
+    return profile
+
+
+def test_sigterm_reaches_the_local_command_which_replaces_envlock(
+    seed: Path, tmp_path: Path
+) -> None:
+    script, marker = tmp_path / "trap.py", tmp_path / "marker"
+    script.write_text(TRAP)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "envlock",
+            "run",
+            str(seed),
+            "--",
+            "python",
+            str(script),
+            str(marker),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(Path(f"{marker}.ready"), proc)
+    # The command is the process envlock was: same pid, no child left to orphan.
+    assert Path(f"{marker}.ready").read_text() == str(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 42, err
+    assert marker.read_text() == f"checkpointed on {int(signal.SIGTERM)}\n"
+
+
+def test_sigterm_is_forwarded_over_ssh_and_the_status_returned(
+    tmp_path: Path, wheelhouse: Path, node_sshd: Node
+) -> None:
+    root = tmp_path / "ssh root"
+    target = [
+        'type = "ssh"',
+        f'root = "{root}"',
+        f'venv = "{tmp_path}/venv"',
+        *ssh_lines(node_sshd),
+    ]
+    profile = write_profile(tmp_path / "p", wheelhouse, target)
+    assert cli("apply", "-y", profile).returncode == 0
+    script, marker = tmp_path / "trap.py", tmp_path / "marker"
+    script.write_text(TRAP)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "envlock",
+            "run",
+            str(profile),
+            "--",
+            "python",
+            str(script),
+            str(marker),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ENVLOCK_TEST_PVE_PASSWORD": "secret"},
+    )
+    wait_for(Path(f"{marker}.ready"), proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 42, err
+    assert marker.read_text() == f"checkpointed on {int(signal.SIGTERM)}\n"
+    assert not list((root / "run").iterdir())  # the env and pid files are gone
+
+
+def test_a_remote_command_gets_only_what_it_is_given_and_no_secret_in_argv(
+    tmp_path: Path, wheelhouse: Path, node_sshd: Node
+) -> None:
+    root = tmp_path / "ssh root"
+    target = [
+        'type = "ssh"',
+        f'root = "{root}"',
+        f'venv = "{tmp_path}/venv"',
+        *ssh_lines(node_sshd),
+    ]
+    profile = write_profile(
+        tmp_path / "p",
+        wheelhouse,
+        target,
+        env={"MY_SETTING": "on"},
+        extra='\n[run]\npass-env = ["WANDB_API_KEY"]\n',
+    )
+    assert cli("apply", "-y", profile).returncode == 0
+    secrets = {
+        "AWS_SECRET_ACCESS_KEY": "aws-canary-41b7",
+        "HF_TOKEN": "hf-canary-93c2",
+        "WANDB_API_KEY": "wandb-canary-77d0",
+        "ENVLOCK_TEST_PVE_PASSWORD": "pve-canary-1e5f",
+    }
+    ready = tmp_path / "ready"
+    probe = (
+        "import json, os, sys, time\n"
+        f"open({str(ready)!r}, 'w').write('x')\n"
+        "time.sleep(2)\n"
+        "print(json.dumps(dict(os.environ)))\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "envlock",
+            "run",
+            "--env",
+            "HF_TOKEN",
+            str(profile),
+            "--",
+            "python",
+            "-c",
+            probe,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **secrets, "PATH": "/controller-only/bin:" + os.environ["PATH"]},
+    )
+    wait_for(ready, proc)
+    # Every process on this machine (controller and loopback node alike), while it runs.
+    argvs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    for value in secrets.values():
+        assert value not in argvs
+    import json
+
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["HF_TOKEN"] == "hf-canary-93c2"  # named with --env
+    assert seen["WANDB_API_KEY"] == "wandb-canary-77d0"  # named in [run] pass-env
+    assert "AWS_SECRET_ACCESS_KEY" not in seen and "ENVLOCK_TEST_PVE_PASSWORD" not in seen
+    assert seen["MY_SETTING"] == "on" and seen["VIRTUAL_ENV"].startswith(str(root))
+    assert seen["PATH"].startswith(f"{seen['VIRTUAL_ENV']}/bin:")
+    assert "/controller-only/bin" not in seen["PATH"]
+
+
+def test_exit_statuses_of_run(seed: Path, tmp_path: Path, envlock: Envlock) -> None:
+    script = tmp_path / "script.py"
+    script.write_text("print('hi')\n")
+    script.chmod(0o644)
+    no_x = envlock("run", seed, "--", str(script))
+    assert no_x.returncode == 126 and "not executable" in no_x.stderr
+    assert f"python {script}" in no_x.stderr and "Traceback" not in no_x.stderr
+    missing = envlock("run", seed, "--", "no-such-command-x")
+    assert missing.returncode == 127 and "command not found" in missing.stderr
+    passed = envlock("run", seed, "--", "python", "-c", "raise SystemExit(3)")
+    assert passed.returncode == 3 and passed.stderr == ""
+
+
+def test_a_refusal_is_unmistakable_and_its_status_configurable(
+    seed: Path, tmp_path: Path, envlock: Envlock
+) -> None:
+    (seed.parent / "scripts" / "train.py").write_text("print('changed')\n")
+    refused = envlock("run", seed, "--", "true")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("envlock: refusing to run")
+    assert f"fix: `envlock lock {seed}`" in refused.stderr  # a stale lock: re-lock, not apply
+    env = {**os.environ, "ENVLOCK_RUN_REFUSED_EXIT": "75"}
+    custom = subprocess.run(
+        [sys.executable, "-m", "envlock", "run", str(seed), "--", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert custom.returncode == 75
+
+
+def test_verbose_keeps_the_exit_code(tmp_path: Path, envlock: Envlock) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[profile]\nname = "x"\n')
+    result = envlock("-v", "check", bad)
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr and "missing required table [target]" in result.stderr
+
+
+def in_a_terminal(argv: list[str], answer: bytes | None) -> tuple[int, str]:
+    """Run argv with a pseudo-terminal as stdin/stdout/stderr; type `answer` at the prompt,
+    or send Ctrl-C (SIGINT) when `answer` is None."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    seen = b""
+    while b"apply this plan?" not in seen:
+        chunk = os.read(leader, 4096)
+        if not chunk:
+            break
+        seen += chunk
+    if answer is None:
+        proc.send_signal(signal.SIGINT)
+    else:
+        os.write(leader, answer)
+    code = proc.wait(timeout=60)
+    while select.select([leader], [], [], 0.2)[0]:  # what it printed before it ended
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    return code, seen.decode(errors="replace")
+
+
+def test_declining_or_interrupting_the_prompt_changes_nothing(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = write_seed_project(tmp_path / "proj", wheelhouse)
+    assert envlock("lock", profile).returncode == 0
+    argv = [sys.executable, "-m", "envlock", "apply", str(profile)]
+    code, shown = in_a_terminal(argv, b"n\n")
+    assert code == 1 and "nothing changed" in shown and "Aborted" not in shown
+    code, shown = in_a_terminal(argv, None)
+    assert code == 130 and "interrupted: nothing changed" in shown
+    assert not (tmp_path / "proj" / "root" / "current").exists()
