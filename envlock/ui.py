@@ -12,9 +12,18 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape as rich_escape
 
+
+def _console(*, stderr: bool) -> Console:
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+    if not console.is_terminal:
+        # Pipes and logs get whole lines: a path or fingerprint is never folded mid-word.
+        console.width = 100_000
+    return console
+
+
 # Reports go to stdout; progress, prompts and errors to stderr so `--json` stays parseable.
-out = Console(highlight=False, soft_wrap=True, emoji=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+out = _console(stderr=False)
+err = _console(stderr=True)
 
 
 def emit_json(data: Any) -> None:
@@ -35,6 +44,15 @@ def info(message: str) -> None:
 
 
 def escape(text: str) -> str:
+    return rich_escape(text)
+
+
+def untrusted(text: str) -> str:
+    r"""Text from a file or another machine, safe to print: unprintable characters (terminal
+    escapes like `\x1b[2J`, lone surrogates, bidi overrides) shown as `\x1b`, then markup
+    escaped."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return rich_escape(text)
 
 

@@ -180,13 +180,15 @@ def test_check_json_schema_is_stable(tmp_path: Path, wheelhouse: Path, envlock: 
         "schema",
         "profile",
         "lock",
+        "hold",
         "generation",
         "deep",
         "files_checked",
         "clean",
         "drift",
         "warnings",
+        "gpu",
     }
-    assert report["schema"] == 1 and report["clean"] is False
+    assert report["schema"] == 1 and report["hold"] is None and report["clean"] is False
     assert report["drift"][0]["kind"] == "no-environment"
     assert set(report["drift"][0]) == {"kind", "subject", "expected", "actual", "detail", "dist"}

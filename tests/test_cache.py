@@ -291,11 +291,17 @@ def test_check_warns_about_cold_cache_and_foreign_cache_vars(
     work: Path, env: dict[str, str], lock: Path, root_a: Project, compiled: dict[str, Any]
 ) -> None:
     cold = fresh_root(work, "g", env, lock)
-    report = cold.check()
+    # A cache that was never warm (every fresh environment) says nothing...
+    assert cold.check()["warnings"] == []
+    cold_dir = Path(active_entry(cold.status())["dir"])
+    (cold_dir / "inductor" / "kernel.so").write_bytes(b"compiled")
+    assert cold.check()["warnings"] == []  # ...nor does a warm one...
+    shutil.rmtree(cold_dir / "inductor")
+    report = cold.check()  # ...one that lost its files went cold: the seed's failure.
     assert report["clean"] is True, "warnings are not drift"
     (warning,) = report["warnings"]
-    cold_dir = active_entry(cold.status())["dir"]
-    assert "cold" in warning and cold_dir in warning
+    assert "went cold" in warning and str(cold_dir) in warning
+    assert f"envlock cache {cold.profile} restore FILE" in warning
 
     # The warm root A has nothing to say, in a clean shell...
     root_a.apply()  # generation 1 active, whatever ran before
@@ -463,3 +469,46 @@ def test_cache_status_text_and_usage(root_a: Project) -> None:
     assert "compile caches under" in shown.stdout and "warm (" in shown.stdout
     missing = root_a.envlock("cache", root_a.profile, "save")
     assert missing.returncode == 2 and "needs a FILE" in missing.stderr
+
+
+def test_cache_save_and_restore_refuse_what_they_should(root_a: Project, work: Path) -> None:
+    archive = work / "refusals.tar.gz"
+    root_a.ok("cache", root_a.profile, "save", archive)
+    again = root_a.envlock("cache", root_a.profile, "save", archive)
+    assert again.returncode == 2 and "exists" in again.stderr and "--force" in again.stderr
+    root_a.ok("cache", root_a.profile, "save", "--force", archive)
+
+    not_gzip = work / "not-gzip.tar.gz"
+    not_gzip.write_bytes(b"this is not an archive\n" * 10)
+    bad = root_a.envlock("cache", root_a.profile, "restore", not_gzip)
+    assert bad.returncode == 3 and "not a readable envlock cache archive" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+    import io
+    import tarfile
+
+    for meta in (b"[1, 2]", b'{"fingerprint": "x"}', b"\xff\xfe"):
+        odd = work / "odd-meta.tar.gz"
+        with tarfile.open(odd, "w:gz") as tar:
+            info = tarfile.TarInfo("envlock-cache.json")
+            info.size = len(meta)
+            tar.addfile(info, io.BytesIO(meta))
+        result = root_a.envlock("cache", root_a.profile, "restore", odd)
+        assert result.returncode == 3 and "not envlock's metadata" in result.stderr, meta
+        assert "Traceback" not in result.stderr
+
+    # A symlink planted inside the cache dir never carries a restore elsewhere.
+    active = Path(active_entry(root_a.status())["dir"])
+    outside = work / "outside"
+    outside.mkdir(exist_ok=True)
+    inductor = active / "inductor"
+    moved = active / "inductor.moved"
+    inductor.rename(moved)
+    inductor.symlink_to(outside)
+    try:
+        result = root_a.envlock("cache", root_a.profile, "restore", archive)
+        assert result.returncode == 3 and "outside the cache dir" in result.stderr
+        assert list(outside.iterdir()) == []
+    finally:
+        inductor.unlink()
+        moved.rename(inductor)

@@ -8,9 +8,11 @@ records the build fingerprint it belongs to; files live under `cache/`.
 import io
 import json
 import os
+import shutil
 import sys
 import tarfile
 import time
+import zlib
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
     from envlock.agent.core import (
@@ -131,13 +133,35 @@ def differing_parts(theirs, ours):
 def cache_restore(req):
     """Unpack an archive from stdin into the active build's cache dir, if it belongs there."""
     fingerprint = active_fingerprint(req)
+    try:
+        return restore_stream(req, fingerprint)
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise
+        raise AgentError(
+            "archive", f"not a readable envlock cache archive (a gzip'd tar): {exc}"
+        ) from None
+
+
+def archive_meta(archive, first):
+    """The archive's metadata member, checked: a JSON object whose fingerprint is one."""
+    if first is None or first.name != ARCHIVE_META or not first.isfile() or first.size > 1 << 20:
+        raise AgentError("archive", f"not an envlock cache archive (no {ARCHIVE_META} first)")
+    handle = archive.extractfile(first)
+    try:
+        meta = json.loads(handle.read().decode()) if handle else None
+    except (ValueError, UnicodeDecodeError):
+        meta = None
+    fingerprint = meta.get("fingerprint") if isinstance(meta, dict) else None
+    parts = fingerprint.get("parts") if isinstance(fingerprint, dict) else None
+    if not isinstance(parts, dict):
+        raise AgentError("archive", f"the archive's {ARCHIVE_META} is not envlock's metadata")
+    return parts
+
+
+def restore_stream(req, fingerprint):
     with tarfile.open(fileobj=sys.stdin.buffer, mode="r|gz") as archive:
-        first = archive.next()
-        if first is None or first.name != ARCHIVE_META:
-            raise AgentError("archive", f"not an envlock cache archive (no {ARCHIVE_META} first)")
-        handle = archive.extractfile(first)
-        meta = json.loads(handle.read().decode()) if handle else {}
-        theirs = (meta.get("fingerprint") or {}).get("parts") or {}
+        theirs = archive_meta(archive, archive.next())
         problems = differing_parts(theirs, fingerprint["parts"])
         if problems and not req.get("force"):
             raise AgentError(
@@ -146,6 +170,7 @@ def cache_restore(req):
             )
         dest = os.path.join(req["cache_dir"], fingerprint["id"])
         os.makedirs(dest, exist_ok=True)
+        real_dest = os.path.realpath(dest)
         restored = 0
         for member in archive:
             rel = safe_member(member)
@@ -154,16 +179,34 @@ def cache_restore(req):
             target = os.path.join(dest, rel)
             if member.isdir():
                 os.makedirs(target, exist_ok=True)
+                inside(real_dest, target)
             elif member.isfile():
                 os.makedirs(os.path.dirname(target), exist_ok=True)
-                source = archive.extractfile(member)
-                tmp = target + ".envlock-tmp"
-                with open(tmp, "wb") as handle_out:
-                    handle_out.write(source.read() if source else b"")
-                os.replace(tmp, target)
-                os.utime(target, (member.mtime, member.mtime))
+                inside(real_dest, os.path.dirname(target))
+                write_member(archive.extractfile(member), target)
+                os.utime(target, (member.mtime, member.mtime), follow_symlinks=False)
                 restored += 1
     return {"restored": restored, "dir": dest, "fingerprint": fingerprint["id"]}
+
+
+def inside(real_dest, path):
+    """Refuse a directory that resolves outside the cache dir: a symlink planted inside it
+    must not carry the restore elsewhere."""
+    real = os.path.realpath(path)
+    if real != real_dest and not real.startswith(real_dest + os.sep):
+        raise AgentError("archive", f"{path} leads outside the cache dir (a symlink?): refusing")
+
+
+def write_member(source, target):
+    """Stream a member to a new file beside `target` (never through a link), then rename."""
+    tmp = target + ".envlock-tmp"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with os.fdopen(os.open(tmp, flags, 0o644), "wb") as out:
+        if source is not None:
+            shutil.copyfileobj(source, out, 1 << 20)
+    os.replace(tmp, target)
 
 
 def safe_member(member):

@@ -1,10 +1,12 @@
 """The agent's probe: the state of a root and its active generation, in one JSON answer."""
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import sys
+import time
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
     from envlock.agent.core import (
@@ -16,6 +18,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         read_history,
         read_json,
         sha256_file,
+        write_atomic,
     )
     from envlock.agent.files import (
         canonical,
@@ -219,6 +222,7 @@ def probe(req):
         state["cache"] = cache_state(
             req.get("cache_dir"), facts["fingerprint"], full=req.get("warmth", False)
         )
+        remember_warmth(root, state["cache"])
     state["scripts"] = scripts_state(req.get("scripts"))
     state["uv"] = uv_state(req.get("uv"))
     return state
@@ -308,6 +312,20 @@ def cache_state(cache_dir, fingerprint, full=False):
     if state["exists"]:
         state.update(cache_warmth(path) if full else {"files": int(any_file(path))})
     return state
+
+
+def remember_warmth(root, cache):
+    """Note, once, that a build's cache held files: a cache that then loses them went cold
+    (the failure worth a warning); one that never held any is merely new."""
+    if not cache:
+        return
+    path = os.path.join(root, "cache-seen.json")
+    seen = read_json(path) or {}
+    cache["was_warm"] = cache["fingerprint"]["id"] in seen
+    if cache.get("files") and not cache["was_warm"]:
+        seen[cache["fingerprint"]["id"]] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with contextlib.suppress(OSError):  # a read-only root: the warning is less precise
+            write_atomic(path, json.dumps(seen, sort_keys=True).encode())
 
 
 def any_file(path):

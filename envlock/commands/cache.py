@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -9,7 +10,7 @@ from rich.table import Table
 
 from envlock import ui
 from envlock.commands.common import json_option, with_context
-from envlock.errors import UsageError
+from envlock.errors import EXIT_DRIFT, UsageError
 from envlock.reconcile.context import Context
 from envlock.runs.cache import cache_status, restore_cache, save_cache
 
@@ -18,7 +19,11 @@ from envlock.runs.cache import cache_status, restore_cache, save_cache
 @with_context(allow_stale=True)
 @click.argument("action", type=click.Choice(["status", "save", "restore"]))
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--force", is_flag=True, help="restore: accept an archive of another build.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="save: overwrite FILE; restore: accept an archive of another build.",
+)
 @json_option
 def command(ctx: Context, action: str, file: Path | None, force: bool, as_json: bool) -> None:
     """Show, save or restore the compile cache of the active build."""
@@ -35,6 +40,7 @@ def command(ctx: Context, action: str, file: Path | None, force: bool, as_json: 
             hint=f"envlock cache {ctx.profile.path} {action} compile-cache.tar.gz",
         )
     if action == "save":
+        refuse_pointless_save(ctx, file, force)
         with ui.status("archiving the compile cache", quiet=as_json):
             size = save_cache(ctx, file)
         if as_json:
@@ -50,6 +56,17 @@ def command(ctx: Context, action: str, file: Path | None, force: bool, as_json: 
         ui.emit_json(answer)
     else:
         ui.out.print(f"[green]✓[/] restored {answer['restored']} files into {answer['dir']}")
+
+
+def refuse_pointless_save(ctx: Context, file: Path, force: bool) -> None:
+    """Never overwrite an archive unasked, nor write one that holds nothing."""
+    if file.exists() and not force:
+        raise UsageError(f"{file} exists", hint="pass --force to overwrite it, or another FILE")
+    active = [entry for entry in cache_status(ctx)["dirs"] if entry["active"]]
+    if not active or not active[0]["files"]:
+        where = active[0]["dir"] if active else "the active build's cache dir"
+        ui.error(f"the active build's compile cache is empty ({where}): nothing to save")
+        sys.exit(EXIT_DRIFT)
 
 
 def print_status(status: dict) -> None:

@@ -48,7 +48,8 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
     notice = hold_notice(ctx, state) if state else None
     held = held_context(ctx, state) if state else None
     local = not ctx.profile.target.remote
-    warnings = cache_warnings(state.cache, dict(os.environ), local) if state else []
+    shown = ui.shown_path(ctx.profile.path)
+    warnings = cache_warnings(state.cache, dict(os.environ), local, shown) if state else []
     expect = ctx.expectation()
     gpu_skip = gpu_note(state.gpu, state.torch, expect.devices, expect.gpu_count) if state else None
     if as_json:

@@ -8,7 +8,7 @@ import json
 import zlib
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import IO, Any
 
 from envlock.errors import OperationError
 from envlock.targets.base import Result, Transport
@@ -64,7 +64,7 @@ def call_agent_raw(
     command: str,
     request: dict[str, Any],
     *,
-    stdin: bytes | None = None,
+    stdin: bytes | IO[bytes] | None = None,
 ) -> Result:
     """Run an agent command whose stdout is data (a stream), the request as an argument."""
     argv = [*agent_argv(transport, root, command, env_python=False), json.dumps(request)]

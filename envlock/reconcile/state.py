@@ -105,6 +105,7 @@ class CacheState:
     bytes: int | None = None  # counted only when warmth was asked for
     last_used: float | None = None
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    was_warm: bool = False  # it held files at an earlier check: empty now means it went cold
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"dir": self.dir, "fingerprint": self.fingerprint}
@@ -290,6 +291,7 @@ def _cache(raw: dict[str, Any] | None) -> CacheState | None:
         bytes=raw.get("bytes"),
         last_used=raw.get("last_used"),
         fingerprint=raw.get("fingerprint") or {},
+        was_warm=bool(raw.get("was_warm")),
     )
 
 

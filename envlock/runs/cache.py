@@ -43,31 +43,35 @@ def save_cache(ctx: Context, file: Path) -> int:
 
 def restore_cache(ctx: Context, file: Path, *, force: bool = False) -> dict[str, Any]:
     try:
-        data = file.read_bytes()
+        archive = file.open("rb")  # streamed to the target: an archive is never held whole
     except OSError as exc:
         raise UsageError(f"{file}: cannot read: {exc.strerror}") from None
-    result = call_agent_raw(
-        ctx.transport,
-        ctx.profile.target.root,
-        "cache-restore",
-        {**cache_request(ctx), "force": force},
-        stdin=data,
-    )
+    with archive:
+        result = call_agent_raw(
+            ctx.transport,
+            ctx.profile.target.root,
+            "cache-restore",
+            {**cache_request(ctx), "force": force},
+            stdin=archive,
+        )
     return parse_answer(ctx.transport, "cache-restore", result)
 
 
 def cache_warnings(
-    state_cache: CacheState | None, environ: dict[str, str], local: bool
+    state_cache: CacheState | None, environ: dict[str, str], local: bool, profile: str
 ) -> list[str]:
-    """Not drift, but worth knowing before a run: a cold cache, variables pointing away."""
+    """Not drift, but worth knowing before a run: a cache that went cold (it held files at
+    an earlier check and lost them: the first compiled step recompiles and throughput may
+    halve until it is warm again), variables pointing away. A cache that was never warm,
+    as in every fresh environment and for CPU users who never compile, says nothing."""
     if state_cache is None:
         return []
     warnings = []
-    if not state_cache.files:
+    if not state_cache.files and state_cache.was_warm:
         warnings.append(
-            f"the compile cache of this build is cold ({state_cache.dir}): the "
-            "first compiled step recompiles; `envlock cache PROFILE restore FILE` "
-            "brings a saved one"
+            f"the compile cache of this build went cold ({state_cache.dir}): it held "
+            "compiled kernels before; the first compiled step recompiles. "
+            f"`envlock cache {profile} restore FILE` brings a saved archive back"
         )
     if local:
         for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):

@@ -7,7 +7,7 @@ import shlex
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from envlock.errors import OperationError
 from envlock.reconcile.kinds import Drift
@@ -55,7 +55,7 @@ class Transport(Protocol):
         self,
         argv: list[str],
         *,
-        stdin: bytes | None = None,
+        stdin: bytes | IO[bytes] | None = None,
         env: Mapping[str, str] | None = None,
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result: ...

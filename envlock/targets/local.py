@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ class LocalTransport:
         self,
         argv: list[str],
         *,
-        stdin: bytes | None = None,
+        stdin: bytes | IO[bytes] | None = None,
         env: Mapping[str, str] | None = None,
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:
@@ -60,7 +61,7 @@ def spawn_ignoring_signals(argv: list[str]) -> subprocess.Popen[bytes]:
 def communicate(
     proc: subprocess.Popen[bytes],
     argv: list[str],
-    stdin: bytes | None,
+    stdin: bytes | IO[bytes] | None,
     on_stderr_line: Callable[[str], None] | None,
 ) -> Result:
     """Like Popen.communicate, but stderr lines are handed over as they arrive (progress)."""
@@ -76,8 +77,10 @@ def communicate(
     reader = threading.Thread(target=pump, args=(proc.stderr,), daemon=True)
     reader.start()
     try:
-        if stdin:
+        if isinstance(stdin, bytes):
             proc.stdin.write(stdin)
+        elif stdin is not None:
+            shutil.copyfileobj(stdin, proc.stdin, 1 << 20)  # streamed: no copy in memory
         proc.stdin.close()
     except BrokenPipeError:
         pass

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Callable, Mapping
+from typing import IO
 
 from envlock.errors import OperationError
 from envlock.targets.base import Result
@@ -59,7 +60,7 @@ class PctTransport:
         self,
         argv: list[str],
         *,
-        stdin: bytes | None = None,
+        stdin: bytes | IO[bytes] | None = None,
         env: Mapping[str, str] | None = None,
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:

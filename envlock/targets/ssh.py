@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from envlock.errors import OperationError
 from envlock.targets.base import LocalPath, Result, TargetType
@@ -98,7 +99,7 @@ class SshTransport:
         self,
         argv: list[str],
         *,
-        stdin: bytes | None = None,
+        stdin: bytes | IO[bytes] | None = None,
         env: Mapping[str, str] | None = None,
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:
