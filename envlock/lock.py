@@ -328,7 +328,9 @@ def resolve(profile: Profile) -> str:
 
 
 def _clean_uv_error(stderr: str, tmp: str) -> str:
-    return "\n".join("  " + line for line in stderr.replace(tmp + "/", "").strip().splitlines())
+    """uv's words, without our temp dir or the name of the project envlock resolves."""
+    text = stderr.replace(tmp + "/", "").replace("envlock-resolve", "the profile")
+    return "\n".join("  " + line for line in text.strip().splitlines())
 
 
 def _resolve_hint(profile: Profile, links: list[str]) -> str:

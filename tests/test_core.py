@@ -555,3 +555,9 @@ def test_parse_state_types_every_part() -> None:
     assert parsed.history[0].to_json() == raw["history"][0]
     assert parsed.host.machine == "x86_64" and parsed.uv == UvState(True, True, "0.13.0")
     assert parsed.scripts == ScriptsState("/w", {"t.py": None})
+
+
+def test_before_any_apply_rollback_says_to_apply_first() -> None:
+    with pytest.raises(UsageError, match="nothing applied yet") as info:
+        plan_rollback(state(current=None, generations=()), None)
+    assert "envlock apply" in str(info.value) and "--resync" not in str(info.value)

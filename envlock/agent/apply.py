@@ -148,6 +148,8 @@ def build_into(req, gen_dir, action):
 
 
 def finish_generation(req, gen_dir, action):
+    # Before the manifest: the shim is part of the generation, not drift.
+    write_pip_shims(req, gen_dir, action["number"])
     progress("writing the manifest")
     count, size = write_manifest(gen_dir)
     meta = {
@@ -159,6 +161,77 @@ def finish_generation(req, gen_dir, action):
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     write_atomic(os.path.join(gen_dir, GENERATION), json.dumps(meta, sort_keys=True).encode())
+
+
+# The environment's own `pip` (uv-built venvs have none): installs are refused with the way
+# to add packages safely; queries go to uv. POSIX sh: the target may have no bash.
+PIP_SHIM = """#!/bin/sh
+# Written by envlock: this generation is managed, so `pip install` would be drift.
+uv=@UV@
+python=@PYTHON@
+message=@MESSAGE@
+case "${1-}" in
+  install|uninstall|download)
+    if [ "${ENVLOCK_ALLOW_PIP-}" != 1 ]; then
+      printf '%s\\n' "$message" >&2
+      exit 1
+    fi
+    command=$1
+    shift
+    if [ "$command" = download ]; then
+      echo "pip download: uv has no download; run it with another Python's pip" >&2
+      exit 1
+    fi
+    if [ "$command" = uninstall ]; then
+      # uv never asks, so pip's -y/--yes means nothing to it (and it refuses the option).
+      for arg do
+        shift
+        case $arg in -y|--yes) continue ;; esac
+        set -- "$@" "$arg"
+      done
+    fi
+    exec "$uv" pip "$command" --python "$python" "$@" ;;
+  list|show|freeze|check)
+    command=$1
+    shift
+    exec "$uv" pip "$command" --python "$python" "$@" ;;
+  -V|--version)
+    echo "pip (envlock's shim over $("$uv" --version), for $python)"
+    exit 0 ;;
+  *)
+    echo "this pip is envlock's: it runs install, uninstall, list, show, freeze and check" >&2
+    echo "for anything else, run: $uv pip ... --python $python" >&2
+    exit 2 ;;
+esac
+"""
+
+
+def sh_quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def write_pip_shims(req, gen_dir, number):
+    """bin/pip and bin/pip3, unless the lock installs a real pip (its files are its own)."""
+    profile = req.get("profile") or "PROFILE"
+    message = (
+        f"this environment is managed by envlock (profile {profile}, generation {number}). "
+        f"To add packages: `envlock add {profile} REQ…` — it shows what would change and "
+        "keeps the current generation for rollback. To install anyway (check will report "
+        "drift): `ENVLOCK_ALLOW_PIP=1 pip install …`"
+    )
+    values = {
+        "@UV@": req["uv"],
+        "@PYTHON@": os.path.join(gen_dir, "bin", "python"),
+        "@MESSAGE@": message,
+    }
+    script = PIP_SHIM
+    for key, value in values.items():
+        script = script.replace(key, sh_quote(value))
+    for name in ("pip", "pip3"):
+        path = os.path.join(gen_dir, "bin", name)
+        if not os.path.lexists(path):
+            write_atomic(path, script.encode())
+            os.chmod(path, 0o755)
 
 
 def do_repair(req, action):
@@ -244,11 +317,32 @@ def do_cache_dir(req, action):
 
 
 def do_cleanup(req, action):
+    freed = 0
     for name in action["names"]:
         path = os.path.join(req["root"], "generations", name)
         if GEN_RE.match(name) and os.path.isdir(path) and name != current_generation(req["root"]):
             progress(f"removing generation {name}")
+            freed += unshared_bytes(path)
             shutil.rmtree(path)
+    FREED.append(freed)
+
+
+def unshared_bytes(path):
+    """What removing a tree gives back, as du would count it: files no other link holds
+    (uv hardlinks most of a venv from its cache, which keeps those)."""
+    total = 0
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if st.st_nlink == 1:
+                total += st.st_size
+    return total
+
+
+FREED = []  # type: list  # bytes given back by the cleanups of this apply
 
 
 def do_install_uv(req, action):
@@ -313,7 +407,7 @@ def apply(req):
             progress(action["description"])
             ACTIONS[action["kind"]](req, action)
             done.append(action["kind"])
-    return {"done": done, "current": current_generation(root)}
+    return {"done": done, "current": current_generation(root), "freed": sum(FREED)}
 
 
 COMMANDS["apply"] = apply

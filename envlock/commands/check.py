@@ -8,7 +8,7 @@ import sys
 import click
 
 from envlock import ui
-from envlock.commands.common import json_option, print_drift, with_context
+from envlock.commands.common import json_option, print_drift, print_fixes, with_context
 from envlock.errors import EXIT_DRIFT
 from envlock.reconcile.context import (
     Context,
@@ -76,6 +76,7 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
         mode = "deep" if deep else "fast"
         judged = (held or ctx).lock.short_hash
         print_drift(drifts, f"{where} matches lock {judged} ({mode} check, {checked} files)")
+        print_fixes(ctx, drifts)
         if notice:
             ui.info(notice)
         if gpu_skip:

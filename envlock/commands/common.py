@@ -10,7 +10,7 @@ import click
 from rich.table import Table
 
 from envlock import ui
-from envlock.reconcile.context import open_context
+from envlock.reconcile.context import Context, open_context
 from envlock.reconcile.kinds import Drift
 from envlock.reconcile.plan import Plan
 
@@ -64,6 +64,13 @@ def print_drift(drifts: list[Drift], clean_message: str) -> None:
         return
     ui.out.print(f"[bold red]✗ {len(drifts)} drift item(s)[/]")
     ui.out.print(drift_table(drifts))
+
+
+def print_fixes(ctx: Context, drifts: list[Drift]) -> None:
+    """What repairs these drift items, each once, most consequential first (on stderr)."""
+    shown = ui.shown_path(ctx.profile.path)
+    for fix in dict.fromkeys(d.declared.fix.format(profile=shown) for d in drifts):
+        ui.info(f"  fix: `{fix}`" if fix.startswith("envlock ") else f"  fix: {fix}")
 
 
 def print_plan(plan: Plan) -> None:

@@ -24,10 +24,12 @@ from envlock.reconcile.plan import plan_gc
 def command(ctx: Context, keep: int, as_json: bool) -> None:
     """Remove old generations; the active and the previous one always stay."""
     plan = plan_gc(gather_state(ctx), keep)
-    execute(ctx, plan, on_progress=None if as_json else ui.info)
+    answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
+    freed = int(answer.get("freed", 0))
     if as_json:
-        ui.emit_json(plan_json(plan))
+        ui.emit_json({**plan_json(plan), "freed_bytes": freed})
+    elif plan.empty:
+        print_plan(plan)
     else:
-        print_plan(plan) if plan.empty else ui.out.print(
-            f"[green]✓[/] {plan.actions[0].description}"
-        )
+        names = ", ".join(plan.actions[0].args["names"])
+        ui.out.print(f"[green]✓[/] removed {names}: {ui.size(freed)} freed")

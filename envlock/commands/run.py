@@ -9,7 +9,7 @@ from typing import NoReturn
 import click
 
 from envlock import ui
-from envlock.commands.common import drift_table, with_context
+from envlock.commands.common import drift_table, print_fixes, with_context
 from envlock.errors import UsageError
 from envlock.reconcile.context import Context, check, hold_notice
 from envlock.reconcile.kinds import Drift, blocking
@@ -100,17 +100,10 @@ def refuse(ctx: Context, why: str, drifts: list[Drift], *, allow: bool = False) 
     ENVLOCK_RUN_REFUSED_EXIT (default 1) as the status."""
     ui.err.print(f"[bold red]envlock:[/] {ui.escape(why)}")
     ui.err.print(drift_table(drifts))
-    for fix in fixes(ctx, drifts):
-        ui.info(f"  fix: {fix}")
+    print_fixes(ctx, drifts)
     if allow:
         ui.info("  or run anyway: envlock run --allow-drift …")
     sys.exit(refused_exit())
-
-
-def fixes(ctx: Context, drifts: list[Drift]) -> list[str]:
-    """The commands that repair these drift items, each once, most consequential first."""
-    shown = ui.shown_path(ctx.profile.path)
-    return list(dict.fromkeys(f"`{d.declared.fix.format(profile=shown)}`" for d in drifts))
 
 
 def passed_env(ctx: Context, names: tuple[str, ...]) -> dict[str, str]:

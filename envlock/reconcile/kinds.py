@@ -44,7 +44,11 @@ KINDS: tuple[Kind, ...] = (
     Kind("generation-lock", Repair.SWITCH),
     Kind("torch-build", Repair.RESYNC),
     Kind("cuda-libraries", Repair.RESYNC),
-    Kind("python-version", Repair.REPORT),
+    Kind(
+        "python-version",
+        Repair.REPORT,
+        fix="restore the lock's Python on the target, or re-lock: envlock lock {profile}",
+    ),
     # GPU readiness (reconcile/gpu.py): the node's driver, not the environment, so
     # apply leaves it alone; a run refuses, as its first CUDA call would fail.
     Kind("gpu-driver", Repair.REPORT, fix="upgrade the host's NVIDIA driver"),

@@ -60,7 +60,11 @@ def make_plan(expect: Expectation, state: State, drifts: list[Drift]) -> Plan:
     actions += steps
     if name != state.current:
         actions.append(
-            Action("cache-dir", "create the compile-cache dir of the build", {"generation": name})
+            Action(
+                "cache-dir",
+                "make sure the build's compile-cache dir exists (kept if it does)",
+                {"generation": name},
+            )
         )
         why = " (return to the profile's lock: a rollback holds the target)" if state.hold else ""
         actions.append(
@@ -178,6 +182,11 @@ def repair_action(active: Generation, drifts: list[Drift]) -> Action | None:
 def plan_rollback(state: State, to: int | None) -> Plan:
     """Switch current back to the previous generation (or number `to`)."""
     complete = [g for g in state.generations if g.complete]
+    if not complete:
+        raise UsageError(
+            "nothing applied yet: no generation to roll back to",
+            hint="run `envlock apply PROFILE` first",
+        )
     if to is not None:
         chosen = next((g for g in complete if g.number == to), None)
         if chosen is None:
