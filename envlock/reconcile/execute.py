@@ -29,6 +29,7 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
     return {
         "root": profile.target.root,
         "venv": profile.target.venv,
+        "profile": str(profile.path),
         "uv": ctx.uv,
         "python_version": ctx.python_version,
         "cache_dir": profile.cache_dir,
