@@ -354,3 +354,194 @@ def test_diff_shows_a_changed_hyperparameter(project: Project, tmp_path: Path) -
     assert result.returncode == 1
     groups: dict[str, Any] = {g["name"]: g["changes"] for g in json.loads(result.stdout)["groups"]}
     assert groups == {"hyperparameters": [{"key": "run.lr", "a": 0.1, "b": 0.2, "kind": "changed"}]}
+
+
+# -- remote targets: the startup set is shipped to <root>/startup/<version>/ -------------------
+def remote_profile(base: Path, wheelhouse: Path, target: list[str], extra: str = "") -> Path:
+    """A cpu-torch profile (no GPU driver needed) for a remote target, locked."""
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "scripts").mkdir(exist_ok=True)
+    (base / "scripts" / "train.py").write_text("print('training')\n")
+    profile = base / "remote.toml"
+    lines = [
+        "[profile]",
+        'name = "remote"',
+        "[target]",
+        *target,
+        "[python]",
+        'version = "3.11"',
+        "[torch]",
+        'version = "2.11.0"',
+        'backend = "cpu"',
+        "[dependencies]",
+        'packages = ["trainutil", "tinydep==1.0"]',
+        f"find-links = {json.dumps([str(wheelhouse)])}",
+        "offline = true",
+        "[env]",
+        'NCCL_DEBUG = "INFO"',
+        "[scripts]",
+        'source = "scripts"',
+        'dest = "/opt/train dir"',
+        'files = ["train.py"]',
+        extra,
+    ]
+    profile.write_text("\n".join(lines) + "\n")
+    for args in (("lock", profile), ("apply", "-y", profile)):
+        result = remote_cli(*args)
+        assert result.returncode == 0, result.stdout + result.stderr
+    return profile
+
+
+def remote_cli(*args: str | Path, env: dict[str, str] | None = None) -> Any:
+    return run_envlock(*args, env={**os.environ, PVE_SECRET: "secret", **(env or {})})
+
+
+PVE_SECRET = "ENVLOCK_TEST_PVE_PASSWORD"
+# Run on the target: snapshot into argv[1] and say where the API and megacache came from.
+REMOTE_CODE = (
+    "import json, sys, envlock, envlock_megacache\n"
+    "path = envlock.snapshot(sys.argv[1], config={'lr': float(sys.argv[2])})\n"
+    "print(json.dumps([path, envlock.__file__, envlock_megacache.__file__]))\n"
+)
+
+
+def remote_snapshot(profile: Path, ckpt: str, lr: str) -> list[str]:
+    ran = remote_cli(
+        "run",
+        "--env",
+        "HF_TOKEN",
+        profile,
+        "--",
+        "python",
+        "-c",
+        REMOTE_CODE,
+        ckpt,
+        lr,
+        env={"HF_TOKEN": "hf-remote-secret-0003"},
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+def test_snapshot_inside_a_run_on_an_ssh_target(
+    tmp_path: Path, wheelhouse: Path, node_sshd: Any
+) -> None:
+    from tests.test_remote import ssh_lines
+
+    root = tmp_path / "ssh root"
+    target = ['type = "ssh"', f'root = "{root}"', f'venv = "{tmp_path}/venv"']
+    profile = remote_profile(tmp_path / "p", wheelhouse, [*target, *ssh_lines(node_sshd)])
+    path, api, megacache = remote_snapshot(profile, str(tmp_path / "ckpt-a"), "0.1")
+    (version,) = os.listdir(root / "startup")  # one version, complete, nothing half-made
+    shipped = root / "startup" / version
+    assert (shipped / ".complete").is_file()
+    assert api == str(shipped / "startup" / "envlock_api" / "envlock" / "__init__.py")
+    assert megacache == str(shipped / "startup" / "envlock_megacache.py")
+    # The ssh target is this machine: the snapshot it wrote is readable here.
+    data = load_snapshot(Path(path).parent)
+    assert data["host"]["target"].startswith("ssh root@127.0.0.1")
+    assert data["packages"]["tinydep"] == "1.0" and data["torch"]["version"] == "2.11.0+cpu"
+    assert data["env"]["NCCL_DEBUG"] == "INFO"
+    assert data["env"]["HF_TOKEN"].startswith("<redacted sha256:")
+    assert "hf-remote-secret-0003" not in Path(path).read_text()
+    # Shipped once per version: a second run finds it and leaves it alone.
+    marker = (shipped / ".complete").stat()
+    remote_snapshot(profile, str(tmp_path / "ckpt-b"), "0.2")
+    assert os.listdir(root / "startup") == [version]
+    assert (shipped / ".complete").stat().st_ino == marker.st_ino
+    groups = json.loads(
+        run_envlock("diff", "--json", tmp_path / "ckpt-a", tmp_path / "ckpt-b").stdout
+    )
+    assert [(g["name"], [c["key"] for c in g["changes"]]) for g in groups["groups"]] == [
+        ("hyperparameters", ["run.lr"])
+    ]
+
+
+def test_snapshot_inside_a_run_in_an_lxc_container(
+    tmp_path: Path,
+    wheelhouse: Path,
+    node_sshd: Any,
+    lxc_container: Any,
+    fakepve: Any,
+    fakepve_url: str,
+    fakepve_cafile: str,
+) -> None:
+    """proxmox-lxc: a real LXC container behind a real sshd and the test `pct`."""
+    from tests.test_remote import TEMPLATE, ssh_lines
+
+    vmid = lxc_container(mounts=[(wheelhouse, str(wheelhouse))])
+    fakepve.store_file("local", TEMPLATE, 1, "vztmpl")
+    root = "/opt/env lock 'q'; x"
+    target = [
+        'type = "proxmox-lxc"',
+        f'api-url = "{fakepve_url}"',
+        'node = "pve1"',
+        f"vmid = {vmid}",
+        'api-user = "root@pam"',
+        f'secret-env = "{PVE_SECRET}"',
+        f'ca-file = "{fakepve_cafile}"',
+        f'root = "{root}"',
+        'venv = "/opt/venv"',
+        *ssh_lines(node_sshd),
+    ]
+    container = "\n".join(
+        [
+            "[container]",
+            f'ostemplate = "local:vztmpl/{TEMPLATE}"',
+            'rootfs = "local-lvm:8"',
+            f'mounts = [{{ source = "{wheelhouse}", path = "{wheelhouse}" }}]',
+        ]
+    )
+    profile = remote_profile(tmp_path / "p", wheelhouse, target, extra=container)
+    path, api, megacache = remote_snapshot(profile, "/opt/ckpt", "0.1")
+    assert path == "/opt/ckpt/envlock-snapshot.json"
+    assert api.startswith(f"{root}/startup/") and megacache.startswith(f"{root}/startup/")
+    # Read the container's snapshot back here, and check it as any snapshot is checked.
+    cat = node_sshd.run("pct", "exec", str(vmid), "--", "cat", path)
+    assert cat.returncode == 0, cat.stderr
+    (tmp_path / "back").mkdir()
+    (tmp_path / "back" / "envlock-snapshot.json").write_text(cat.stdout)
+    data = load_snapshot(tmp_path / "back")
+    assert data["host"]["target"] == f"container {vmid} on 127.0.0.1"
+    # The same facts as `envlock snapshot` gathers over the transport.
+    cli = remote_cli("snapshot", profile, tmp_path / "cli")
+    assert cli.returncode == 0, cli.stderr
+    outside = load_snapshot(tmp_path / "cli")
+    same = ("lock", "generation", "python", "platform", "packages", "torch", "host", "cache")
+    assert {k: data[k] for k in same} == {k: outside[k] for k in same}
+    assert data["scripts"]["dest"] == "/opt/train dir" and set(data["scripts"]["sha256"]) == {
+        "train.py"
+    }
+    assert data["env"]["HF_TOKEN"].startswith("<redacted sha256:")
+    assert data["config"] == {"lr": 0.1}
+
+
+def test_a_corrupted_startup_upload_is_refused(tmp_path: Path) -> None:
+    """The installer on the target keeps only a set whose hash is the version it is named
+    for (what the transport delivered is hashed back from disk)."""
+    import base64
+
+    from envlock.runs.startup_set import INSTALLER, startup_files, version_of
+
+    files = startup_files()
+    payload = {rel: base64.b64encode(data).decode() for rel, data in files.items()}
+    final = tmp_path / "startup" / version_of(files)
+    final.parent.mkdir()
+    corrupted = dict(payload, **{"runs/secrets.py": base64.b64encode(b"evil = 1\n").decode()})
+    bad = subprocess.run(
+        [sys.executable, "-c", INSTALLER, str(final), version_of(files)],
+        input=json.dumps(corrupted),
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 3 and "arrived corrupted" in bad.stderr
+    assert os.listdir(final.parent) == []  # nothing left behind, nothing installed
+    good = subprocess.run(
+        [sys.executable, "-c", INSTALLER, str(final), version_of(files)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+    )
+    assert good.returncode == 0, good.stderr
+    assert (final / ".complete").is_file()
+    assert (final / "runs" / "secrets.py").read_bytes() == files["runs/secrets.py"]
