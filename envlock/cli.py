@@ -26,6 +26,8 @@ COMMANDS = {
     "diff": "diff",
     "inspect": "inspect",
     "cache": "cache",
+    "add": "add",
+    "remove": "remove",
 }
 
 

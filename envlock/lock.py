@@ -309,18 +309,29 @@ def _toml_value(value: str | int) -> str:
     return json.dumps(value, ensure_ascii=True).replace("\x7f", "\\u007f")
 
 
-def resolve(profile: Profile) -> str:
-    """Run uv to resolve the profile; returns the full lock text."""
+class ResolutionFailed(OperationError):
+    """uv found no set of packages that satisfies the profile; `reason` is uv's account."""
+
+    def __init__(self, message: str, *, reason: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.reason = reason
+
+
+def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
+    """Run uv to resolve the profile; returns the full lock text. `extra_args` go to
+    `uv pip compile` as they are (`envlock add` asks for `--no-deps` to find a newest)."""
     links = find_links_for(profile)
     with tempfile.TemporaryDirectory(prefix="envlock-lock-") as tmp:
         input_file = Path(tmp) / "pyproject.toml"
         input_file.write_text(resolver_input(profile, links))
         output = Path(tmp) / f"pylock.{profile.name}.toml"
-        argv = uv_compile_argv(profile, input_file, output, links)
+        argv = [*uv_compile_argv(profile, input_file, output, links), *extra_args]
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
-            raise OperationError(
-                f"uv could not resolve {profile.path.name}:\n{_clean_uv_error(proc.stderr, tmp)}",
+            reason = _clean_uv_error(proc.stderr, tmp)
+            raise ResolutionFailed(
+                f"uv could not resolve {profile.path.name}:\n{reason}",
+                reason=reason,
                 hint=_resolve_hint(profile, links),
             )
         body = output.read_text()

@@ -1,0 +1,40 @@
+"""`envlock add PROFILE REQ…`: add packages the safe way. The profile's torch pin holds, the
+change is shown before anything is written, and it lands in a new generation (the current
+one stays one `envlock rollback` away)."""
+
+from __future__ import annotations
+
+import click
+
+from envlock.commands.common import profile_argument
+from envlock.commands.guarded import guarded_change
+from envlock.profile_edit import add_requirements
+
+
+@click.command("add")
+@profile_argument
+@click.argument("requirements", nargs=-1, required=True, metavar="REQ…")
+@click.option("--dry-run", is_flag=True, help="Show what would change; exit 1 if anything would.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask before writing and applying.")
+@click.option(
+    "--allow-torch-change",
+    is_flag=True,
+    help="Accept changes to [torch] packages, triton or torch's CUDA libraries.",
+)
+def command(
+    profile: str,
+    requirements: tuple[str, ...],
+    dry_run: bool,
+    yes: bool,
+    allow_torch_change: bool,
+) -> None:
+    """Add REQ… to [dependencies] packages, resolve, show the change, then lock and apply."""
+    added = list(requirements)
+    guarded_change(
+        profile,
+        lambda text: add_requirements(text, added),
+        added,
+        dry_run=dry_run,
+        yes=yes,
+        allow_torch_change=allow_torch_change,
+    )

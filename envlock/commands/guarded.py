@@ -1,0 +1,139 @@
+"""What `envlock add` and `envlock remove` share: show the proposal, refuse torch moves,
+ask, then write the profile and lock and apply them into a new generation."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import click
+
+from envlock import ui
+from envlock.atomic import write_atomic
+from envlock.commands import apply as apply_command
+from envlock.errors import EXIT_DRIFT, EXIT_USAGE
+from envlock.guard import Proposal, Refused, propose
+from envlock.lock import load_fresh_lock
+from envlock.lock_changes import LockChanges
+from envlock.profile import load_profile
+from envlock.profile_edit import Edit
+from envlock.runs.diff import Change
+
+
+def guarded_change(
+    profile_path: str,
+    make_edit: Callable[[str], Edit],
+    added: list[str],
+    *,
+    dry_run: bool,
+    yes: bool,
+    allow_torch_change: bool,
+) -> None:
+    """Propose the edit, show it, and carry it out only when allowed and confirmed."""
+    profile = load_profile(profile_path)
+    lock = load_fresh_lock(profile)  # a stale lock would mix old changes into the diff
+    original = profile.path.read_text()
+    edit = make_edit(original)
+    if edit.text == original:
+        listed = ui.escape(", ".join(added))
+        ui.out.print(f"[green]✓[/] nothing to change: {profile.path.name} lists {listed}")
+        return
+    with ui.status(f"resolving {profile.path.name} with the change"):
+        proposal = propose(profile, lock, edit, added)
+    show(proposal)
+    if proposal.torch_moves and not allow_torch_change:
+        raise Refused(
+            "refusing to move torch's own packages: " + "; ".join(proposal.torch_moves),
+            hint="pass --allow-torch-change to accept this; nothing was written",
+        )
+    if dry_run:
+        ui.info("dry run: nothing written")
+        sys.exit(EXIT_DRIFT)
+    confirm(yes, proposal)
+    commit(proposal, original)
+
+
+def confirm(yes: bool, proposal: Proposal) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        ui.error("refusing to act without confirmation: pass -y (stdin is not a terminal)")
+        sys.exit(EXIT_USAGE)
+    name = proposal.profile.path.name
+    if not click.confirm(f"write {name} and its lock, and apply them?", err=True):
+        ui.info("nothing changed")
+        sys.exit(EXIT_DRIFT)
+
+
+def commit(proposal: Proposal, original: str) -> None:
+    """Profile, then lock (each atomically), then the same apply as `envlock apply -y`:
+    a new generation, the one active now kept for `envlock rollback`."""
+    path = proposal.profile.path
+    if path.read_text() != original:
+        raise Refused(
+            f"{path.name} changed while the change was being resolved",
+            hint="run the command again; nothing was written",
+        )
+    write_atomic(path, proposal.edit.text.encode(), path.stat().st_mode & 0o777)
+    write_atomic(proposal.candidate.path, proposal.candidate.text.encode())
+    ui.out.print(f"[green]✓[/] wrote {ui.escape(path.name)} and {proposal.candidate.path.name}")
+    if not proposal.installs_differently:
+        ui.info("the lock installs the same packages: no new generation is needed")
+    click.get_current_context().invoke(apply_command.command, profile=str(path), yes=True)
+
+
+# -- showing ------------------------------------------------------------------------------
+def show(proposal: Proposal) -> None:
+    changes = proposal.changes
+    before, after = proposal.lock.short_hash, proposal.candidate.short_hash
+    summary = "installs the same packages" if before == after else f"lock {before} → {after}"
+    ui.out.print(f"[bold]{ui.escape(proposal.profile.path.name)}[/]: {summary}")
+    for line in profile_lines(proposal.edit):
+        ui.out.print(f"  {ui.escape(line)}")
+    for note in proposal.notes:
+        ui.out.print(f"  [yellow]note:[/] {ui.escape(note)}")
+    show_torch(proposal)
+    show_group("CUDA libraries", changes.cuda, changes)
+    for kind in ("added", "changed", "removed"):
+        show_group(f"packages {kind}", changes.of_kind(kind), changes)
+    total = sum(n for name, n in changes.sizes if name in downloaded(changes))
+    if total:
+        ui.out.print(f"\n  to download: {ui.size(total)}")
+
+
+def profile_lines(edit: Edit) -> list[str]:
+    sign = "-" if edit.removing else "+"
+    lines = [f"{sign} [dependencies] packages: {r}" for r in edit.dependencies]
+    return lines + [f"{sign} [torch] packages: {r}" for r in edit.torch_packages]
+
+
+def show_torch(proposal: Proposal) -> None:
+    if not proposal.changes.torch:
+        torch = proposal.candidate.packages.get("torch")
+        if torch is not None:
+            ui.out.print(f"\n[bold]torch build[/]: unchanged (torch {ui.escape(torch.version)})")
+        return
+    show_group("torch build", proposal.changes.torch, proposal.changes)
+
+
+def show_group(title: str, changes: tuple[Change, ...], all_changes: LockChanges) -> None:
+    if not changes:
+        return
+    ui.out.print(f"\n[bold]{title}[/]")
+    for change in changes:
+        ui.out.print("  " + change_line(change, all_changes.size_of(change.key)))
+
+
+def change_line(change: Change, size: int | None) -> str:
+    key = ui.escape(change.key)
+    sized = f" [dim]({ui.size(size)})[/]" if size else ""
+    if change.kind == "added":
+        return f"[green]+ {key} {ui.escape(str(change.b))}[/]{sized}"
+    if change.kind == "removed":
+        return f"[red]- {key} {ui.escape(str(change.a))}[/]{sized}"
+    return f"  {key} {ui.escape(str(change.a))} → {ui.escape(str(change.b))}{sized}"
+
+
+def downloaded(changes: LockChanges) -> set[str]:
+    """Packages the new lock brings (added or at another version)."""
+    return {c.key for c in (*changes.cuda, *changes.packages) if c.kind != "removed"}

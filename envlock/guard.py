@@ -1,0 +1,190 @@
+"""Guarded installs (`envlock add`, `envlock remove`): a profile edit resolved into a
+candidate lock beside the current one, never written until confirmed.
+
+The candidate is resolved exactly as `envlock lock` resolves a profile, torch pin included:
+an added package that wants another torch resolves to an older release that fits, or fails.
+Which one happened, and what the newest release would have needed, is found by resolving
+the added requirements alone without the pin, only when the pinned resolution fell short.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from envlock.errors import EXIT_DRIFT, EnvlockError, UsageError
+from envlock.lock import Lock, ResolutionFailed, parse_lock, resolve
+from envlock.lock_changes import LockChanges, lock_changes, torch_moves
+from envlock.profile import Profile, load_profile
+from envlock.profile_edit import Edit
+
+
+class Refused(EnvlockError):
+    """An add or remove that envlock will not carry out as asked: exit 1, nothing written."""
+
+    exit_code = EXIT_DRIFT
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A profile edit and the lock it resolves to, against the current profile and lock."""
+
+    profile: Profile
+    lock: Lock
+    edit: Edit
+    candidate: Lock
+    changes: LockChanges
+    notes: tuple[str, ...] = ()
+    torch_moves: tuple[str, ...] = ()
+
+    @property
+    def profile_changes(self) -> bool:
+        return self.edit.text != self.profile.path.read_text()
+
+    @property
+    def installs_differently(self) -> bool:
+        return self.candidate.short_hash != self.lock.short_hash
+
+
+def propose(profile: Profile, lock: Lock, edit: Edit, added: list[str]) -> Proposal:
+    """Resolve the edited profile; explain older releases chosen; list torch moves."""
+    try:
+        candidate = parse_lock(profile.lock_path, resolve_candidate(profile, edit.text))
+    except ResolutionFailed as failure:
+        raise refusal(profile, added, failure) from None
+    moves = [f"[torch] packages: {', '.join(edit.torch_packages)}"] if edit.touches_torch else []
+    return Proposal(
+        profile=profile,
+        lock=lock,
+        edit=edit,
+        candidate=candidate,
+        changes=lock_changes(lock, candidate),
+        notes=tuple(older_release_notes(profile, candidate, added)),
+        torch_moves=tuple(moves + torch_moves(lock, candidate)),
+    )
+
+
+def resolve_candidate(profile: Profile, text: str) -> str:
+    """Resolve profile text as `envlock lock` would, from a temp file beside the profile
+    (relative paths mean the same); the real profile is not touched."""
+    temp = profile.path.parent / f".{profile.path.stem}.envlock-candidate-{os.getpid()}.toml"
+    try:
+        temp.write_text(text)
+        try:
+            candidate = load_profile(temp)
+        except UsageError as exc:
+            raise UsageError(
+                exc.message.replace(str(temp), str(profile.path)), hint=exc.hint
+            ) from None
+        return resolve(candidate)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+# -- explaining what the torch pin did ------------------------------------------------------
+def torch_pin(profile: Profile) -> str:
+    return f"torch {profile.torch.pinned_version}" if profile.torch else "the profile's torch"
+
+
+def unpinned(profile: Profile, requirements: list[str]) -> Profile:
+    """The profile's Python, platform and indexes, with only these requirements: no torch."""
+    deps = dataclasses.replace(profile.dependencies, packages=tuple(requirements))
+    return dataclasses.replace(profile, torch=None, dependencies=deps, scripts=None)
+
+
+def versions_of(text: str) -> dict[str, str]:
+    return parse_lock(Path("pylock.toml"), text).versions()
+
+
+def newest_versions(profile: Profile, requirements: list[str]) -> dict[str, str]:
+    """The newest release matching each requirement, dependencies ignored (one quick uv
+    call); empty when uv cannot tell."""
+    try:
+        return versions_of(resolve(unpinned(profile, requirements), extra_args=("--no-deps",)))
+    except ResolutionFailed:
+        return {}
+
+
+def is_exact(requirement: str) -> bool:
+    return any(spec.operator in ("==", "===") for spec in Requirement(requirement).specifier)
+
+
+def older_release_notes(profile: Profile, candidate: Lock, added: list[str]) -> list[str]:
+    """For each added package resolved below its newest release: what the newest needs."""
+    open_ended = [r for r in added if not is_exact(r)]
+    if not open_ended or profile.torch is None:
+        return []
+    chosen = candidate.versions()
+    newest = newest_versions(profile, open_ended)
+    behind = [n for n in names(open_ended) if is_newer(newest.get(n), chosen.get(n))]
+    if not behind:
+        return []
+    try:
+        free = versions_of(resolve(unpinned(profile, open_ended)))
+    except ResolutionFailed:
+        free = {}
+    return [older_note(profile, name, chosen[name], newest[name], free) for name in behind]
+
+
+def older_note(profile: Profile, name: str, chosen: str, newest: str, free: dict[str, str]) -> str:
+    needs = needs_text(profile, free)
+    return (
+        f"{name} resolved to {chosen}, the newest release compatible with {torch_pin(profile)}"
+        f" (the newest, {newest}, {needs})"
+    )
+
+
+def needs_text(profile: Profile, free: dict[str, str]) -> str:
+    torch = free.get("torch")
+    if torch and profile.torch and not same_release(torch, profile.torch.pinned_version):
+        return f"needs torch {torch}"
+    return "conflicts with the profile's other requirements"
+
+
+def refusal(profile: Profile, added: list[str], failure: ResolutionFailed) -> Refused:
+    """Why the pinned resolution failed: torch, when the added requirements alone resolve
+    with another torch; otherwise uv's reason as it stands."""
+    listed = ", ".join(names(added)) or "the profile"
+    hint = f"nothing was written; {profile.path.name} and its lock are unchanged"
+    if not added or profile.torch is None:
+        return Refused(f"uv cannot resolve {listed}:\n{failure.reason}", hint=hint)
+    try:
+        free = versions_of(resolve(unpinned(profile, added)))
+    except ResolutionFailed:
+        free = {}
+    torch = free.get("torch")
+    if torch and not same_release(torch, profile.torch.pinned_version):
+        newest = ", ".join(f"{n} {free[n]}" for n in names(added) if n in free)
+        return Refused(
+            f"no release of {listed} works with {torch_pin(profile)}: the newest "
+            f"({newest}) needs torch {torch}; uv says:\n{failure.reason}",
+            hint=hint,
+        )
+    return Refused(f"{listed} cannot be added to {profile.path.name}:\n{failure.reason}", hint=hint)
+
+
+def names(requirements: list[str]) -> list[str]:
+    return [canonicalize_name(Requirement(r).name) for r in requirements]
+
+
+def same_release(a: str, b: str) -> bool:
+    """2.11.0 and 2.11.0+cu128 are one release (builds differ only by label)."""
+    try:
+        return Version(a).public == Version(b).public
+    except InvalidVersion:
+        return a == b
+
+
+def is_newer(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return False
+    try:
+        return Version(a) > Version(b)
+    except InvalidVersion:
+        return False
