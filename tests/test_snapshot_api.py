@@ -8,17 +8,21 @@ written there.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from envlock.runs.snapshot_doc import plain
 from envlock.runs.snapshot_file import load_snapshot
 from tests.conftest import run_envlock
 from tests.projects import write_seed_project
@@ -545,3 +549,63 @@ def test_a_corrupted_startup_upload_is_refused(tmp_path: Path) -> None:
     assert good.returncode == 0, good.stderr
     assert (final / ".complete").is_file()
     assert (final / "runs" / "secrets.py").read_bytes() == files["runs/secrets.py"]
+
+
+# -- configs as data -------------------------------------------------------------------------
+class ToDict:  # OmegaConf containers, many config classes
+    def to_dict(self) -> dict[str, Any]:
+        return {"layers": 2, "path": Path("/data")}
+
+
+class Broken:
+    def model_dump(self) -> dict[str, Any]:
+        raise ValueError("cannot")
+
+    def __repr__(self) -> str:
+        return "Broken()"
+
+
+class Frozen(Mapping[str, int]):  # a Mapping that is no dict (OmegaConf's DictConfig is one)
+    def __getitem__(self, key: str) -> int:
+        return {"a": 1}[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["a"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+@dataclasses.dataclass
+class Sched:
+    warmup: int = 10
+    milestones: tuple[int, ...] = (100, 200)
+
+
+def cycle() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"lr": 0.1, 3: None}, {"lr": 0.1, "3": None}),
+        (argparse.Namespace(lr=0.1), {"__class__": "argparse.Namespace", "lr": 0.1}),
+        (Sched(), {"__class__": "Sched", "warmup": 10, "milestones": [100, 200]}),
+        (ToDict(), {"__class__": "ToDict", "layers": 2, "path": "/data"}),
+        (Broken(), "Broken()"),
+        (Frozen(), {"a": 1}),
+        ({"tags": {"b", "a"}}, {"tags": ["a", "b"]}),
+    ],
+    ids=["dict", "namespace", "dataclass", "to_dict", "export-fails", "mapping", "set"],
+)
+def test_configs_become_json_data(config: Any, expected: Any) -> None:
+    assert plain(config) == expected
+    json.dumps(plain(config))
+
+
+def test_a_cyclic_config_ends_as_a_repr() -> None:
+    flat = json.dumps(plain(cycle()))
+    assert "[...]" in flat

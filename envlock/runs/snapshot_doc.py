@@ -12,9 +12,7 @@ runs/secrets.py, the way reconcile/agentcall.py ships the agent.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import dataclasses
 import os
 import re
 import subprocess
@@ -49,9 +47,13 @@ def plain(value: Any, depth: int = 0) -> Any:
         return value
     if depth > MAX_CONFIG_DEPTH:
         return repr(value)
-    if isinstance(value, argparse.Namespace):
+    # A Namespace or a dataclass exists only once its module was imported: asking
+    # sys.modules spares a training process those imports on its first snapshot.
+    argparse = sys.modules.get("argparse")
+    if argparse is not None and isinstance(value, argparse.Namespace):
         return classed("argparse.Namespace", vars(value), depth)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    dataclasses = sys.modules.get("dataclasses")
+    if dataclasses is not None and is_dataclass_instance(dataclasses, value):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return classed(type(value).__qualname__, fields, depth)
     if isinstance(value, Mapping):
@@ -66,6 +68,10 @@ def plain(value: Any, depth: int = 0) -> Any:
     if isinstance(exported, Mapping):
         return classed(type(value).__qualname__, exported, depth)
     return repr(value)
+
+
+def is_dataclass_instance(dataclasses: Any, value: Any) -> bool:
+    return bool(dataclasses.is_dataclass(value)) and not isinstance(value, type)
 
 
 def classed(name: str, fields: Mapping[str, Any], depth: int) -> dict[str, Any]:
