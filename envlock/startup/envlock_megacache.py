@@ -3,7 +3,7 @@
 A training script saves the artifacts it compiled and another node loads them before its
 first compiled step (torch >= 2.7):
 
-    import envlock_megacache                 # on PYTHONPATH under `envlock run` (local)
+    import envlock_megacache                 # on PYTHONPATH under `envlock run`
     envlock_megacache.save("artifacts.bin")  # after the first compiled steps
     envlock_megacache.load("artifacts.bin")  # elsewhere, before the first compiled step
 

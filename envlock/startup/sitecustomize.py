@@ -1,6 +1,7 @@
-"""Start-up hook for commands under `envlock run` on a local target (this directory is on
-their PYTHONPATH). Loads torch's mega-cache before the script runs when
-`--compile-artifacts FILE` asked for it, then runs the sitecustomize this one shadows."""
+"""Start-up hook for commands under `envlock run` (this directory is on their PYTHONPATH,
+on remote targets as a copy in `<root>/startup/<version>/`). Loads torch's mega-cache before
+the script runs when `--compile-artifacts FILE` asked for it, then runs the sitecustomize
+this one shadows."""
 
 import envlock_megacache
 
