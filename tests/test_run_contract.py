@@ -236,7 +236,15 @@ def in_a_terminal(argv: list[str], answer: bytes | None) -> tuple[int, str]:
     """Run argv with a pseudo-terminal as stdin/stdout/stderr; type `answer` at the prompt,
     or send Ctrl-C (SIGINT) when `answer` is None."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower)
+    # A shell's background job (a CI runner's, say) starts with SIGINT ignored, and Python
+    # then never turns it into KeyboardInterrupt: give the command a terminal's default.
+    proc = subprocess.Popen(
+        argv,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     os.close(follower)
     seen = b""
     while b"apply this plan?" not in seen:
