@@ -93,6 +93,8 @@ def show(proposal: Proposal) -> None:
     for note in proposal.notes:
         ui.out.print(f"  [yellow]note:[/] {ui.escape(note)}")
     show_torch(proposal)
+    if changes.empty:
+        ui.out.print("no package is added, removed or moved to another version")
     show_group("CUDA libraries", changes.cuda, changes)
     for kind in ("added", "changed", "removed"):
         show_group(f"packages {kind}", changes.of_kind(kind), changes)
