@@ -1,0 +1,200 @@
+"""The agent's file checks and its switch, on real files: verify_files against a manifest, with
+edits made to hide from a stat comparison, and the `current` link under a concurrent reader.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from envlock.agent.apply import do_switch
+from envlock.agent.core import GENERATION, symlink_atomic
+from envlock.agent.files import verify_files, write_manifest
+
+SITE = "lib/python3.11/site-packages"
+
+
+def make_venv(root: Path) -> Path:
+    """A venv-shaped tree: one package with a RECORD, one file no RECORD covers."""
+    venv = root / "venv"
+    pkg = venv / SITE / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "mod.py").write_text("VALUE = 1\n")
+    (pkg / "data.bin").write_bytes(b"0123456789" * 10)
+    info = venv / SITE / "pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text(
+        f"pkg/mod.py,sha256={record_hash(pkg / 'mod.py')},10\npkg-1.0.dist-info/RECORD,,\n"
+    )
+    (venv / "bin").mkdir()
+    (venv / "bin" / "activate").write_text("# activate\n")
+    write_manifest(str(venv))
+    return venv
+
+
+def record_hash(path: Path) -> str:
+    import base64
+    import hashlib
+
+    digest = hashlib.sha256(path.read_bytes()).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def rewrite_keeping_mtime(path: Path, data: bytes) -> None:
+    """Write new content in place and set mtime back: what user space can hide."""
+    st = path.stat()
+    path.write_bytes(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def modified(report: dict[str, Any]) -> list[str]:
+    return [item["path"] for item in report["modified"]]
+
+
+def test_an_untouched_venv_verifies_clean_fast_and_deep(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path)
+    for deep in (False, True):
+        report = verify_files(str(venv), deep=deep)
+        assert (report["modified"], report["missing"], report["added"]) == ([], [], [])
+        assert report["checked"] == 4 and report["deep"] is deep
+
+
+def test_deep_hashes_every_file_and_finds_a_same_size_same_mtime_edit(tmp_path: Path) -> None:
+    """The edit keeps size and mtime, and a hard link made beside it moves the link count with
+    the ctime (as uv hardlinking from its cache does): no stat field betrays it, so only
+    hashing every file finds it."""
+    venv = make_venv(tmp_path)
+    for rel, data in ((f"{SITE}/pkg/mod.py", b"VALUE = 2\n"), ("bin/activate", b"# evil!!!\n")):
+        path = venv / rel
+        rewrite_keeping_mtime(path, data)
+        os.link(path, tmp_path / path.name)
+    report = verify_files(str(venv), deep=True)
+    assert modified(report) == ["bin/activate", f"{SITE}/pkg/mod.py"]
+    why = {item["path"]: item["why"] for item in report["modified"]}
+    assert why == {
+        "bin/activate": "content differs from the build",
+        f"{SITE}/pkg/mod.py": "content differs from the wheel's RECORD",
+    }
+    dists = {item["path"]: item["dist"] for item in report["modified"]}
+    assert dists == {"bin/activate": "", f"{SITE}/pkg/mod.py": "pkg"}
+
+
+def test_the_fast_check_compares_sizes(tmp_path: Path) -> None:
+    """A grown file with mtime set back and its link count moved (so the ctime rule, which
+    excuses uv's hard links, does not apply): only its size gives it away."""
+    venv = make_venv(tmp_path)
+    path = venv / SITE / "pkg" / "data.bin"
+    rewrite_keeping_mtime(path, path.read_bytes() + b"!")
+    os.link(path, tmp_path / "elsewhere")
+    report = verify_files(str(venv))
+    assert modified(report) == [f"{SITE}/pkg/data.bin"]
+    assert report["modified"][0]["why"] == "content differs from the build"
+    assert report["modified"][0]["links"] == 2
+
+
+def test_the_fast_check_sees_a_same_size_edit_by_its_ctime(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path)
+    rewrite_keeping_mtime(venv / "bin" / "activate", b"# evil!!!\n")
+    assert modified(verify_files(str(venv))) == ["bin/activate"]
+
+
+def test_a_file_replaced_by_another_inode_is_checked_by_content(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path)
+    path = venv / SITE / "pkg" / "data.bin"
+    st = path.stat()
+    same = tmp_path / "same"
+    same.write_bytes(path.read_bytes())
+    os.utime(same, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(same, path)
+    assert verify_files(str(venv))["modified"] == []  # same bytes: no false alarm
+    other = tmp_path / "other"
+    other.write_bytes(b"9" * st.st_size)
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, path)
+    assert modified(verify_files(str(venv))) == [f"{SITE}/pkg/data.bin"]
+
+
+def test_a_touched_file_with_the_same_content_is_not_reported(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path)
+    os.utime(venv / SITE / "pkg" / "mod.py", ns=(1, 1))
+    assert verify_files(str(venv))["modified"] == []
+
+
+def test_missing_and_added_files(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path)
+    (venv / SITE / "pkg" / "mod.py").unlink()
+    (venv / SITE / "evil.pth").write_text("import os\n")
+    (venv / SITE / "newpkg").mkdir()
+    (venv / SITE / "newpkg" / "x.py").write_text("")
+    report = verify_files(str(venv))
+    assert report["missing"] == [{"path": f"{SITE}/pkg/mod.py", "dist": "pkg"}]
+    assert report["added"] == [
+        {"path": f"{SITE}/evil.pth", "pth": True, "dist": ""},
+        {"path": f"{SITE}/newpkg/x.py", "pth": False, "dist": ""},
+    ]
+
+
+def test_a_venv_without_a_manifest_says_so(tmp_path: Path) -> None:
+    assert verify_files(str(tmp_path)) == {"error": "no manifest"}
+
+
+# -- the switch of `current` --------------------------------------------------------------
+
+# Reads the link in a loop until it has seen the target change `changes` times (a count, not
+# a duration: it ends as soon as the switches it waits for have happened), printing how many
+# reads found no link at all.
+READER = """
+import os, sys
+link, changes = sys.argv[1], int(sys.argv[2])
+print("ready", flush=True)
+failures = seen = 0
+last = None
+while seen < changes:
+    try:
+        now = os.readlink(link)
+    except OSError:
+        failures += 1
+        continue
+    if now != last:
+        seen, last = seen + 1, now
+print(failures, flush=True)
+"""
+
+
+def test_current_is_switched_atomically_under_a_concurrent_reader(tmp_path: Path) -> None:
+    link = tmp_path / "current"
+    targets = ["generations/1-000000000001", "generations/2-000000000002"]
+    symlink_atomic(str(link), targets[0])
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(link), "300"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None and reader.stdout.readline() == "ready\n"
+    switches = 0
+    while reader.poll() is None and switches < 2_000_000:  # bounded, never timed
+        switches += 1
+        symlink_atomic(str(link), targets[switches % 2])
+    assert reader.wait() == 0
+    assert reader.stdout.read() == "0\n"
+    assert os.readlink(link) in targets
+    assert sorted(os.listdir(tmp_path)) == ["current"]  # no temp link left behind
+
+
+def test_do_switch_moves_current_and_records_history(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for name in ("1-000000000001", "2-000000000002"):
+        (root / "generations" / name / ".envlock").mkdir(parents=True)
+        (root / "generations" / name / GENERATION).write_text("{}")
+    req = {"root": str(root)}
+    do_switch(req, {"name": "1-000000000001"})
+    do_switch(req, {"name": "2-000000000002", "why": "rollback"})
+    assert os.readlink(root / "current") == "generations/2-000000000002"
+    assert (root / "hold.json").is_file()
+    do_switch(req, {"name": "1-000000000001"})
+    assert not (root / "hold.json").exists()
+    history = (root / "history.jsonl").read_text().splitlines()
+    assert len(history) == 3 and '"from": "2-000000000002"' in history[2]

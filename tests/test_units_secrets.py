@@ -1,0 +1,275 @@
+"""Secrets and scrubbing, as behaviour: the Proxmox secret never appears in an error message,
+secret-named values are redacted (and only those), and `run` scrubs the variables that would
+make the generation's interpreter look elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+from proxmoxer import AuthenticationError, ResourceException
+
+from envlock.errors import OperationError
+from envlock.profile import load_profile
+from envlock.proxmox.api import _raise_connect_error, _scrub
+from envlock.proxmox.settings import LxcSettings
+from envlock.reconcile.state import parse_state
+from envlock.runs.environment import SCRUBBED, run_environment
+from envlock.runs.launch import LAUNCHER, remote_spec
+from envlock.runs.secrets import (
+    is_secret_name,
+    redact,
+    redact_argv,
+    redact_config,
+    redact_env,
+    snake,
+)
+from envlock.targets.ssh import SshSettings
+
+SECRET = "s3cr3t-5ca1ab1e-token"
+
+
+def hashed(text: str) -> str:
+    return f"<redacted sha256:{hashlib.sha256(text.encode()).hexdigest()[:8]}>"
+
+
+# -- the Proxmox secret in connection errors --------------------------------------------------
+
+
+def test_scrub_replaces_every_occurrence_and_leaves_other_text() -> None:
+    assert _scrub(f"a {SECRET} b {SECRET}", SECRET) == "a *** b ***"
+    assert _scrub("no secret here", SECRET) == "no secret here"
+    assert _scrub("empty secret", "") == "empty secret"
+
+
+def lxc(**changes: object) -> LxcSettings:
+    base = {
+        "ssh": SshSettings("pve1"),
+        "api_url": "https://pve1:8006",
+        "node": "pve1",
+        "vmid": 101,
+        "api_user": "root@pam",
+        "secret_file": "/etc/envlock/pve-secret",
+    }
+    return LxcSettings(**{**base, **changes})  # type: ignore[arg-type]
+
+
+# Each way a connection can fail, with the secret echoed back somewhere in what failed.
+FAILURES = [
+    ResourceException(500, "Internal Server Error", f"bad ticket {SECRET}"),
+    ResourceException(401, "Unauthorized", f"no such token {SECRET}"),
+    AuthenticationError(f"Couldn't authenticate user: root@pam with {SECRET}"),
+    requests.exceptions.ConnectionError(
+        f"HTTPSConnectionPool: [Errno 111] Connection refused by {SECRET} host"
+    ),
+    requests.exceptions.SSLError(f"[SSL: CERTIFICATE_VERIFY_FAILED] verify {SECRET} failed"),
+    RuntimeError(f"unexpected answer carrying {SECRET}"),
+]
+
+
+@pytest.mark.parametrize("exc", FAILURES, ids=[type(e).__name__ for e in FAILURES])
+@pytest.mark.parametrize("token", ["envlock", None])
+def test_a_connection_error_never_shows_the_secret(exc: Exception, token: str | None) -> None:
+    url = f"https://pve1:8006/{SECRET}"  # even a secret pasted into the URL
+    with pytest.raises(OperationError) as info:
+        _raise_connect_error(exc, lxc(token_id=token), url, "root@pam", token, SECRET)
+    shown = f"{info.value.message}\n{info.value.hint}"
+    assert SECRET not in shown
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert "pve1" in shown
+
+
+def test_a_401_names_the_login_and_where_the_secret_came_from() -> None:
+    exc = ResourceException(401, "Unauthorized", "")
+    with pytest.raises(OperationError) as info:
+        _raise_connect_error(exc, lxc(), "https://pve1:8006", "root@pam", "ci", SECRET)
+    assert "refused the login of API token root@pam!ci (HTTP 401)" in info.value.message
+    assert "file /etc/envlock/pve-secret" in (info.value.hint or "")
+
+
+# -- secret names and redaction ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "hfToken",
+        "--hf-token",
+        "WANDB_API_KEY",
+        "api-key",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "passwd",
+        "SSH_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "AUTH",
+        "token",
+    ],
+)
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["max_tokens", "MAX_TOKENS", "TOKENIZERS_PARALLELISM", "tokenizer", "KEYBOARD", "lr", "PATH"],
+)
+def test_hyperparameters_are_not_secret_names(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+def test_snake_joins_every_spelling_of_a_name() -> None:
+    assert snake("hfToken") == snake("--hf-token") == snake("HF_TOKEN") == "HF_TOKEN"
+    assert snake("api.key2") == "API_KEY2"
+    assert snake("x9Y") == "X9_Y"
+
+
+def test_redact_records_a_short_hash_and_is_idempotent() -> None:
+    assert redact("abc") == hashed("abc")
+    assert redact(redact("abc")) == hashed("abc")
+    assert redact(12) == hashed("12")
+    assert redact({"b": 1, "a": 2}) == hashed('{"a": 2, "b": 1}')
+    assert redact("<redacted sha256:xyz>") == hashed("<redacted sha256:xyz>")
+
+
+def test_redact_env_touches_secret_names_only() -> None:
+    assert redact_env({"HF_TOKEN": "t", "LR": "0.1"}) == {"HF_TOKEN": hashed("t"), "LR": "0.1"}
+
+
+def test_redact_config_at_any_depth_and_keeps_nulls() -> None:
+    config = {
+        "lr": 0.1,
+        "api_key": "k",
+        "empty_token": None,
+        "nested": {"password": "p", "layers": [{"auth": 5}, 3]},
+    }
+    assert redact_config(config) == {
+        "lr": 0.1,
+        "api_key": hashed("k"),
+        "empty_token": None,
+        "nested": {"password": hashed("p"), "layers": [{"auth": hashed("5")}, 3]},
+    }
+
+
+def test_redact_argv_options_and_assignments() -> None:
+    argv = [
+        "python",
+        "train.py",
+        "--hf-token",
+        "T1",
+        "--api-key=K1",
+        "HF_TOKEN=T2",
+        "--lr",
+        "0.1",
+        "--token",
+        "--verbose",
+        "--max-tokens",
+        "512",
+        "x=1",
+    ]
+    assert redact_argv(argv) == [
+        "python",
+        "train.py",
+        "--hf-token",
+        hashed("T1"),
+        f"--api-key={hashed('K1')}",
+        f"HF_TOKEN={hashed('T2')}",
+        "--lr",
+        "0.1",
+        "--token",
+        "--verbose",
+        "--max-tokens",
+        "512",
+        "x=1",
+    ]
+
+
+# -- the environment a command gets under `envlock run` ---------------------------------------
+
+
+def test_run_scrubs_what_would_make_the_interpreter_look_elsewhere(tmp_path: Path) -> None:
+    profile_path = tmp_path / "p.toml"
+    profile_path.write_text(
+        '[profile]\nname = "p"\n\n[target]\ntype = "local"\nroot = "root"\n\n'
+        '[python]\nversion = "3.11"\n\n[env]\nHF_HOME = "/data/hf"\n'
+    )
+    profile = load_profile(profile_path)
+    state = parse_state({"current": "1-0123456789ab", "packages": {}})
+    base = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "PYTHONHOME": "/elsewhere",
+        "PYTHONPATH": "/elsewhere/site",
+        "CONDA_PREFIX": "/opt/conda",
+        "__PYVENV_LAUNCHER__": "/x/python",
+    }
+    env = run_environment(profile, state, base)
+    gen = os.path.join(profile.target.root, "generations", "1-0123456789ab")
+    for name in ("PYTHONHOME", "CONDA_PREFIX", "__PYVENV_LAUNCHER__"):
+        assert name not in env
+    assert "/elsewhere" not in env["PYTHONPATH"]
+    assert set(SCRUBBED) >= {"PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX"}
+    assert env["HOME"] == "/home/u" and env["HF_HOME"] == "/data/hf"
+    assert env["VIRTUAL_ENV"] == gen
+    assert env["PATH"] == f"{gen}/bin{os.pathsep}/usr/bin"
+    assert env["ENVLOCK_GENERATION"] == "1-0123456789ab"
+    # And a real interpreter started with it does not see the scrubbed paths.
+    shown = subprocess.run(
+        [sys.executable, "-c", "import os, sys; print(os.environ.get('CONDA_PREFIX'), sys.path)"],
+        env={**env, "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown.startswith("None ") and "/elsewhere" not in shown
+
+
+def test_on_a_target_the_launcher_unsets_the_targets_own_interpreter_variables(
+    tmp_path: Path,
+) -> None:
+    """A remote run's env file, read by the real launcher in a real process whose own
+    environment (the target's) has CONDA_PREFIX, PYTHONHOME and PYTHONPATH set."""
+    env = {"PATH": "/ignored", "HF_HOME": "/data/hf", "PYTHONPATH": "/startup"}
+    spec_file = tmp_path / "run.env"
+    spec_file.write_bytes(remote_spec(env, "/gen/bin", SCRUBBED))
+    target_env = {
+        "PATH": os.environ["PATH"],
+        "CONDA_PREFIX": "/opt/conda",
+        "PYTHONHOME": "/elsewhere",
+        "PYTHONPATH": "/elsewhere/site",
+        "__PYVENV_LAUNCHER__": "/x/python",
+        "KEEP": "kept",
+    }
+    names = [*SCRUBBED, "HF_HOME", "KEEP"]
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            LAUNCHER,
+            str(spec_file),
+            str(tmp_path / "pid"),
+            "/usr/bin/env",
+        ],
+        env=target_env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    seen = dict(line.split("=", 1) for line in shown.splitlines())
+    assert {k: seen.get(k) for k in names} == {
+        "PYTHONHOME": None,
+        "PYTHONPATH": "/startup",
+        "CONDA_PREFIX": None,
+        "__PYVENV_LAUNCHER__": None,
+        "HF_HOME": "/data/hf",
+        "KEEP": "kept",
+    }
+    assert seen["PATH"].startswith("/gen/bin:") and not spec_file.exists()
