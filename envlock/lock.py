@@ -61,11 +61,30 @@ class Lock:
 
     @property
     def short_hash(self) -> str:
-        """What the lock installs (its packages and Python), hashed: the generation's name.
-        Two locks that install the same share one generation."""
-        body = self.text.split("\n[tool.envlock]", 1)[0]
-        python = str(self.meta.get("python-version", ""))
-        return hashlib.sha256(f"{body}\npython {python}".encode()).hexdigest()[:12]
+        """What the lock installs (each package's name, version and artifact hashes, and the
+        Python), hashed: the generation's name. Two locks that install the same share one
+        generation, wherever their wheels lie."""
+        installs = sorted(
+            [name, pkg.version, sorted(pkg.sha256s)] for name, pkg in self.packages.items()
+        )
+        identity = json.dumps([installs, str(self.meta.get("python-version", ""))])
+        return hashlib.sha256(identity.encode()).hexdigest()[:12]
+
+    def machine_paths(self) -> list[str]:
+        """Wheels the lock names by an absolute local path: it installs only on a machine
+        that has them there."""
+        return sorted(set(re.findall(r'(?:url = "file://|path = ")(/[^"]+)"', self.text)))
+
+    def install_text(self) -> str:
+        """The lock as the installer on the target reads it: a `path` relative to the lock
+        (wheels kept beside the profile) made absolute, since the installed copy lives
+        inside the generation, elsewhere."""
+        base = self.path.parent.resolve()
+        return re.sub(
+            r'path = "([^"/][^"]*)"',
+            lambda m: f"path = {json.dumps(str(base / m.group(1)))}",
+            self.text,
+        )
 
     def versions(self) -> dict[str, str]:
         return {name: pkg.version for name, pkg in self.packages.items()}
@@ -126,6 +145,7 @@ def resolution_sha256(profile: Profile) -> str:
     [container] never stale a lock; they take effect at the next apply or run."""
     torch = profile.torch
     deps = profile.dependencies
+    here = profile.path.parent
     inputs = {
         "python": [profile.python_version, profile.python_platform],
         "torch": [torch.version, torch.backend, torch.index_url, list(torch.packages)]
@@ -135,11 +155,19 @@ def resolution_sha256(profile: Profile) -> str:
             list(deps.packages),
             deps.index_url,
             list(deps.extra_index_urls),
-            list(deps.find_links),
+            # Beside the profile, by their relative path: moving the checkout changes nothing.
+            [_relative(link, here) for link in deps.find_links],
             deps.offline,
         ],
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def _relative(link: str, directory: Path) -> str:
+    try:
+        return Path(link).relative_to(directory).as_posix()
+    except ValueError:
+        return link
 
 
 def load_fresh_lock(profile: Profile) -> Lock:
@@ -334,8 +362,23 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
                 reason=reason,
                 hint=_resolve_hint(profile, links),
             )
-        body = output.read_text()
+        body = relative_to_profile(output.read_text(), profile.path.parent.resolve())
     return body.rstrip("\n") + "\n" + envlock_table(profile)
+
+
+def relative_to_profile(body: str, directory: Path) -> str:
+    """Wheels found under the profile's directory are recorded by a `path` relative to the
+    lock (PEP 751), so the lock travels with the repository that holds them."""
+
+    def relative(match: re.Match[str]) -> str:
+        target = Path(match.group(1))
+        try:
+            rel = target.relative_to(directory)
+        except ValueError:
+            return match.group(0)
+        return f"path = {json.dumps(rel.as_posix())}"
+
+    return re.sub(r'url = "file://(/[^"]+)"', relative, body)
 
 
 def _clean_uv_error(stderr: str, tmp: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,57 @@ def test_local_cpu_profile_resolves_here(tmp_path: Path, envlock: Envlock) -> No
     report = json.loads(result.stdout)
     assert report["torch"].endswith("+cpu")
     assert "numpy" in report["packages"]
+
+
+def test_a_lock_travels_with_the_wheels_beside_its_profile(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    """Wheels under the profile's directory are recorded relative to the lock: the whole
+    checkout moves to another place (another machine) and still locks, applies and runs."""
+    import shutil
+    import subprocess
+    import sys
+
+    project = tmp_path / "repo"
+    shutil.copytree(wheelhouse, project / "wheels")
+    profile = write_seed_project(project, project / "wheels")
+    profile.write_text(profile.read_text().replace(str(project / "wheels"), "wheels"))
+    # Only the profile's own find-links: none of this machine's.
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "UV_FIND_LINKS": ""}
+
+    def envlock(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "envlock", *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
+
+    locked = envlock("lock", "--portable", "--json", profile)
+    assert locked.returncode == 0, locked.stderr
+    assert json.loads(locked.stdout)["machine_paths"] == []
+    text = (project / "pylock.seed.toml").read_text()
+    assert 'path = "wheels/torch-2.11.0+cu128-py3-none-any.whl"' in text
+    assert "file://" not in text
+
+    moved = tmp_path / "elsewhere" / "repo"
+    shutil.copytree(project, moved)
+    shutil.rmtree(project)
+    again = moved / profile.name
+    assert envlock("lock", "--check", again).returncode == 0  # still fresh after the move
+    applied = envlock("apply", "-y", again)
+    assert applied.returncode == 0, applied.stderr
+    ran = envlock("run", again, "--", "python", "-c", "import tinydep; print(tinydep.VERSION)")
+    assert ran.stdout.strip() == "1.0"
+
+
+def test_a_lock_tied_to_this_machine_is_said_and_refused_when_portable(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = write_seed_project(tmp_path / "p", wheelhouse)  # wheels outside the profile dir
+    locked = envlock("lock", profile)
+    assert locked.returncode == 0
+    assert "tied to this machine" in locked.stderr
+    refused = envlock("lock", "--portable", profile)
+    assert refused.returncode == 2 and str(wheelhouse) in refused.stderr

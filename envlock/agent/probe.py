@@ -32,7 +32,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
 def installed_distributions(site):
     """Name, version and requirements of every distribution in `site`, from the METADATA
     headers alone (the email parser importlib.metadata uses costs ~2 ms a package)."""
-    found = {}
+    found = {}  # type: dict
     try:
         entries = os.listdir(site)
     except OSError:
@@ -103,7 +103,7 @@ def version_py(path):
             text = handle.read()
     except OSError:
         return {}
-    found = {}
+    found = {}  # type: dict
     for key, field in VERSION_PY_KEYS.items():
         match = re.search(rf"^{key}\s*(?::\s*\S+\s*)?=\s*(.+)$", text, re.M)
         if match:
@@ -357,7 +357,7 @@ def any_file(path):
 def scripts_state(spec):
     if not spec:
         return None
-    found = {}
+    found = {}  # type: dict
     for rel in spec["files"]:
         path = os.path.join(spec["dest"], rel)
         found[rel] = sha256_file(path) if os.path.isfile(path) else None

@@ -8,7 +8,7 @@ import click
 
 from envlock import ui
 from envlock.commands.common import json_option, profile_argument
-from envlock.errors import EXIT_DRIFT, LockError
+from envlock.errors import EXIT_DRIFT, LockError, UsageError
 from envlock.lock import read_lock, stale_reasons, write_lock
 from envlock.profile import load_profile
 
@@ -21,8 +21,13 @@ from envlock.profile import load_profile
     is_flag=True,
     help="Write nothing; exit 1 when the lock is missing or stale.",
 )
+@click.option(
+    "--portable",
+    is_flag=True,
+    help="Refuse a lock that names wheels by a path of this machine.",
+)
 @json_option
-def command(profile: str, check_only: bool, as_json: bool) -> None:
+def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> None:
     """Write or refresh pylock.<name>.toml beside PROFILE."""
     prof = load_profile(profile)
     if check_only:
@@ -40,6 +45,15 @@ def command(profile: str, check_only: bool, as_json: bool) -> None:
     with ui.status(f"resolving {prof.path.name} with uv", quiet=as_json):
         lock, changed = write_lock(prof)
     torch = lock.packages.get("torch")
+    tied = lock.machine_paths()
+    if portable and tied:
+        raise UsageError(
+            f"{lock.path.name} is tied to this machine: it names {len(tied)} wheel(s) by a "
+            f"local path outside {prof.path.parent}: {', '.join(tied[:3])}"
+            + (" …" if len(tied) > 3 else ""),
+            hint="put those wheels in a find-links directory beside the profile (recorded "
+            "relative to the lock), or let an index serve them",
+        )
     if as_json:
         ui.emit_json(
             {
@@ -48,6 +62,7 @@ def command(profile: str, check_only: bool, as_json: bool) -> None:
                 "sha256": lock.sha256,
                 "packages": lock.versions(),
                 "torch": torch.version if torch else None,
+                "machine_paths": tied,
             }
         )
         return
@@ -57,3 +72,9 @@ def command(profile: str, check_only: bool, as_json: bool) -> None:
         f"[green]✓[/] {verb} {lock.path.name}: {len(lock.packages)} packages"
         f"{torch_text}, lock {lock.short_hash}"
     )
+    if tied:
+        ui.info(
+            f"note: the lock is tied to this machine: {len(tied)} wheel(s) by a local path "
+            f"({', '.join(tied[:2])}{' …' if len(tied) > 2 else ''}); `lock --portable` "
+            "refuses that"
+        )

@@ -33,7 +33,7 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         "uv": ctx.uv,
         "python_version": ctx.python_version,
         "cache_dir": profile.cache_dir,
-        "lock_text": ctx.lock.text,
+        "lock_text": ctx.lock.install_text(),
         "lock_sha256": ctx.lock.sha256,
         "package_count": len(ctx.lock.packages),
         "offline": profile.dependencies.offline,

@@ -45,7 +45,9 @@ def build_snapshot(
         # facts from the same answer (snapshot_doc.observed), so both read it one way.
         probe=state.raw,
         profile={"name": profile.name, "path": str(profile.path), "sha256": profile.sha256},
-        lock={"sha256": ran.sha256, "text": ran.text},
+        # As installed: wheels beside the profile by their absolute path, as the generation's
+        # own copy records them (the snapshot lies elsewhere than the lock).
+        lock={"sha256": ran.sha256, "text": ran.install_text()},
         environ=environ,
         profile_env=profile.env,
         command=command,

@@ -234,6 +234,7 @@ ENVLOCK_TABLE = obj(
         "format": INT,
         "profile": STR,
         "profile-sha256": STR,
+        "inputs-sha256": STR,
         "python-version": PYTHON_VERSION,
         "python-platform": PYTHON_PLATFORM,
         "torch-backend": STR,
