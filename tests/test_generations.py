@@ -93,6 +93,9 @@ def test_rollback_holds_until_apply(
 
     listed = json.loads(envlock("generations", "--json", profile).stdout)
     assert listed["hold"]["generation"].startswith("1-")
+    # Each generation adds only what uv did not hardlink from its cache, as du counts it.
+    for gen in listed["generations"]:
+        assert 0 < gen["adds_bytes"] < gen["bytes"]
     assert [h["action"] for h in listed["history"]][-1] == "rollback"
     assert "held" in envlock("generations", profile).stdout
 

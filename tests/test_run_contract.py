@@ -280,3 +280,22 @@ def test_declining_or_interrupting_the_prompt_changes_nothing(
     code, shown = in_a_terminal(argv, None)
     assert code == 130 and "interrupted: nothing changed" in shown
     assert not (tmp_path / "proj" / "root" / "current").exists()
+
+
+def test_before_any_apply_every_command_says_to_apply(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = write_seed_project(tmp_path / "proj", wheelhouse)
+    assert envlock("lock", profile).returncode == 0
+    check = envlock("check", profile)
+    assert check.returncode == 1 and "nothing applied yet" in check.stdout
+    assert f"fix: `envlock apply {profile}`" in check.stderr
+    rollback = envlock("rollback", profile)
+    assert rollback.returncode == 2 and "nothing applied yet" in rollback.stderr
+    assert "envlock apply" in rollback.stderr and "--resync" not in rollback.stderr
+    snapshot = envlock("snapshot", profile, tmp_path / "ckpt")
+    assert snapshot.returncode == 2 and "nothing applied yet" in snapshot.stderr
+    assert not (tmp_path / "ckpt" / "envlock-snapshot.json").exists()
+    for result in (check, rollback, snapshot):
+        assert "None" not in result.stdout + result.stderr
+        assert "PROFILE" not in result.stdout + result.stderr

@@ -171,6 +171,9 @@ def test_checkpoint_dir_config_is_part_of_the_diff(
         subprocess.run([str(torch_python), "-c", code, str(ckpt / "step10.pt")], check=True)
     groups = groups_of(envlock("diff", "--json", ckpt_a, ckpt_b))
     assert groups["hyperparameters"] == {"run.lr", "checkpoint.args.lr"}
+    # The checkpoint files themselves compare too (with the snapshot beside each).
+    files = groups_of(envlock("diff", "--json", ckpt_a / "step10.pt", ckpt_b / "step10.pt"))
+    assert files["hyperparameters"] == {"run.lr", "checkpoint.args.lr"}
 
 
 def test_apply_from_snapshot_rebuilds_that_environment(

@@ -28,6 +28,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         write_atomic,
     )
     from envlock.agent.files import (
+        own_bytes,
         write_manifest,
     )
     from envlock.agent.probe import (
@@ -157,6 +158,7 @@ def finish_generation(req, gen_dir, action):
         "lock_sha256": req["lock_sha256"],
         "files": count,
         "bytes": size,
+        "own_bytes": own_bytes(gen_dir),
         "python_version": req["python_version"],
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -105,6 +105,12 @@ def write_manifest(venv):
     return len(entries), sum(entry[0] for entry in entries.values())
 
 
+def own_bytes(venv):
+    """The space a venv adds, as du counts it: files no other link holds (uv hardlinks
+    most of them from its cache, which keeps those whatever happens to the venv)."""
+    return sum(stat[0] for stat in walk_files(venv).values() if stat[3] == 1)
+
+
 def verify_files(venv, deep=False):
     """Compare a generation with its manifest.
 

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import click
 from rich.table import Table
 
 from envlock import ui
 from envlock.commands.common import json_option, with_context
+from envlock.errors import UsageError
 from envlock.reconcile.context import Context, gather_state, held_context
 
 
 @click.command("generations")
 @with_context(allow_stale=True)
+@click.option(
+    "--container",
+    is_flag=True,
+    help="List the LXC container's snapshots instead (proxmox-lxc, through the API).",
+)
 @json_option
-def command(ctx: Context, as_json: bool) -> None:
+def command(ctx: Context, container: bool, as_json: bool) -> None:
     """List generations, their locks and which one is active."""
+    if container:
+        list_snapshots(ctx, as_json)
+        return
     state = gather_state(ctx, verify=False)  # listing needs no file verification
     hold = state.hold if held_context(ctx, state) else None
     rows = [
@@ -27,6 +38,7 @@ def command(ctx: Context, as_json: bool) -> None:
             "built": g.meta.get("built"),
             "files": g.meta.get("files"),
             "bytes": g.meta.get("bytes"),
+            "adds_bytes": g.meta.get("own_bytes"),
             "matches_lock": g.lock_hash == ctx.lock.short_hash,
             "held": hold is not None and g.name == hold.generation,
         }
@@ -46,7 +58,7 @@ def command(ctx: Context, as_json: bool) -> None:
         ui.out.print("no generations yet: run `envlock apply`")
         return
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("", "gen", "lock", "built", "files", "size", "note"):
+    for column in ("", "gen", "lock", "built", "files", "size", "adds", "note"):
         table.add_column(column)
     for row in rows:
         note = "incomplete" if not row["complete"] else ""
@@ -61,6 +73,34 @@ def command(ctx: Context, as_json: bool) -> None:
             str(row["built"] or ""),
             str(row["files"] or ""),
             ui.size(int(row["bytes"])) if row["bytes"] else "",
+            ui.size(int(row["adds_bytes"])) if row["adds_bytes"] is not None else "",
+            note,
+        )
+    ui.out.print(table)
+
+
+def list_snapshots(ctx: Context, as_json: bool) -> None:
+    """The container's snapshots, oldest first, with the generation and lock in each."""
+    provisioner = ctx.provisioner
+    if provisioner is None:
+        raise UsageError("--container needs a proxmox-lxc target with a [container] table")
+    snaps = provisioner.snapshots()
+    if as_json:
+        ui.emit_json({"container": provisioner.describe(), "snapshots": [asdict(s) for s in snaps]})
+        return
+    if not snaps:
+        ui.out.print(f"{provisioner.describe()} has no snapshots")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("snapshot", "taken (UTC)", "generation", "lock", "note"):
+        table.add_column(column)
+    for snap in snaps:
+        note = "kept by keep-snapshots" if snap.ours else "not envlock's: never pruned"
+        table.add_row(
+            ui.escape(snap.name),
+            snap.taken,
+            ui.escape(snap.generation),
+            ui.escape(snap.lock),
             note,
         )
     ui.out.print(table)

@@ -27,13 +27,16 @@ from envlock.reconcile.state import State
 )
 @click.option(
     "--container",
-    "container_snapshot",
-    is_flag=False,
-    flag_value="",
-    default=None,
-    metavar="[SNAPSHOT]",
-    help="Roll the LXC container back through the Proxmox API to SNAPSHOT "
-    "(default: the newest envlock snapshot).",
+    is_flag=True,
+    help="Roll the LXC container back through the Proxmox API to its newest envlock "
+    "snapshot (or --snapshot NAME).",
+)
+@click.option(
+    "--snapshot",
+    "snapshot_name",
+    metavar="NAME",
+    help="With --container: the snapshot to roll back to (`envlock generations "
+    "--container` lists them).",
 )
 @click.option("--deep", is_flag=True, help="--resync: re-hash every file to find what to fix.")
 @json_option
@@ -41,17 +44,22 @@ def command(
     ctx: Context,
     to: int | None,
     resync: bool,
-    container_snapshot: str | None,
+    container: bool,
+    snapshot_name: str | None,
     deep: bool,
     as_json: bool,
 ) -> None:
     """Switch back to the previous generation (milliseconds), or --resync the active one."""
     started = time.perf_counter()
-    if container_snapshot is not None:
+    if snapshot_name is not None and not container:
+        raise UsageError(
+            "--snapshot goes with --container", hint=f"--container --snapshot {snapshot_name}"
+        )
+    if container:
         provisioner = ctx.provisioner
         if provisioner is None:
             raise UsageError("--container needs a proxmox-lxc target with a [container] table")
-        name = provisioner.rollback(container_snapshot or None, None if as_json else ui.info)
+        name = provisioner.rollback(snapshot_name, None if as_json else ui.info)
         if as_json:
             ui.emit_json({"container_snapshot": name})
         else:
@@ -65,6 +73,11 @@ def command(
     else:
         # A switch needs only the generations and their history: no file verification.
         state = gather_state(ctx, verify=False)
+        if not any(g.complete for g in state.generations):
+            raise UsageError(
+                "nothing applied yet: no generation to roll back to",
+                hint=f"run `envlock apply {ui.shown_path(ctx.profile.path)}` first",
+            )
         plan = plan_rollback(state, to)
     answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
     if resync and not plan.empty:

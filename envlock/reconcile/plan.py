@@ -185,7 +185,7 @@ def plan_rollback(state: State, to: int | None) -> Plan:
     if not complete:
         raise UsageError(
             "nothing applied yet: no generation to roll back to",
-            hint="run `envlock apply PROFILE` first",
+            hint="run `envlock apply` first",
         )
     if to is not None:
         chosen = next((g for g in complete if g.number == to), None)

@@ -131,9 +131,15 @@ def load_side(path: str) -> Side:
     if target.suffix == ".json":
         snapshot = load_snapshot(target)
         return Side(str(target), snapshot_lock(snapshot, target), snapshot)
+    if target.name.endswith(CHECKPOINT_SUFFIXES):
+        # A checkpoint file: its own config, and the snapshot beside it when there is one.
+        beside = target.parent / SNAPSHOT_FILE
+        snapshot = load_snapshot(beside) if beside.exists() else None
+        lock = snapshot_lock(snapshot, beside) if snapshot is not None else None
+        return Side(str(target), lock, snapshot, read_checkpoint_config(target))
     raise UsageError(
-        f"{target}: not a snapshot, checkpoint directory or lock",
-        hint="pass envlock-snapshot.json, a checkpoint dir or pylock.<name>.toml",
+        f"{target}: not a snapshot, checkpoint or lock",
+        hint="pass envlock-snapshot.json, a checkpoint file or dir, or pylock.<name>.toml",
     )
 
 

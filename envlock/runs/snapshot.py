@@ -62,6 +62,11 @@ def build_snapshot(
 def take_snapshot(ctx: Context, *, command: list[str], config: Any = None) -> dict[str, Any]:
     """Gather (metadata only: no file hashing, no torch import) and build a snapshot."""
     state = gather_state(ctx, verify=False, warmth=True, lock=True)
+    if state.current_generation is None:
+        raise UsageError(
+            "nothing applied yet: there is no environment to record",
+            hint=f"run `envlock apply {ctx.profile.path}` first",
+        )
     return snapshot_of(ctx, state, command=command, config=config)
 
 
