@@ -428,7 +428,7 @@ class _ProfileReader:
                 f'target type is "{target.type}"',
                 hint="remove [container] or set [target] type",
             )
-        container: Container = target.kind.read_container(t)
+        container: Container = target.kind.read_container(t, target.settings)
         return container
 
     # -- [cache], [env], [scripts] ----------------------------------------------------------

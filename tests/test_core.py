@@ -290,7 +290,7 @@ def test_each_kind_is_found(
 
 def test_every_declared_kind_has_a_case() -> None:
     # Container kinds come from the provisioner, not from compute_drift.
-    covered = {c[0] for c in CASES} | {"container", "container-config"}
+    covered = {c[0] for c in CASES} | {"container", "container-config", "container-restart"}
     assert covered == set(KIND)
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import socket
 import traceback
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,9 @@ from envlock.proxmox.config import (
 )
 from envlock.proxmox.containers import ensure_container
 from envlock.proxmox.guest import container_status
+from envlock.proxmox.provision import LxcProvisioner, snapshot_name
 from envlock.proxmox.settings import Container, LxcSettings, Mount
-from envlock.proxmox.snapshots import list_snapshots, rollback, snapshot
+from envlock.proxmox.snapshots import SNAPSHOT_NAME, list_snapshots, rollback, snapshot
 from envlock.proxmox.tasks import TaskFailed, TaskResult, TaskTimeout
 from envlock.targets.ssh import SshSettings
 
@@ -484,6 +486,113 @@ def test_snapshot_errors(session: ProxmoxSession, target: LxcSettings) -> None:
     error = fails(TaskFailed, lambda: snapshot(session, target, "one"), "already used", "UPID:")
     assert error.hint and "another snapshot name" in error.hint
     fails(UsageError, lambda: rollback(session, target, "two"), "no snapshot 'two'")
+
+
+# -- the provisioner: one session, snapshots per apply, restarts ---------------------------
+
+
+def logins(fakepve: Any) -> int:
+    """Password logins seen by the fake API (a token needs none)."""
+    return sum(1 for m, path, _ in fakepve.requests if (m, path) == ("POST", LOGIN_PATH))
+
+
+LOGIN_PATH = "/api2/json/access/ticket"
+
+
+def provisioner(target: LxcSettings, **changes: Any) -> LxcProvisioner:
+    return LxcProvisioner(target, dataclasses.replace(CONTAINER, **changes))
+
+
+def test_one_login_per_provisioner(target: LxcSettings, fakepve: Any) -> None:
+    before = logins(fakepve)
+    lxc = provisioner(target, snapshot_before_apply=True)
+    assert lxc.check().exists is False
+    lxc.provision(restart=False, on_progress=None)
+    assert lxc.snapshot(generation="none", lock="", applying="abc", on_progress=None)
+    lxc.check()
+    lxc.snapshots()
+    assert logins(fakepve) - before == 1
+
+
+def test_snapshot_names_are_unique_per_apply_and_valid() -> None:
+    now = datetime(2026, 11, 2, 12, 30, 5, tzinfo=timezone.utc)
+    first = snapshot_name("3-0123456789abcdef", now, set())
+    assert first == "envlock-3-20261102123005"
+    assert snapshot_name("3-0123456789abcdef", now, {first}) == first + "-2"
+    assert snapshot_name("none", now, set()) == "envlock-none-20261102123005"
+    assert snapshot_name(None, now, set()) == "envlock-unknown-20261102123005"
+    # A long generation number is cut, never the timestamp; many collisions stay short.
+    taken = {"envlock-123456789012-20261102123005"}
+    taken |= {f"envlock-123456789012-20261102123005-{n}" for n in range(2, 12)}
+    crowded = snapshot_name("12345678901234567-x", now, taken)
+    assert crowded == "envlock-123456789012-20261102123005-12"
+    assert len(crowded) <= 40 and SNAPSHOT_NAME.match(crowded)
+
+
+def test_each_apply_snapshots_once_and_lists_its_generation_and_lock(
+    target: LxcSettings, fakepve: Any
+) -> None:
+    lxc = provisioner(target, snapshot_before_apply=True)
+    lxc.provision(restart=False, on_progress=None)
+    # The same generation twice (a resync, a script deploy): two snapshots, no collision.
+    names = [
+        lxc.snapshot(generation="2-abc123", lock="abc123", applying="abc123", on_progress=None)
+        for _ in range(2)
+    ]
+    assert len(set(names)) == 2 and all(n and n.startswith("envlock-2-") for n in names)
+    listed = lxc.snapshots()
+    assert [(s.name, s.generation, s.lock, s.ours) for s in listed] == [
+        (name, "2-abc123", "abc123", True) for name in names
+    ]
+    assert all(s.taken for s in listed)
+
+
+def test_no_snapshot_unless_the_profile_asks(target: LxcSettings, fakepve: Any) -> None:
+    lxc = provisioner(target)
+    lxc.provision(restart=False, on_progress=None)
+    assert lxc.snapshot(generation="1-a", lock="a", applying="b", on_progress=None) is None
+    assert fakepve.ct(VMID).snapshots == {}
+
+
+def test_keep_snapshots_prunes_only_envlock_s_own(
+    session: ProxmoxSession, target: LxcSettings, fakepve: Any
+) -> None:
+    lxc = provisioner(target, snapshot_before_apply=True, keep_snapshots=2)
+    lxc.provision(restart=False, on_progress=None)
+    snapshot(session, target, "before-upgrade", "taken by hand")
+    said: list[str] = []
+    names = [
+        lxc.snapshot(generation=f"{n}-abc", lock="abc", applying="abc", on_progress=said.append)
+        for n in range(1, 5)
+    ]
+    left = [s.name for s in list_snapshots(session, target)]
+    assert left == ["before-upgrade", *names[2:]]
+    assert any(f"deleting LXC snapshot {names[0]}" in line for line in said)
+    # rollback without a name picks the newest of envlock's own
+    assert lxc.rollback(None, None) == names[-1]
+
+
+def test_a_change_waiting_for_a_restart_is_drift_until_restarted(
+    target: LxcSettings, fakepve: Any
+) -> None:
+    lxc = provisioner(target)
+    lxc.provision(restart=False, on_progress=None)
+    assert lxc.check().drifts == ()
+    bigger = provisioner(target, features=("nesting=1",))
+    report = bigger.provision(restart=False, on_progress=None)
+    assert report[-1].endswith("at its next restart: `envlock apply --restart`")
+    drift = bigger.check().drifts
+    assert [(d.kind, d.subject) for d in drift] == [("container-restart", "features")]
+    assert drift[0].detail == (
+        "features keyctl=1,nesting=1 → nesting=1 takes effect after a restart: "
+        "`envlock apply --restart`"
+    )
+    said: list[str] = []
+    report = bigger.provision(restart=True, on_progress=said.append)
+    assert "restarted container 200: features took effect" in report
+    assert any("restarting container 200" in line for line in said)
+    assert bigger.check().drifts == ()
+    assert fakepve.ct(VMID).config["features"] == "nesting=1"
 
 
 # -- faults -----------------------------------------------------------------------------

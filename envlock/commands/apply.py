@@ -1,14 +1,16 @@
 """`envlock apply PROFILE`: converge the target to the lock (or to a snapshot's lock).
 
 For a proxmox-lxc target the container comes first: created, started and configured through
-the Proxmox API (after an LXC snapshot, when the profile asks for one); then the environment
-inside it is planned and converged like on any other target.
+the Proxmox API; then the environment inside it is planned and converged like on any other
+target. When the profile asks for snapshots, the container is snapshotted once, before the
+first change of this apply, whatever that change is.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 import click
 
@@ -29,6 +31,7 @@ from envlock.reconcile.plan import Plan, make_plan
 from envlock.reconcile.state import State
 from envlock.runs.snapshot import context_from_snapshot, snapshot_compatibility
 from envlock.runs.snapshot_file import load_snapshot
+from envlock.targets.base import ContainerCheck
 
 
 @click.command("apply")
@@ -49,6 +52,11 @@ from envlock.runs.snapshot_file import load_snapshot
 @click.option(
     "--deep", is_flag=True, help="Re-hash every file first, and repair whatever that finds."
 )
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="Restart the container when config changes wait for its next start (proxmox-lxc).",
+)
 @json_option
 def command(
     profile: str,
@@ -57,6 +65,7 @@ def command(
     snapshot_dir: str | None,
     force: bool,
     deep: bool,
+    restart: bool,
     as_json: bool,
 ) -> None:
     """Converge the target to the lock: provision, build, switch, deploy, link."""
@@ -70,14 +79,19 @@ def command(
     progress = progress_printer(as_json)
     report: list[str] = []
     provisioner = ctx.provisioner
+    if restart and provisioner is None:
+        raise UsageError("--restart needs a proxmox-lxc target with a [container] table")
     container = check_container(ctx)
+    snapshotted = False
     if provisioner is not None and container is not None and not container.running:
         # Nothing inside can be planned before the container runs: provision it first.
         show_container_steps(list(container.drifts), as_json)
         confirm(yes)
         yes = True
-        label = ctx.lock.short_hash if container.exists else None
-        report += provisioner.provision(snapshot_label=label, on_progress=progress)
+        click.get_current_context().meta[INTERRUPTED] = interrupted_note(ctx)
+        report += snapshot_first(ctx, None, progress)
+        snapshotted = True
+        report += provisioner.provision(restart=restart, on_progress=progress)
         container = None
     state, drifts = check(ctx, deep=deep, hold=False)  # apply returns to the profile's lock
     if snapshot_dir:
@@ -85,10 +99,11 @@ def command(
     plan = make_plan(ctx.expectation(), state, drifts)
     if snapshot_dir:
         plan = without_mismatched_scripts(ctx, plan)
-    container_steps = list(container.drifts) if container is not None else []
+    container_steps = container_changes(container, restart)
+    report += waiting_for_restart(container, restart)
     if plan.empty and not container_steps:
         if as_json:
-            ui.emit_json({**plan_json(plan), "applied": bool(report), "container": report})
+            ui.emit_json({**plan_json(plan), "applied": snapshotted, "container": report})
         else:
             for line in report:
                 ui.out.print(f"  container: {ui.escape(line)}")
@@ -99,9 +114,10 @@ def command(
         print_plan(plan)
     confirm(yes)
     click.get_current_context().meta[INTERRUPTED] = interrupted_note(ctx)
+    if not snapshotted:
+        report += snapshot_first(ctx, state, progress)
     if container_steps and provisioner is not None:
-        label = target_generation(plan, state)
-        report += provisioner.provision(snapshot_label=label, on_progress=progress)
+        report += provisioner.provision(restart=restart, on_progress=progress)
     answer = execute(ctx, plan, wait=not no_wait, on_progress=progress)
     kinds = {a.kind for a in plan.actions}
     if "switch" in kinds and "build" not in kinds:
@@ -154,7 +170,11 @@ def confirm(yes: bool) -> None:
 
 
 def interrupted_note(ctx: Context) -> str:
-    """What an interrupt during the apply leaves, and what cleans it up."""
+    """What an interrupt during the apply leaves, and what cleans it up.
+
+    envlock does not stop a remote agent: it runs under the root's lock and either
+    finishes or leaves the root as it was (the switch is atomic), so saying so is safer
+    than killing it between two of its steps."""
     note = (
         "the active generation is untouched (the switch is atomic); a half-built "
         "generation is removed by the next `envlock apply`"
@@ -162,23 +182,51 @@ def interrupted_note(ctx: Context) -> str:
     if ctx.profile.target.remote:
         note += (
             "; the agent on the target may still be finishing under the root's lock: "
-            "`envlock check` shows where it ended"
+            "`envlock check` shows where it ended, and a new `envlock apply` waits for it"
+        )
+    if ctx.provisioner is not None:
+        note += (
+            "; a Proxmox task already started (snapshot, config change, start) goes on on the node"
         )
     return note
+
+
+def snapshot_first(
+    ctx: Context, state: State | None, on_progress: Callable[[str], None] | None
+) -> list[str]:
+    """The container's snapshot before this apply changes anything (once per apply), named
+    after the generation active in it (unknown while the container is stopped)."""
+    if ctx.provisioner is None:
+        return []
+    active = state.current_generation if state is not None else None
+    generation = None if state is None else (active.name if active else "none")
+    name = ctx.provisioner.snapshot(
+        generation=generation,
+        lock=active.lock_hash if active else "",
+        applying=ctx.lock.short_hash,
+        on_progress=on_progress,
+    )
+    return [f"snapshot {name}"] if name else []
+
+
+def container_changes(container: ContainerCheck | None, restart: bool) -> list[Drift]:
+    """What apply changes about the container: a pending restart only when asked."""
+    if container is None:
+        return []
+    return [d for d in container.drifts if restart or d.kind != "container-restart"]
+
+
+def waiting_for_restart(container: ContainerCheck | None, restart: bool) -> list[str]:
+    """Changes the container takes at its next start, said when apply leaves them."""
+    if container is None or restart:
+        return []
+    return [d.detail for d in container.drifts if d.kind == "container-restart"]
 
 
 def show_container_steps(drifts: list[Drift], as_json: bool) -> None:
     if drifts and not as_json:
         ui.out.print(f"[bold]container: {len(drifts)} change(s)[/]")
         ui.out.print(drift_table(drifts))
-
-
-def target_generation(plan: Plan, state: State) -> str:
-    """The generation this apply ends on (the LXC snapshot is named after it)."""
-    for action in plan.actions:
-        if action.kind in ("build", "switch"):
-            return str(action.args["name"])
-    return state.current or "current"
 
 
 def refuse_incompatible(ctx: Context, snapshot_dir: str, state: State) -> None:

@@ -11,7 +11,7 @@ import click
 from envlock import ui
 from envlock.commands.common import drift_table, print_fixes, with_context
 from envlock.errors import UsageError
-from envlock.reconcile.context import Context, check, hold_notice
+from envlock.reconcile.context import Context, check, check_container, hold_notice
 from envlock.reconcile.kinds import Drift, blocking
 from envlock.runs.environment import (
     SCRUBBED,
@@ -64,7 +64,11 @@ def command(
         raise UsageError("no command given", hint="envlock run PROFILE -- python train.py")
     # A snapshot records the cache's warmth and the active generation's own lock.
     wanted = bool(snapshot_dir)
+    container = check_container(ctx)  # the container's drift refuses a run like any other
+    if container is not None and not container.running:
+        refuse(ctx, "the container is not running", list(container.drifts))
     state, drifts = check(ctx, deep=deep, warmth=wanted, lock=wanted)
+    drifts = [*(container.drifts if container else ()), *drifts]
     refusing = blocking(drifts)
     if state.current is None or not state.in_generation:
         refuse(ctx, "no working environment on the target", drifts)

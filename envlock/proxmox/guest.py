@@ -84,6 +84,45 @@ def pending_keys(session: ProxmoxSession, node: str, vmid: int) -> tuple[str, ..
     return tuple(sorted(keys, key=natural))
 
 
+@dataclass(frozen=True)
+class PendingChange:
+    """A config change a running container takes only at its next start."""
+
+    key: str
+    current: str | None  # None: not set now
+    pending: str | None  # None: deleted at the next start
+
+    def describe(self) -> str:
+        return f"{self.key} {self.current or 'unset'} → {self.pending or 'unset'}"
+
+
+def pending_changes(session: ProxmoxSession, node: str, vmid: int) -> tuple[PendingChange, ...]:
+    """What the running container takes at its next start, key by key."""
+    with api_call(session, f"reading the pending changes of container {vmid}"):
+        items = session.api.nodes(node).lxc(vmid).pending.get()
+    changes = [
+        PendingChange(
+            key=str(item["key"]),
+            current=None if item.get("value") is None else str(item["value"]),
+            pending=None if item.get("delete") else str(item["pending"]),
+        )
+        for item in items or []
+        if "pending" in item or item.get("delete")
+    ]
+    return tuple(sorted(changes, key=lambda c: natural(c.key)))
+
+
+def reboot_container(
+    session: ProxmoxSession, node: str, vmid: int, timeout: float, say: Progress
+) -> None:
+    """Shut the container down and start it again: it takes its pending changes."""
+    what = f"restarting container {vmid} on node {node}"
+    say(what)
+    with api_call(session, what):
+        upid = session.api.nodes(node).lxc(vmid).status.reboot.post()
+    run_task(session, upid, what=what, timeout=timeout)
+
+
 def start_container(
     session: ProxmoxSession, node: str, vmid: int, timeout: float, say: Progress
 ) -> None:

@@ -2,22 +2,41 @@
 
 The Proxmox API (proxmox/containers, snapshots, guest) creates, starts, configures and
 snapshots the container; everything inside it goes through the pct transport like any
-other target.
+other target. One provisioner serves one command, over one API session.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 from envlock.errors import UsageError
-from envlock.proxmox.api import connect
+from envlock.proxmox.api import ProxmoxSession, connect
 from envlock.proxmox.config import config_differences, desired_config
 from envlock.proxmox.containers import ensure_container
-from envlock.proxmox.guest import container_status, read_config
+from envlock.proxmox.guest import (
+    TASK_TIMEOUT,
+    container_status,
+    pending_changes,
+    quiet,
+    read_config,
+    reboot_container,
+)
 from envlock.proxmox.settings import Container, LxcSettings
-from envlock.proxmox.snapshots import list_snapshots, rollback, snapshot
+from envlock.proxmox.snapshots import (
+    SNAPSHOT_NAME,
+    SnapshotInfo,
+    delete_snapshot,
+    list_snapshots,
+    rollback,
+    snapshot,
+)
 from envlock.reconcile.kinds import Drift
-from envlock.targets.base import ContainerCheck
+from envlock.targets.base import ContainerCheck, ContainerSnapshot
+
+PREFIX = "envlock-"  # envlock's own snapshots; keep-snapshots never touches the others
+RESTART_FIX = "takes effect after a restart: `envlock apply --restart`"
 
 
 class LxcProvisioner:
@@ -27,16 +46,24 @@ class LxcProvisioner:
         assert settings.vmid is not None and settings.node is not None
         self.settings = settings
         self.container = container
+        self._session: ProxmoxSession | None = None
+
+    @property
+    def session(self) -> ProxmoxSession:
+        """One login per command: check, snapshot and provision share it."""
+        if self._session is None:
+            self._session = connect(self.settings)
+        return self._session
 
     def describe(self) -> str:
         return f"container {self.settings.vmid} on {self.settings.node}"
 
     def check(self) -> ContainerCheck:
-        """Compare the container's config (through the API) with the profile's [container]."""
+        """Compare the container's config (through the API) with the profile's [container];
+        a running container's changes that wait for its next start are drift of their own."""
         target = self.settings
         assert target.vmid is not None and target.node is not None
-        session = connect(target)
-        status = container_status(session, target)
+        status = container_status(self.session, target)
         subject = self.describe()
         if not status.exists:
             drift = Drift(
@@ -44,9 +71,10 @@ class LxcProvisioner:
             )
             return ContainerCheck(False, False, (drift,))
         drifts = []
-        if status.status != "running":
+        running = status.status == "running"
+        if not running:
             drifts.append(Drift("container", subject, "running", status.status, "apply starts it"))
-        actual = read_config(session, target.node, target.vmid)
+        actual = read_config(self.session, target.node, target.vmid)
         for diff in config_differences(desired_config(self.container), actual):
             how = (
                 "apply changes it through the API"
@@ -56,42 +84,86 @@ class LxcProvisioner:
             drifts.append(
                 Drift("container-config", diff.key, show(diff.expected), show(diff.actual), how)
             )
-        return ContainerCheck(True, status.status == "running", tuple(drifts))
+        if running:
+            for change in pending_changes(self.session, target.node, target.vmid):
+                drifts.append(
+                    Drift(
+                        "container-restart",
+                        change.key,
+                        show(change.pending),
+                        show(change.current),
+                        f"{change.describe()} {RESTART_FIX}",
+                    )
+                )
+        return ContainerCheck(True, running, tuple(drifts))
 
-    def provision(
-        self, *, snapshot_label: str | None, on_progress: Callable[[str], None] | None
-    ) -> list[str]:
-        """Snapshot (when asked and possible), then create/start/fix the container."""
-        session = connect(self.settings)
-        done = []
-        snapshot_first = None
-        if self.container.snapshot_before_apply and snapshot_label:
-            snapshot_first = snapshot_name(snapshot_label)
-        if snapshot_first and container_status(session, self.settings).exists:
-            if on_progress:
-                on_progress(f"taking LXC snapshot {snapshot_first}")
-            snapshot(session, self.settings, snapshot_first, "envlock: before apply")
-            done.append(f"snapshot {snapshot_first}")
-        report = ensure_container(session, self.settings, self.container, on_progress=on_progress)
-        return done + report.describe()
+    def snapshot(
+        self,
+        *,
+        generation: str | None,
+        lock: str,
+        applying: str,
+        on_progress: Callable[[str], None] | None,
+    ) -> str | None:
+        """Snapshot the container before an apply changes it (when the profile asks and the
+        container exists), then prune envlock's own snapshots beyond keep-snapshots."""
+        if not self.container.snapshot_before_apply:
+            return None
+        if not container_status(self.session, self.settings).exists:
+            return None  # nothing to go back to
+        say = on_progress or quiet
+        taken = {s.name for s in list_snapshots(self.session, self.settings)}
+        name = snapshot_name(generation, datetime.now(timezone.utc), taken)
+        say(f"taking LXC snapshot {name}")
+        description = snapshot_description(generation, lock, applying)
+        snapshot(self.session, self.settings, name, description, on_progress=say)
+        self.prune(say)
+        return name
+
+    def prune(self, say: Callable[[str], None]) -> None:
+        """Delete envlock's oldest snapshots beyond keep-snapshots; never anyone else's."""
+        ours = [s for s in list_snapshots(self.session, self.settings) if is_ours(s.name)]
+        for old in ours[: max(0, len(ours) - self.container.keep_snapshots)]:
+            say(
+                f"deleting LXC snapshot {old.name} (keep-snapshots = "
+                f"{self.container.keep_snapshots})"
+            )
+            delete_snapshot(self.session, self.settings, old.name)
+
+    def provision(self, *, restart: bool, on_progress: Callable[[str], None] | None) -> list[str]:
+        """Create/start/fix the container; with `restart`, restart it when config changes
+        wait for its next start."""
+        say = on_progress or quiet
+        report = ensure_container(
+            self.session, self.settings, self.container, on_progress=on_progress
+        )
+        done = report.describe()
+        if report.pending_restart and restart:
+            node, vmid = report.node, report.vmid
+            reboot_container(self.session, node, vmid, TASK_TIMEOUT, say)
+            keys = ", ".join(report.pending_restart)
+            done = [line for line in done if "next restart" not in line]
+            done.append(f"restarted container {vmid}: {keys} took effect")
+        elif report.pending_restart:
+            done[-1] += ": `envlock apply --restart`"
+        return done
+
+    def snapshots(self) -> list[ContainerSnapshot]:
+        """The container's snapshots, oldest first, with what envlock recorded in each."""
+        return [listed(s) for s in list_snapshots(self.session, self.settings)]
 
     def rollback(self, name: str | None, on_progress: Callable[[str], None] | None) -> str:
         """Roll the container back to snapshot `name` (default: the newest envlock one)."""
-        session = connect(self.settings)
         if not name:
-            ours = [
-                s.name
-                for s in list_snapshots(session, self.settings)
-                if s.name.startswith("envlock-")
-            ]
+            ours = [s.name for s in list_snapshots(self.session, self.settings) if is_ours(s.name)]
             if not ours:
                 raise UsageError(
                     f"container {self.settings.vmid} has no envlock snapshot",
                     hint="set snapshot-before-apply = true in [container], or name "
-                    "a snapshot: --container NAME",
+                    "a snapshot: --container --snapshot NAME",
                 )
             name = ours[-1]
-        rollback(session, self.settings, name, on_progress=on_progress)
+        rollback(self.session, self.settings, name, on_progress=on_progress)
         return name
 
 
@@ -99,6 +171,45 @@ def show(value: object) -> str:
     return "unset" if value is None else str(value)
 
 
-def snapshot_name(generation: str) -> str:
-    """A PVE snapshot name for a generation: a letter first, [A-Za-z0-9_-], ≤ 40 chars."""
-    return f"envlock-{generation}"[:40]
+def is_ours(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def snapshot_name(generation: str | None, now: datetime, taken: set[str]) -> str:
+    """`envlock-<generation number>-<UTC yyyymmddHHMMSS>`, unique among `taken`: PVE wants
+    a letter first, then [A-Za-z0-9_-], at most 40 characters in all."""
+    number = "unknown" if generation is None else generation.split("-", 1)[0] or "none"
+    number = re.sub(r"[^A-Za-z0-9_]", "_", number)[:12]
+    base = f"{PREFIX}{number}-{now.strftime('%Y%m%d%H%M%S')}"
+    name, count = base, 1
+    while name in taken:  # two applies within one second
+        count += 1
+        name = f"{base}-{count}"
+    assert SNAPSHOT_NAME.match(name), name
+    return name
+
+
+def snapshot_description(generation: str | None, lock: str, applying: str) -> str:
+    """What the snapshot holds, in lines `snapshots()` reads back."""
+    return "\n".join(
+        [
+            "envlock: taken before an apply",
+            f"generation: {generation or 'unknown (the container was stopped)'}",
+            f"lock: {lock or 'unknown'}",
+            f"applying: {applying}",
+        ]
+    )
+
+
+def listed(snap: SnapshotInfo) -> ContainerSnapshot:
+    fields = dict(re.findall(r"^(generation|lock): (.*)$", snap.description, re.M))
+    taken = ""
+    if snap.snaptime:
+        taken = datetime.fromtimestamp(snap.snaptime, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return ContainerSnapshot(
+        name=snap.name,
+        taken=taken,
+        generation=fields.get("generation", ""),
+        lock=fields.get("lock", ""),
+        ours=is_ours(snap.name),
+    )

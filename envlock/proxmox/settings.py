@@ -57,16 +57,18 @@ class Container:
 
 
 def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
+    """ssh, pct and vmid reach the container; the API keys are checked when given and
+    required only with a [container] (`require_api_settings`)."""
     ssh = read_ssh_settings(t, local_path)
-    api_url = t.text("api-url")
-    if not re.match(r"^https://[^/\s]+", api_url):
+    api_url = t.text("api-url", None)
+    if api_url is not None and not re.match(r"^https://[^/\s]+", api_url):
         t.fail(
             "api-url",
             f"expected an https:// URL of the Proxmox API, found {shown(api_url)}",
             hint='e.g. "https://pve1.example:8006"',
         )
-    node = t.text("node")
-    if not NODE_RE.fullmatch(node):
+    node = t.text("node", None)
+    if node is not None and not NODE_RE.fullmatch(node):
         t.fail(
             "node",
             f'expected a Proxmox node name (letters, digits and "-"), found {shown(node)}',
@@ -99,16 +101,30 @@ def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
 
 
 def read_secret_typo(t: Table) -> None:
-    """Neither secret-env nor secret-file: name a misspelling of either, else say why."""
+    """Neither secret-env nor secret-file: name a misspelling of either (both are optional
+    without a [container], so the unknown-key check alone would come too late to say so)."""
     for key in ("secret-env", "secret-file"):
         if t.misspelling_of(key) is not None:
             t.missing(key)
-    t.fail(
-        "secret-env",
-        "missing: the Proxmox secret must come from an environment "
-        "variable or a file, never from the profile",
-        hint='add `secret-env = "PVE_TOKEN_SECRET"` or `secret-file = "..."`',
-    )
+
+
+def require_api_settings(settings: LxcSettings, container: Table) -> None:
+    """A [container] is created, configured and snapshotted through the Proxmox API: then
+    [target] must say where the API is, which node, and where its secret comes from.
+    (A misspelt key was named by [target]'s unknown-key check before this runs.)"""
+    target = Table(container.path, "target", {})
+    why = "a [container] is managed through the Proxmox API"
+    if settings.api_url is None:
+        target.missing("api-url", why)
+    if settings.node is None:
+        target.missing("node", why)
+    if settings.secret_env is None and settings.secret_file is None:
+        target.fail(
+            "secret-env",
+            f"missing: {why}, whose secret must come from an environment "
+            "variable or a file, never from the profile",
+            hint='add `secret-env = "PVE_TOKEN_SECRET"` or `secret-file = "..."`',
+        )
 
 
 def read_container(t: Table) -> Container:

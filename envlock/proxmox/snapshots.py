@@ -38,6 +38,7 @@ def snapshot(
     description: str = "",
     *,
     timeout: float = TASK_TIMEOUT,
+    on_progress: Progress | None = None,
 ) -> SnapshotInfo:
     """Take an LXC snapshot of the container and wait for it."""
     node, vmid = where(target)
@@ -50,6 +51,7 @@ def snapshot(
     params = {"snapname": name, "description": description}
     with api_call(session, what, params):
         upid = session.api.nodes(node).lxc(vmid).snapshot.post(**params)
+    (on_progress or quiet)(f"waiting for task {upid}")
     run_task(session, upid, what=what, timeout=timeout, hint=_snapshot_hint)
     for snap in list_snapshots(session, target):
         if snap.name == name:
@@ -73,6 +75,17 @@ def list_snapshots(session: ProxmoxSession, target: LxcSettings) -> list[Snapsho
         if item.get("name") != "current"
     ]
     return sorted(snaps, key=lambda s: (s.snaptime or 0, s.name))
+
+
+def delete_snapshot(
+    session: ProxmoxSession, target: LxcSettings, name: str, *, timeout: float = TASK_TIMEOUT
+) -> None:
+    """Delete one snapshot of the container and wait for it."""
+    node, vmid = where(target)
+    what = f"deleting snapshot {name!r} of container {vmid}"
+    with api_call(session, what):
+        upid = session.api.nodes(node).lxc(vmid).snapshot(name).delete()
+    run_task(session, upid, what=what, timeout=timeout)
 
 
 def rollback(

@@ -37,6 +37,8 @@ class Kind:
 KINDS: tuple[Kind, ...] = (
     Kind("container", Repair.PROVISION),
     Kind("container-config", Repair.PROVISION),
+    # A config change the running container takes only at its next start.
+    Kind("container-restart", Repair.PROVISION, fix="envlock apply --restart {profile}"),
     Kind("uv", Repair.INSTALL_UV),
     Kind("no-environment", Repair.SWITCH),
     Kind("interpreter", Repair.SWITCH),

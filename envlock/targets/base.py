@@ -83,6 +83,17 @@ class ContainerCheck:
     drifts: tuple[Drift, ...]
 
 
+@dataclass(frozen=True)
+class ContainerSnapshot:
+    """A snapshot of the container, as `envlock generations --container` lists it."""
+
+    name: str
+    taken: str  # UTC "YYYY-MM-DD HH:MM:SS", or "" when the API did not say
+    generation: str  # the generation active in it: a name, "none", or "unknown"
+    lock: str  # that generation's lock ("" when unknown)
+    ours: bool  # envlock's own (named envlock-…): the only ones keep-snapshots prunes
+
+
 class Provisioner(Protocol):
     """The container (or machine) around an environment: checked, provisioned, rolled back."""
 
@@ -90,12 +101,25 @@ class Provisioner(Protocol):
 
     def check(self) -> ContainerCheck: ...
 
-    def provision(
-        self, *, snapshot_label: str | None, on_progress: Callable[[str], None] | None
-    ) -> list[str]:
-        """Bring the container to the profile; first snapshot it (named after
-        `snapshot_label`) when the profile asks for snapshots before changes."""
+    def snapshot(
+        self,
+        *,
+        generation: str | None,
+        lock: str,
+        applying: str,
+        on_progress: Callable[[str], None] | None,
+    ) -> str | None:
+        """Before an apply changes anything, snapshot the container when the profile asks
+        for it (and prune envlock's oldest); returns the snapshot's name, or None.
+        `generation` is the active one ("none"), None when it could not be read."""
         ...
+
+    def provision(self, *, restart: bool, on_progress: Callable[[str], None] | None) -> list[str]:
+        """Bring the container to the profile; with `restart`, restart it when config
+        changes wait for its next start."""
+        ...
+
+    def snapshots(self) -> list[ContainerSnapshot]: ...
 
     def rollback(self, name: str | None, on_progress: Callable[[str], None] | None) -> str: ...
 
@@ -108,8 +132,9 @@ class TargetType:
     remote: bool  # paths are the target's (absolute), uv and the agent are pushed there
     read_settings: Callable[[Table, LocalPath], Any]
     transport: Callable[[Any], Transport]
-    # [container]: parsed by the type that has one; None means the table is refused.
-    read_container: Callable[[Table], Any] | None = None
+    # [container]: parsed by the type that has one, given the type's [target] settings;
+    # None means the table is refused.
+    read_container: Callable[[Table, Any], Any] | None = None
     provisioner: Callable[[Any, Any], Provisioner] | None = None
 
 

@@ -2,19 +2,34 @@
 
 Commands reach the container through ssh to the node and `pct exec` (targets/pct.py); the
 container itself is checked, provisioned and rolled back through the Proxmox API
-(proxmox/provision.py), loaded only when the profile declares a [container].
+(proxmox/provision.py), loaded only when the profile declares a [container]. Without one
+(a container managed by hand) only ssh, pct and the vmid are needed: the API is never used.
 """
 
 from __future__ import annotations
 
-from envlock.proxmox.settings import Container, LxcSettings, read_container, read_lxc_settings
+from envlock.proxmox.settings import (
+    Container,
+    LxcSettings,
+    read_container,
+    read_lxc_settings,
+    require_api_settings,
+)
 from envlock.targets.base import Provisioner, TargetType, Transport
 from envlock.targets.pct import PctTransport
+from envlock.tomlread import Table
 
 
 def lxc_transport(settings: LxcSettings) -> Transport:
     assert settings.vmid is not None
-    return PctTransport(settings.ssh.transport(), settings.vmid)
+    return PctTransport(settings.ssh.transport(), settings.vmid, settings.node)
+
+
+def read_lxc_container(t: Table, settings: LxcSettings) -> Container:
+    """[container], and the API settings that managing it needs."""
+    container = read_container(t)
+    require_api_settings(settings, t)
+    return container
 
 
 def lxc_provisioner(settings: LxcSettings, container: Container) -> Provisioner:
@@ -29,6 +44,6 @@ PROXMOX_LXC = TargetType(
     remote=True,
     read_settings=read_lxc_settings,
     transport=lxc_transport,
-    read_container=read_container,
+    read_container=read_lxc_container,
     provisioner=lxc_provisioner,
 )

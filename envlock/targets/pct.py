@@ -4,6 +4,10 @@ Composition, as in pyinfra's docker-over-ssh connector: the pct transport holds 
 transport and wraps each argv in `pct exec VMID --keep-env 0 -- env -i … argv`. The node's
 shell parses the one string ssh sends (quoted once, by the ssh hop); pct and lxc-attach pass
 the argv on as a list. The node's environment never leaks in: envlock sets what it needs.
+
+`--keep-env` exists from pve-container 5.0.9 (Proxmox VE 8.2); an older node refuses it
+("Unknown option: keep-env"), is asked again without it, and the `env -i` wrapper alone
+clears what pct would pass on.
 """
 
 from __future__ import annotations
@@ -20,6 +24,25 @@ from envlock.targets.ssh import SshTransport
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {"PATH": CONTAINER_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root"}
 
+# The node's shell could not find pct (bash, dash, zsh wordings).
+NO_PCT = re.compile(r"(^|\s)pct: (command )?not found|command not found: pct", re.M)
+# pct exec on a stopped container: "container '201' not running!" (PVE 6-9); older tools
+# and the API say "CT 201 not running" or "VM 201 not running".
+NOT_RUNNING = re.compile(r"(container|CT|VM) '?\d+'? (is )?not running")
+NO_CONFIG = re.compile(r"Configuration file .* does not exist|no such container", re.I)
+KEEP_ENV_REFUSED = re.compile(r"Unknown option: keep-env")
+# pct's own refusals and lxc-attach's own failures, before the command ever ran.
+PCT_OWN = re.compile(
+    r"^(400 |Unknown option: |ERROR: unknown command|USAGE: pct|lxc-attach: |can't lock file)"
+    r"|Parameter verification failed",
+    re.M,
+)
+PERL_DIE = 255  # pct dies with Perl's status; envlock's agent never exits 255
+# The name a shell or env could not find: `env: 'x': No such file…`, `exec: x: not found`.
+MISSING_NAME = re.compile(
+    r"env: [‘'](?P<env>[^’']+)[’']: No such file|exec: (?P<exec>[^:\s]+): not found"
+)
+
 
 class ContainerNotRunning(OperationError):
     pass
@@ -33,22 +56,33 @@ class CommandMissing(OperationError):
     pass
 
 
+class NodeHasNoPct(OperationError):
+    pass
+
+
+class PctFailed(OperationError):
+    """pct itself (or the lxc-attach it runs) failed before the command started."""
+
+
 class PctTransport:
     system_python = "python3"
 
-    def __init__(self, node: SshTransport, vmid: int) -> None:
+    def __init__(self, node: SshTransport, vmid: int, node_name: str | None = None) -> None:
         self.node = node
         self.vmid = vmid
+        self.node_name = node_name or node.host
         self.name = f"container {vmid} on {node.host}"
+        # None until the node answers: does its pct know `--keep-env` (PVE >= 8.2)?
+        self.keep_env: bool | None = None
 
     def wrap(self, argv: list[str], env: Mapping[str, str] | None) -> list[str]:
         variables = {**BASE_ENV, **(env or {})}
+        keep_env = ["--keep-env", "0"] if self.keep_env is not False else []
         return [
             "pct",
             "exec",
             str(self.vmid),
-            "--keep-env",
-            "0",
+            *keep_env,
             "--",
             "env",
             "-i",
@@ -64,31 +98,68 @@ class PctTransport:
         env: Mapping[str, str] | None = None,
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:
+        if self.keep_env is None and stdin is not None and not isinstance(stdin, bytes):
+            self.detect_keep_env()  # a stream cannot be sent twice
         result = self.node.run(self.wrap(argv, env), stdin=stdin, on_stderr_line=on_stderr_line)
+        if self.keep_env is None and refuses_keep_env(result):
+            self.keep_env = False  # pct refused before it ran anything: ask again
+            result = self.node.run(self.wrap(argv, env), stdin=stdin, on_stderr_line=on_stderr_line)
         if not result.ok:
             self.raise_for_pct(result, argv)
+        self.keep_env = self.keep_env is not False
         return Result(tuple(argv), result.exit_code, result.stdout, result.stderr)
 
+    def detect_keep_env(self) -> None:
+        """Learn once per connection whether the node's pct knows `--keep-env`."""
+        self.run(["true"])
+
     def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        if self.keep_env is None:
+            self.detect_keep_env()
         return self.node.spawn(self.wrap(argv, None))
 
     def raise_for_pct(self, result: Result, argv: list[str]) -> None:
-        """pct's own failures become distinct errors; the command's failures pass through."""
+        """pct's own failures become distinct errors; the command's failures pass through.
+
+        A node without pct comes first: its shell's "not found" would otherwise read as a
+        command missing in the container."""
+        if result.stdout.strip():
+            return  # the command ran and answered: pct fails before any output
         text = result.error_text()
-        if re.search(r"container '?\d+'? not running", text):
+        node = f"the node {self.node_name}"
+        if result.exit_code == 127 and NO_PCT.search(text):
+            raise NodeHasNoPct(
+                f"{node} has no `pct`: is it a Proxmox VE node?",
+                hint="[target] host must reach the Proxmox VE node that runs the container, "
+                "as a user whose PATH has pct (root)",
+            )
+        if NOT_RUNNING.search(text):
             raise ContainerNotRunning(
                 f"{self.name} is not running",
-                hint=f"`envlock apply` starts it through the API, or run `pct start {self.vmid}`",
+                hint=f"start it: `pct start {self.vmid}` on {node}, or `envlock apply` when "
+                "the profile declares a [container]",
             )
-        if re.search(r"Configuration file .* does not exist|no such container", text, re.I):
+        if NO_CONFIG.search(text):
             raise ContainerMissing(
-                f"{self.name} does not exist",
-                hint="check [target] vmid and node; `envlock apply` creates it from [container]",
+                f"{self.name} does not exist: {node} has no container {self.vmid}",
+                hint="check [target] vmid and host; for envlock to create the container, "
+                "declare it in a [container] table",
             )
         if result.exit_code == 127 and re.search(r"No such file or directory|not found", text):
+            missing = MISSING_NAME.search(text)
+            name = next(g for g in missing.groups() if g) if missing else argv[0]
             raise CommandMissing(
-                f"{self.name}: command not found in the container: {argv[0]}",
+                f"{self.name}: command not found in the container: {name}",
                 hint="install it in the container (python3 is needed for envlock's agent)",
             )
-        if re.search(r"^pct: command not found|pct: not found", text, re.M):
-            raise OperationError(f"{self.node.name} has no `pct`: is it a Proxmox node?")
+        if PCT_OWN.search(text) or result.exit_code == PERL_DIE:
+            words = "\n  ".join(text.splitlines()[-8:]) or "(no message)"
+            raise PctFailed(
+                f"`pct exec {self.vmid}` on {node} failed (exit {result.exit_code}):\n  {words}",
+                hint="these are pct's own words: the command did not start in the container",
+            )
+
+
+def refuses_keep_env(result: Result) -> bool:
+    """A pct older than pve-container 5.0.9 (Proxmox VE 8.2) does not know `--keep-env`."""
+    return not result.ok and KEEP_ENV_REFUSED.search(result.error_text()) is not None

@@ -10,6 +10,9 @@ Fixtures:
   system_ready     (session) None; installs lxc/debootstrap/openssh-server when missing.
   rootfs_tarball   (session) Path of the cached rootfs tarball.
   node_sshd        (session) Node: host, port, user, identity_file, known_hosts_file, ...
+                   Its sshd accepts ENVLOCK_TEST_PVE_VERSION (ssh -o SetEnv=...), which
+                   makes the test pct that of an older Proxmox VE.
+  bare_node_sshd   (session) Node: the same kind of sshd, without pct on its PATH.
   lxc_container    (function) make(vmid=None, mounts=()) -> int VMID of a running container.
 """
 
@@ -229,6 +232,8 @@ def _sshd_config(d: Path, port: int) -> str:
             "MaxStartups 64:30:128",
             "MaxSessions 64",
             f"SetEnv PATH={d / 'bin'}:{NODE_PATH_TAIL}",
+            # A client may ask for the pct of an older PVE (tests/remote/pct reads it).
+            "AcceptEnv ENVLOCK_TEST_PVE_VERSION",
             "Subsystem sftp internal-sftp",
             "LogLevel VERBOSE",
             "",
@@ -239,9 +244,22 @@ def _sshd_config(d: Path, port: int) -> str:
 @pytest.fixture(scope="session")
 def node_sshd(system_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     """A real sshd on 127.0.0.1:<free port> as root, with the test ``pct`` first on PATH."""
-    d = tmp_path_factory.mktemp("node_sshd")
+    with _serve_node(tmp_path_factory.mktemp("node_sshd"), with_pct=True) as node:
+        yield node
+
+
+@pytest.fixture(scope="session")
+def bare_node_sshd(system_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """A real sshd like ``node_sshd`` whose PATH has no ``pct``: a host that is no PVE node."""
+    with _serve_node(tmp_path_factory.mktemp("bare_node_sshd"), with_pct=False) as node:
+        yield node
+
+
+@contextlib.contextmanager
+def _serve_node(d: Path, *, with_pct: bool) -> Iterator[Node]:
     (d / "bin").mkdir()
-    (d / "bin" / "pct").symlink_to(PCT)
+    if with_pct:
+        (d / "bin" / "pct").symlink_to(PCT)
     host_pub = _keygen(d / "ssh_host_ed25519_key", "envlock-test-node")
     client_pub = _keygen(d / "id_ed25519", "envlock-test-client")
     (d / "authorized_keys").write_text(client_pub + "\n")
