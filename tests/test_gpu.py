@@ -462,3 +462,15 @@ def test_a_declared_gpu_count_is_drift_here_and_run_refuses(
     hardware = json.loads((snap / "envlock-snapshot.json").read_text())["hardware"]
     assert hardware["driver"] is None and hardware["gpus"] == []
     assert hardware["gpu_count"] == 0 and "devices" in hardware and "libraries" in hardware
+
+
+def test_a_non_gpu_device_is_no_gpu_declaration() -> None:
+    """/dev/fuse passed through on a driverless machine: checked to exist, no driver drift."""
+    from envlock.reconcile.gpu import gpu_drift, gpus_declared
+
+    assert not gpus_declared(("/dev/fuse", "/dev/null"), None)
+    assert gpus_declared(("/dev/nvidia0",), None) and gpus_declared((), 2)
+    facts = GpuFacts(devices={"/dev/fuse": "char"})
+    assert gpu_drift(facts, CU130, ("/dev/fuse",), None) == []
+    missing = gpu_drift(GpuFacts(), CU130, ("/dev/fuse",), None)
+    assert [d.kind for d in missing] == ["gpu-device"]

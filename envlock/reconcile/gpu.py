@@ -37,14 +37,20 @@ def gpu_drift(
 ) -> list[Drift]:
     """Every way the GPU side keeps this environment from training."""
     cuda = torch.cuda if torch is not None else None
-    declared = bool(devices) or expected_count is not None
+    declared = gpus_declared(devices, expected_count)
     if not declared and (not cuda or gpu.driver is None):
-        return []
+        # Other passed-through nodes (/dev/fuse, …) must still exist.
+        return device_drift(gpu, devices)
     drifts = driver_drift(gpu, torch) if torch is not None and cuda else []
     drifts += library_drift(gpu, needs_cuda=bool(cuda))
     drifts += device_drift(gpu, devices)
     drifts += count_drift(gpu, devices, expected_count)
     return drifts
+
+
+def gpus_declared(devices: tuple[str, ...], expected_count: int | None) -> bool:
+    """The profile expects NVIDIA GPUs: a count, or an NVIDIA node passed through."""
+    return expected_count is not None or any(d.startswith("/dev/nvidia") for d in devices)
 
 
 def gpu_note(
@@ -55,7 +61,7 @@ def gpu_note(
 ) -> str | None:
     """What check says when it skips the GPU: a CUDA build, no driver, no GPU declared.
     (A CPU build's user has no reason to hear about drivers.)"""
-    declared = bool(devices) or expected_count is not None
+    declared = gpus_declared(devices, expected_count)
     if torch is not None and torch.cuda and gpu.driver is None and not declared:
         return NO_DRIVER_NOTE
     return None
