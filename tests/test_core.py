@@ -25,6 +25,8 @@ from envlock.reconcile.state import (
     Generation,
     GpuFacts,
     GpuLibrary,
+    Hold,
+    Host,
     ScriptsState,
     State,
     Switch,
@@ -532,7 +534,7 @@ def test_gc_removes_the_oldest_and_keeps_active_and_previous() -> None:
 
 
 def test_parse_state_types_every_part() -> None:
-    raw = {
+    raw: dict[str, Any] = {
         "generations": [{"number": 1, "name": GEN, "lock_hash": HASH, "complete": True}],
         "current": GEN,
         "in_generation": True,
@@ -561,3 +563,137 @@ def test_before_any_apply_rollback_says_to_apply_first() -> None:
     with pytest.raises(UsageError, match="nothing applied yet") as info:
         plan_rollback(state(current=None, generations=()), None)
     assert "envlock apply" in str(info.value) and "--resync" not in str(info.value)
+
+
+def test_parse_state_reads_every_field_of_a_full_answer() -> None:
+    raw: dict[str, Any] = {
+        "generations": [
+            {"number": 1, "name": GEN, "lock_hash": HASH, "complete": True, "meta": {"m": 1}},
+            {"number": 2, "name": "2-x", "lock_hash": "x", "complete": False},
+        ],
+        "current": GEN,
+        "in_generation": 1,
+        "venv_link": {"kind": "symlink", "target": "/t"},
+        "python": {"version": "3.11.7"},
+        "packages": {"numpy": "2.1.0"},
+        "torch": {
+            "version": "2.11.0",
+            "local": "cu130",
+            "cuda": "13.0",
+            "hip": "6.2",
+            "git_version": "abc",
+            "cuda_requires": ["cu13"],
+            "reported": "2.11.0+cu130",
+        },
+        "files": {
+            "checked": 3,
+            "modified": [{"path": "a", "dist": "numpy", "links": 2, "why": "w", "pth": 0}],
+            "missing": [{"path": "b", "dist": None}],
+            "added": [{"path": "c.pth", "pth": 1}],
+        },
+        "cache": {
+            "dir": "/c/x",
+            "exists": 1,
+            "files": 4,
+            "bytes": 10,
+            "last_used": 5.0,
+            "fingerprint": {"id": "x"},
+            "was_warm": 1,
+        },
+        "scripts": {"dest": "/w", "hashes": {"t.py": None}},
+        "hardware": {
+            "driver": "580.1",
+            "libraries": {
+                "libnvidia-ml": {"path": "/l/ml.so.580.1", "version": "580.1"},
+                "libcuda": {"path": "/l/cuda.so"},
+            },
+            "devices": {"/dev/nvidia0": "char"},
+            "boards": ["0000:01:00.0", "0000:02:00.0"],
+            "gpu_count": 1,
+            "smi_error": "NVML",
+        },
+        "history": [{"action": "rollback", "from": "2-b", "to": GEN, "time": "T"}],
+        "uv": {"present": 1, "ok": 0, "version": "0.12.0"},
+        "hostname": "h",
+        "machine": "x86_64",
+        "libc": "glibc 2.36",
+        "container": "lxc",
+        "hold": {"generation": GEN, "from": "2-b", "time": "T2"},
+        "active_lock": "lock text",
+    }
+    parsed = parse_state(raw)
+    assert parsed == State(
+        raw=raw,
+        generations=(Generation(1, GEN, HASH, True, {"m": 1}), Generation(2, "2-x", "x", False)),
+        current=GEN,
+        in_generation=True,
+        venv_link=VenvLink("symlink", "/t"),
+        python_version="3.11.7",
+        packages={"numpy": "2.1.0"},
+        torch=TorchBuild("2.11.0", "cu130", "13.0", "6.2", "abc", ("cu13",), "2.11.0+cu130"),
+        files=FilesReport(
+            checked=3,
+            modified=(FileChange("a", "numpy", 2, "w", False),),
+            missing=(FileChange("b"),),
+            added=(FileChange("c.pth", pth=True),),
+        ),
+        cache=CacheState("/c/x", True, 4, 10, 5.0, {"id": "x"}, True),
+        scripts=ScriptsState("/w", {"t.py": None}),
+        hardware=raw["hardware"],
+        history=(Switch(GEN, "2-b", "rollback", "T"),),
+        uv=UvState(True, False, "0.12.0"),
+        host=Host("h", "x86_64", "glibc 2.36", "lxc"),
+        gpu=GpuFacts(
+            "580.1",
+            (
+                GpuLibrary("libcuda", "/l/cuda.so", None),
+                GpuLibrary("libnvidia-ml", "/l/ml.so.580.1", "580.1"),
+            ),
+            {"/dev/nvidia0": "char"},
+            listed=2,
+            usable=1,
+            smi_error="NVML",
+        ),
+        hold=Hold(GEN, "2-b", "T2"),
+        active_lock="lock text",
+    )
+    assert type(parsed.in_generation) is bool and type(parsed.cache.exists) is bool  # type: ignore[union-attr]
+
+
+def test_parse_state_fills_what_an_answer_leaves_out() -> None:
+    """An older agent, or a root with nothing applied: every default, spelled out."""
+    parsed = parse_state(
+        {
+            "venv_link": {},
+            "torch": {"version": "2.11.0"},
+            "files": {"modified": [{"path": "a"}]},
+            "cache": {"dir": "/c"},
+            "scripts": {},
+            "history": [{}],
+            "uv": {},
+            "hold": {"from": None},
+        }
+    )
+    assert parsed == State(
+        raw=parsed.raw,
+        generations=(),
+        current=None,
+        in_generation=False,
+        venv_link=VenvLink("absent", None),
+        python_version="",
+        packages=None,
+        torch=TorchBuild("2.11.0"),
+        files=FilesReport(0, (FileChange("a", "", 1, "", False),)),
+        cache=CacheState("/c", False, 0, None, None, {}, False),
+        scripts=ScriptsState("", {}),
+        hardware={},
+        history=(Switch("", None, "switch", ""),),
+        uv=UvState(False, False, None),
+        host=Host(),
+        gpu=GpuFacts(),
+        hold=Hold("", None, ""),
+    )
+    empty = parse_state({})
+    assert (empty.venv_link, empty.torch, empty.files, empty.cache, empty.scripts) == (None,) * 5
+    assert (empty.uv, empty.hold, empty.active_lock, empty.history) == (None, None, None, ())
+    assert parse_state({"hold": {}}).hold is None
