@@ -15,9 +15,9 @@ import pytest
 import requests
 from proxmoxer import AuthenticationError, ResourceException
 
-from envlock.errors import OperationError
+from envlock.errors import OperationError, UsageError
 from envlock.profile import load_profile
-from envlock.proxmox.api import _raise_connect_error, _scrub
+from envlock.proxmox.api import _raise_connect_error, _scrub, _transport_error, read_secret
 from envlock.proxmox.settings import LxcSettings
 from envlock.reconcile.state import parse_state
 from envlock.runs.environment import SCRUBBED, run_environment
@@ -273,3 +273,105 @@ def test_on_a_target_the_launcher_unsets_the_targets_own_interpreter_variables(
         "KEEP": "kept",
     }
     assert seen["PATH"].startswith("/gen/bin:") and not spec_file.exists()
+
+
+# -- where the secret comes from, and transport failures in words ------------------------------
+
+
+def test_the_secret_comes_from_the_variable_first_then_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("from-file\n")
+    target = lxc(secret_env="ENVLOCK_T_SECRET", secret_file=str(secret_file))
+    monkeypatch.setenv("ENVLOCK_T_SECRET", "from-env\r\n")
+    assert read_secret(target) == "from-env"
+    monkeypatch.setenv("ENVLOCK_T_SECRET", "")
+    assert read_secret(target) == "from-file"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message", "hint"),
+    [
+        (
+            {"secret_env": "ENVLOCK_T_SECRET", "secret_file": None, "token_id": "ci"},
+            "environment variable ENVLOCK_T_SECRET is not set or empty: it should hold the "
+            "API token secret",
+            "export ENVLOCK_T_SECRET=... before running envlock",
+        ),
+        (
+            {"secret_env": "ENVLOCK_T_SECRET", "secret_file": None},
+            "environment variable ENVLOCK_T_SECRET is not set or empty: it should hold the "
+            "password of root@pam",
+            "export ENVLOCK_T_SECRET=... before running envlock",
+        ),
+        (
+            {"secret_file": None},
+            "[target] names no Proxmox secret",
+            'add secret-env = "PVE_TOKEN_SECRET" or secret-file = "..."',
+        ),
+    ],
+)
+def test_a_missing_secret_says_where_it_was_looked_for(
+    monkeypatch: pytest.MonkeyPatch, changes: dict[str, object], message: str, hint: str
+) -> None:
+    monkeypatch.delenv("ENVLOCK_T_SECRET", raising=False)
+    with pytest.raises(UsageError) as info:
+        read_secret(lxc(**changes))
+    assert (info.value.message, info.value.hint) == (message, hint)
+
+
+URL = "https://pve1:8006"
+TRANSPORT_FAILURES = [
+    (
+        requests.exceptions.SSLError(
+            "HTTPSConnectionPool(host='pve1', port=8006): Max retries exceeded (Caused by "
+            "SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] "
+            "certificate verify failed: self-signed certificate in certificate chain (_ssl.c)')))"
+        ),
+        None,
+        f"doing: TLS verification of {URL} failed: certificate verify failed: self-signed "
+        "certificate in certificate chain",
+        "set ca-file in [target] to the node's CA (copy /etc/pve/pve-root-ca.pem from the "
+        "node); verify-tls = false only on a network you trust",
+    ),
+    (
+        requests.exceptions.SSLError("handshake"),
+        "/etc/pve-ca.pem",
+        f"doing: TLS verification of {URL} failed: the TLS handshake failed",
+        "the node's certificate is not signed by the CA in ca-file /etc/pve-ca.pem: copy "
+        "/etc/pve/pve-root-ca.pem from the node",
+    ),
+    (
+        requests.exceptions.ConnectTimeout("timed out"),
+        None,
+        f"doing: no answer from {URL} in time",
+        "check that the node is up and reachable, then re-run",
+    ),
+    (
+        requests.exceptions.ConnectionError(
+            "HTTPSConnectionPool(host='pve1', port=8006): Max retries exceeded (Caused by "
+            "NewConnectionError('<urllib3.connection.HTTPSConnection>: Failed to establish a "
+            "new connection: [Errno 111] Connection refused'))"
+        ),
+        None,
+        f"doing: cannot reach {URL}: Connection refused",
+        "check api-url (host and port 8006) and that pveproxy runs on the node "
+        "(`systemctl status pveproxy`)",
+    ),
+    (
+        requests.exceptions.ConnectionError("no errno here"),
+        None,
+        f"doing: cannot reach {URL}: ConnectionError",
+        "check api-url (host and port 8006) and that pveproxy runs on the node "
+        "(`systemctl status pveproxy`)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("exc", "ca_file", "message", "hint"), TRANSPORT_FAILURES)
+def test_transport_failures_in_words(
+    exc: requests.exceptions.RequestException, ca_file: str | None, message: str, hint: str
+) -> None:
+    error = _transport_error(URL, "doing", exc, lxc(ca_file=ca_file))
+    assert (error.message, error.hint) == (message, hint)
