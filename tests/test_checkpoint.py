@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from envlock.checkpoint.inert import Stub
 from envlock.checkpoint.reader import inspect_checkpoint, read_checkpoint_config
 from envlock.checkpoint.summary import summary
-from envlock.checkpoint.unpickler import RestrictedUnpickler, Stub
+from envlock.checkpoint.unpickler import RestrictedUnpickler
 from envlock.commands.inspect import inspect_cmd
 from envlock.errors import OperationError, UsageError
 from tests import checkpoint_factory as factory
@@ -350,7 +351,7 @@ def _one_tensor_pickle() -> bytes:
 def test_memo_index_bomb_is_refused_before_allocating(tmp_path: Path) -> None:
     # LONG_BINPUT 2**31-1 would make the C unpickler allocate and zero a 16 GiB memo.
     bomb = _zip_pickle(tmp_path / "bomb.pt", b"\x80\x02}r\xff\xff\xff\x7f.")
-    with pytest.raises(OperationError, match="memo index out of range"):
+    with pytest.raises(OperationError, match=r"memo index \d+ out of range"):
         inspect_checkpoint(bomb)
 
 
@@ -366,7 +367,7 @@ def test_shared_references_do_not_inflate(tmp_path: Path) -> None:
         b"h" + bytes([i]) + b"h" + bytes([i]) + b"\x86q" + bytes([i + 1]) for i in range(40)
     )
     inflated = _zip_pickle(tmp_path / "inflated.pt", _one_tensor_pickle() + levels + b".", 1)
-    with pytest.raises(OperationError, match="deliberately inflated"):
+    with pytest.raises(OperationError, match=r"refusing: .*shared references"):
         summary(inspect_checkpoint(inflated))
     one = _zip_pickle(tmp_path / "one.pt", _one_tensor_pickle() + b".", 1)
     assert summary(inspect_checkpoint(one))["largest"][0]["shape"] == [1]

@@ -1,100 +1,129 @@
 """Inspect checkpoints without torch: keys, shapes, dtypes, parameter counts, bytes and config.
 
-Readers turn a torch zip (`checkpoint_pickle`), a safetensors file, a sharded `*.index.json`
-or a directory of them into one inert object tree, a `CheckpointReport` that lists its tensors;
+Readers turn a torch zip (archive.py), a safetensors file, a sharded `*.index.json` or a
+directory of them into one inert object tree, a `CheckpointReport` that lists its tensors;
 `summary` builds the `--json` document and the run's config from it.
-Only pickles and headers are read, so time and memory do not grow with tensor bytes.
+Only pickles and headers are read, so time and memory do not grow with tensor bytes, and every
+read is bounded (limits.py). A directory's reads stay inside it: a symlinked member or an index
+naming `../shard` is skipped or refused unless `follow_links` is given.
 """
 
 from __future__ import annotations
 
-import json
-import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envlock.checkpoint import summary
+from envlock.checkpoint.archive import load_raw_pickle, load_torch_zip
+from envlock.checkpoint.jsondata import read_json
+from envlock.checkpoint.limits import printable, shown
 from envlock.checkpoint.report import CheckpointReport, FileInfo
-from envlock.checkpoint.unpickler import (
-    DTYPE_ITEMSIZE,
-    LEGACY_MAGIC,
-    Storage,
-    TensorInfo,
-    load_torch_zip,
-)
-from envlock.errors import OperationError, UsageError
+from envlock.checkpoint.safetensors import read_safetensors
+from envlock.checkpoint.unpickler import LEGACY_MAGIC
+from envlock.errors import EnvlockError, OperationError, UsageError
 
-_ST_DTYPES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",
-    "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu", "I16": "int16", "U16": "uint16",
-    "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32",
-    "F64": "float64", "I64": "int64", "U64": "uint64", "C64": "complex64",
-}  # fmt: skip
-_MAX_HEADER = 100 * 1024 * 1024  # the safetensors format's own limit
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
 CHECKPOINT_SUFFIXES = (*_TORCH_SUFFIXES, ".safetensors")
 _DIR_JSON = ("config.json", "trainer_state.json")
+_FOLLOW_HINT = "pass --follow-links to read files outside the checkpoint's directory"
 
 
-def inspect_checkpoint(path: str | Path) -> CheckpointReport:
+def inspect_checkpoint(path: str | Path, *, follow_links: bool = False) -> CheckpointReport:
     """Read a checkpoint file, a sharded index or a directory of them, without torch."""
     path = Path(path)
-    if path.is_dir():
-        return _read_dir(path)
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file or directory", hint="pass a checkpoint path")
-    fmt, root, stubbed = _read_file(path)
-    files = _index_files(path, root) if fmt.endswith("index") else (FileInfo(str(path), fmt, 0),)
-    return CheckpointReport(str(path), fmt, _sized(files), _unwrap(root), stubbed)
+    with _printable_errors(path):
+        if path.is_dir():
+            return _read_dir(path, follow_links)
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file or directory", hint="pass a checkpoint path")
+        part = _read_file(path, follow_links)
+        return CheckpointReport(
+            str(path), part.format, _sized(part.files), part.root, part.stubbed, part.notes,
+            part.allowance,
+        )  # fmt: skip
 
 
-def read_checkpoint_config(path: str | Path) -> dict[str, Any] | None:
-    """The run's config/args/hparams as `{entry name: plain JSON-able value}`, or None."""
+def read_checkpoint_config(
+    path: str | Path, *, follow_links: bool = False
+) -> dict[str, Any] | None:
+    """The run's config/args/hparams as `{entry name: plain JSON-able value}`, or None.
+
+    A file is read as a member of its directory: a symlink leading out of it is refused.
+    """
     path = Path(path)
-    if path.is_dir() and not _dir_members(path)[0]:
-        return None
-    report = inspect_checkpoint(path)
+    with _printable_errors(path):
+        if path.is_dir() and not _dir_members(path, follow_links)[0]:
+            return None
+        if path.is_file() and not follow_links and not _inside(path, path.parent):
+            raise OperationError(f"{path}: a link out of its directory", hint=_FOLLOW_HINT)
+        report = inspect_checkpoint(path, follow_links=follow_links)
     return summary.config(report.root, report.format == "directory")
+
+
+@contextmanager
+def _printable_errors(path: Path) -> Iterator[None]:
+    # Messages quote file and key names, which may hold terminal escapes: escape them once here.
+    try:
+        yield
+    except EnvlockError as exc:
+        exc.message = printable(exc.message, 2000)
+        exc.args = (exc.message,)
+        raise
+    except OSError as exc:  # unreadable, vanished, a directory where a file was expected
+        where = printable(str(exc.filename or path), 2000)
+        raise OperationError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
+
+
+@dataclass(frozen=True)
+class _Part:
+    """What one file (or an index and its shards) holds."""
+
+    format: str
+    root: Any
+    files: tuple[FileInfo, ...]
+    stubbed: tuple[str, ...] = ()
+    allowance: int = 0  # bytes of pickle or JSON read: what the walk may spend (tree.py)
+    notes: tuple[str, ...] = ()
 
 
 def _sized(files: tuple[FileInfo, ...]) -> tuple[FileInfo, ...]:
     return tuple(FileInfo(f.path, f.format, Path(f.path).stat().st_size) for f in files)
 
 
-@dataclass(frozen=True)
-class _Index:
-    """A sharded index's merged tensors and the shard files behind them."""
-
-    tensors: dict[str, Any]
-    shards: tuple[FileInfo, ...]
+def _inside(path: Path, directory: Path) -> bool:
+    return path.resolve().is_relative_to(directory.resolve())
 
 
-def _unwrap(root: Any) -> Any:
-    return root.tensors if isinstance(root, _Index) else root
-
-
-def _index_files(path: Path, root: _Index) -> tuple[FileInfo, ...]:
-    return (FileInfo(str(path), "index", 0), *root.shards)
-
-
-def _read_file(path: Path) -> tuple[str, Any, tuple[str, ...]]:
+def _read_file(path: Path, follow_links: bool) -> _Part:
     if path.name.endswith(".index.json"):
-        index = _read_index(path)
-        return f"{index.shards[0].format}-index" if index.shards else "index", index, ()
+        return _read_index(path, follow_links)
+    return _read_tensor_file(path)
+
+
+def _read_tensor_file(path: Path) -> _Part:
     with path.open("rb") as f:
         head = f.read(16)
     if head.startswith(b"PK\x03\x04"):
         loaded = load_torch_zip(path)
-        return "torch-zip", loaded.root, tuple(sorted(loaded.stubbed))
+        stubbed = tuple(sorted(loaded.stubbed))
+        return _Part("torch-zip", loaded.root, _one(path, "torch-zip"), stubbed, loaded.nbytes)
     if len(head) > 8 and head[8:9] == b"{":
-        return "safetensors", _read_safetensors(path), ()
+        tensors, header_bytes = read_safetensors(path)
+        return _Part("safetensors", tensors, _one(path, "safetensors"), (), header_bytes)
     if head.startswith(LEGACY_MAGIC):
         raise UsageError(
             f"{path}: legacy torch.save format (torch < 1.6 or "
             "_use_new_zipfile_serialization=False) is not supported",
             hint="re-save it with a current torch: torch.save(torch.load(p), p)",
         )
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        loaded = load_raw_pickle(path)
+        note = f"{path.name}: a raw pickle, not a torch zip archive (described, not executed)"
+        stubbed = tuple(sorted(loaded.stubbed))
+        return _Part("pickle", loaded.root, _one(path, "pickle"), stubbed, loaded.nbytes, (note,))
     if path.name.endswith(CHECKPOINT_SUFFIXES):
         what = "empty" if not head else "neither a torch zip archive nor a safetensors file"
         raise OperationError(f"{path}: {what}: the checkpoint is truncated or corrupt")
@@ -104,85 +133,102 @@ def _read_file(path: Path) -> tuple[str, Any, tuple[str, ...]]:
     )
 
 
-def _read_safetensors(path: Path) -> dict[str, TensorInfo]:
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        if length > min(_MAX_HEADER, size - 8):
-            raise OperationError(
-                f"{path}: safetensors header claims {length} bytes but the file has {size}: "
-                "truncated or corrupt"
-            )
-        raw = f.read(length)
-    try:
-        header = json.loads(raw)
-        if not isinstance(header, dict):
-            raise ValueError("header is not a JSON object")
-        header.pop("__metadata__", None)
-        tensors = {name: _st_tensor(path.name, spec) for name, spec in header.items()}
-    except (ValueError, TypeError, KeyError) as exc:
-        raise OperationError(f"{path}: corrupt safetensors header ({exc})") from exc
-    data_end = max((t.offset + t.storage.nbytes for t in tensors.values() if t.storage), default=0)
-    if 8 + length + data_end > size:
+def _one(path: Path, fmt: str) -> tuple[FileInfo, ...]:
+    return (FileInfo(str(path), fmt, 0),)
+
+
+# --- sharded indexes ----------------------------------------------------------------------------
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    document = read_json(index, "checkpoint index")
+    weight_map = document.get("weight_map") if isinstance(document, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(s, str) and s and "\0" not in s for s in weight_map.values()
+    ):
+        raise OperationError(f"{index}: not a valid checkpoint index (no weight_map of names)")
+    return weight_map
+
+
+def _shard_path(index: Path, shard: str, follow_links: bool) -> Path:
+    path = index.parent / shard
+    if not follow_links and not _inside(path, index.parent):
         raise OperationError(
-            f"{path}: tensor data ends at byte {8 + length + data_end} but the file has {size} "
-            "bytes: the file is truncated"
+            f"{index}: refusing shard {shown(shard)}: it lies outside the index's directory",
+            hint=_FOLLOW_HINT,
         )
-    return dict(sorted(tensors.items(), key=lambda kv: kv[1].offset))
+    if not path.name.endswith(CHECKPOINT_SUFFIXES):  # never another index: no loops
+        raise OperationError(f"{index}: shard {shown(shard)} is not a .safetensors or torch file")
+    return path
 
 
-def _st_tensor(file: str, spec: Any) -> TensorInfo:
-    dtype = _ST_DTYPES.get(spec["dtype"], str(spec["dtype"]).lower())
-    shape = tuple(int(d) for d in spec["shape"])
-    begin, end = (int(x) for x in spec["data_offsets"])
-    info = TensorInfo(dtype, shape, Storage(file, str(begin), dtype, end - begin), begin)
-    if end < begin or (dtype in DTYPE_ITEMSIZE and info.nbytes != end - begin):
-        raise ValueError(f"{dtype}{list(shape)} does not fit data_offsets [{begin}, {end}]")
-    return info
-
-
-def _read_index(path: Path) -> _Index:
-    try:
-        weight_map = json.loads(path.read_text())["weight_map"]
-        if not isinstance(weight_map, dict):
-            raise TypeError("weight_map is not an object")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise OperationError(f"{path}: not a valid checkpoint index ({exc})") from exc
+def _read_index(path: Path, follow_links: bool) -> _Part:
+    weight_map = _weight_map(path)
     tensors: dict[str, Any] = {}
-    shards = []
+    shards: list[FileInfo] = []
+    stubbed: set[str] = set()
+    allowance, read = path.stat().st_size, set()
     for shard in dict.fromkeys(weight_map.values()):
-        shard_path = path.parent / str(shard)
+        shard_path = _shard_path(path, shard, follow_links)
         if not shard_path.is_file():
-            raise OperationError(f"{path}: shard {shard} is listed but missing: incomplete copy")
-        fmt, root, _ = _read_file(shard_path)
-        if not isinstance(root, dict):
+            raise OperationError(
+                f"{path}: shard {printable(shard)} is listed but missing: incomplete copy"
+            )
+        if shard_path.resolve() in read:  # one file under two spellings is read once
+            continue
+        read.add(shard_path.resolve())
+        part = _read_tensor_file(shard_path)
+        if not isinstance(part.root, dict):
             raise OperationError(f"{shard_path}: a shard must hold a flat state dict")
-        shards.append(FileInfo(str(shard_path), fmt, 0))
-        tensors.update(root)
+        shards.append(part.files[0])
+        tensors.update(part.root)
+        stubbed.update(part.stubbed)
+        allowance += part.allowance
     missing = [k for k in weight_map if k not in tensors]
     if missing:
-        raise OperationError(f"{path}: {len(missing)} indexed tensors (e.g. {missing[0]}) absent")
-    return _Index(tensors, tuple(shards))
+        example = shown(missing[0], 100)
+        raise OperationError(f"{path}: {len(missing)} indexed tensors (e.g. {example}) absent")
+    fmt = f"{shards[0].format}-index" if shards else "index"
+    files = (FileInfo(str(path), "index", 0), *shards)
+    return _Part(fmt, tensors, files, tuple(sorted(stubbed)), allowance)
 
 
-def _dir_members(path: Path) -> tuple[list[Path], list[Path]]:
-    children = sorted(p for p in path.iterdir() if p.is_file())
-    indexes = [p for p in children if p.name.endswith(".index.json")]
-    taken = {path / str(s) for i in indexes for s in _shard_names(i)}
-    ckpts = [p for p in children if p not in taken and p.name.endswith(CHECKPOINT_SUFFIXES)]
-    extras = [p for p in children if p.name in _DIR_JSON]
-    return [*indexes, *ckpts], extras
+# --- directories --------------------------------------------------------------------------------
+
+
+def _dir_members(path: Path, follow_links: bool) -> tuple[list[Path], list[Path], list[str]]:
+    """Checkpoint files and JSON extras in `path`, and notes on the links left unread."""
+    notes: list[str] = []
+    wanted = []
+    for child in sorted(path.iterdir()):
+        name = child.name
+        if not (name.endswith((".index.json", *CHECKPOINT_SUFFIXES)) or name in _DIR_JSON):
+            continue
+        if not follow_links and not _inside(child, path):
+            target = child.resolve()
+            notes.append(f"skipped {name}: a link to {target}, outside {path} ({_FOLLOW_HINT})")
+        elif child.is_file():
+            wanted.append(child)
+    indexes = [p for p in wanted if p.name.endswith(".index.json")]
+    taken = {(i.parent / s).resolve() for i in indexes for s in _shard_names(i)}
+    ckpts = [
+        p
+        for p in wanted
+        if p not in indexes and p.resolve() not in taken and p.name.endswith(CHECKPOINT_SUFFIXES)
+    ]
+    extras = [p for p in wanted if p.name in _DIR_JSON]
+    return [*indexes, *ckpts], extras, notes
 
 
 def _shard_names(index: Path) -> list[str]:
     try:
-        return list(dict.fromkeys(json.loads(index.read_text())["weight_map"].values()))
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        return []
+        return list(dict.fromkeys(_weight_map(index).values()))
+    except OperationError:
+        return []  # reported when the index itself is read
 
 
-def _read_dir(path: Path) -> CheckpointReport:
-    members, extras = _dir_members(path)
+def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
+    members, extras, notes = _dir_members(path, follow_links)
     if not members:
         raise UsageError(
             f"{path}: no checkpoint files here (.pt, .pth, .bin, .ckpt, .safetensors, index)"
@@ -190,27 +236,27 @@ def _read_dir(path: Path) -> CheckpointReport:
     root: dict[str, Any] = {}
     files: list[FileInfo] = []
     stubbed: set[str] = set()
-    notes = []
+    allowance = 0
     for member in members:
         try:
-            fmt, obj, names = _read_file(member)
+            part = _read_file(member, follow_links)
         except UsageError as exc:  # e.g. a .bin that is no torch file: note it, go on
             notes.append(f"skipped {member.name}: {exc.message}")
             continue
-        root[member.name] = _unwrap(obj)
-        files += (
-            _index_files(member, obj)
-            if isinstance(obj, _Index)
-            else [FileInfo(str(member), fmt, 0)]
-        )
-        stubbed.update(names)
+        root[member.name] = part.root
+        files += part.files
+        stubbed.update(part.stubbed)
+        notes += part.notes
+        allowance += part.allowance
     for extra in extras:
         try:
-            root[extra.name] = json.loads(extra.read_text())
-        except (ValueError, UnicodeDecodeError) as exc:
-            notes.append(f"skipped {extra.name}: not JSON ({exc})")
+            root[extra.name] = read_json(extra, "JSON file")
+        except OperationError as exc:
+            notes.append(f"skipped {extra.name}: {exc.message}")
             continue
         files.append(FileInfo(str(extra), "json", 0))
+        allowance += extra.stat().st_size
     return CheckpointReport(
-        str(path), "directory", _sized(tuple(files)), root, tuple(sorted(stubbed)), tuple(notes)
-    )
+        str(path), "directory", _sized(tuple(files)), root, tuple(sorted(stubbed)),
+        tuple(notes), allowance,
+    )  # fmt: skip

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from envlock.checkpoint.limits import Refused, printable
 from envlock.checkpoint.tree import TensorEntry, entries
-from envlock.errors import OperationError
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class CheckpointReport:
     root: Any
     stubbed: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    allowance: int = 0  # bytes of pickle and JSON read: scales what walking the tree may cost
 
     def tensors(self) -> list[TensorEntry]:
         """Every tensor with its dotted key path, in the checkpoint's own order."""
@@ -35,6 +36,6 @@ class CheckpointReport:
     @cached_property
     def _entries(self) -> tuple[TensorEntry, ...]:
         try:
-            return tuple(entries(self.root))
-        except OperationError as exc:
-            raise OperationError(f"{self.path}: {exc.message}") from exc
+            return tuple(entries(self.root, self.allowance))
+        except Refused as exc:
+            raise exc.at(printable(self.path)) from None

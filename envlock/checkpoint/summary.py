@@ -14,14 +14,25 @@ from itertools import islice
 from math import isfinite
 from typing import Any
 
+from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo, is_stub_class
+from envlock.checkpoint.limits import MAX_TEXT
 from envlock.checkpoint.report import CheckpointReport
-from envlock.checkpoint.tree import TensorEntry, child_count, children, is_container, is_optimizer
-from envlock.checkpoint.unpickler import DType, Storage, Stub, TensorInfo, is_stub_class, suspicious
+from envlock.checkpoint.tree import (
+    TensorEntry,
+    child_count,
+    children,
+    is_container,
+    is_optimizer,
+    key_text,
+)
+from envlock.checkpoint.unpickler import suspicious
 
 SCHEMA = 1
 _CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters|hyperparams)$")
 _PROGRESS = ("step", "epoch", "global_step")
-_MAX_PLAIN = 100_000
+_MAX_PLAIN = 100_000  # objects of a config rendered as JSON ...
+_MAX_PLAIN_CHARS = 4_000_000  # ... and characters of its strings
+_MAX_VALUE = 10 * MAX_TEXT  # characters of one config string (a command line, a prompt)
 _TOP = 5
 
 
@@ -31,15 +42,22 @@ def _is_state_dict(obj: Any) -> bool:
 
 
 class _Budget:
-    """Shared references can make a small pickle a huge tree: cap the nodes a walk may visit."""
+    """Shared references can make a small pickle a huge tree: cap the nodes a walk may visit
+    and the characters of the strings it copies out."""
 
-    def __init__(self, limit: int) -> None:
-        self.left = limit
+    def __init__(self, limit: int, chars: int = _MAX_PLAIN_CHARS) -> None:
+        self.left, self.chars = limit, chars
         self._state_dicts: dict[int, bool] = {}
 
-    def spend(self) -> bool:
-        self.left -= 1
+    def spend(self, objects: int = 1) -> bool:
+        self.left -= objects
         return self.left >= 0
+
+    def text(self, value: str) -> str:
+        if len(value) > _MAX_VALUE:
+            value = f"{value[:_MAX_VALUE]}…(+{len(value) - _MAX_VALUE:,} chars)"
+        self.chars -= len(value)
+        return value if self.chars >= 0 else "<...>"
 
     def is_state_dict(self, obj: Any) -> bool:
         if id(obj) not in self._state_dicts:  # memoized: a shared dict is checked once
@@ -85,7 +103,7 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
 def _row(entry: TensorEntry) -> dict[str, Any]:
     t = entry.info
     return {
-        "key": entry.key,
+        "key": key_text(entry.key),
         "dtype": t.dtype,
         "shape": list(t.shape),
         "numel": t.numel,
@@ -231,8 +249,12 @@ def _leaf(obj: Any) -> dict[str, Any]:
 
 def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
     """A JSON-able rendering of an inert value: objects become dicts with their class name."""
-    if obj is None or isinstance(obj, bool | int | str):
+    if obj is None or isinstance(obj, bool):
         return obj
+    if isinstance(obj, int):  # JSON and str() choke on ints of thousands of digits
+        return obj if obj.bit_length() <= 128 else f"<{obj.bit_length()}-bit int>"
+    if isinstance(obj, str):
+        return budget.text(obj)
     if isinstance(obj, float):
         return obj if isfinite(obj) else str(obj)  # JSON has no NaN or Infinity
     if isinstance(obj, TensorInfo):
@@ -243,10 +265,11 @@ def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
         return f"<{len(obj)} bytes>"
     if is_stub_class(obj):
         return f"<global {obj.global_name()}>"
-    if depth > 20 or not budget.spend():
+    # Charged before looking inside: one shared list may be reached a thousand times.
+    if depth > 20 or not budget.spend(1 + _children_count(obj)):
         return "<...>"
     if isinstance(obj, dict):
-        return {str(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
+        return {key_text(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
         return [_plain(v, budget, depth + 1) for v in obj]
     if isinstance(obj, Stub):
@@ -254,10 +277,16 @@ def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
     return str(obj) if isinstance(obj, complex) else f"<{type(obj).__name__}>"
 
 
+def _children_count(obj: Any) -> int:
+    return len(obj) if isinstance(obj, set | frozenset) else child_count(obj)
+
+
 def _plain_stub(obj: Stub, budget: _Budget, depth: int) -> dict[str, Any]:
     out: dict[str, Any] = {"__class__": obj.global_name()}
     fields = obj.fields()
-    if obj.args or obj.kwargs or (fields is None and obj.state is not None):
+    if (obj.args or obj.kwargs or (fields is None and obj.state is not None)) and budget.spend(
+        len(obj.args) + len(obj.kwargs)
+    ):
         out["args"] = _plain([*obj.args, *obj.kwargs.items()], budget, depth + 1)
     if fields is None and obj.state is not None:
         out["state"] = _plain(obj.state, budget, depth + 1)
@@ -279,7 +308,7 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
         return None
     found: dict[str, Any] = {}
     for key, value in root.items():
-        name = str(key)
+        name = key_text(key)
         if directory:
             stem = name.split(".")[0]
             if _CONFIG_NAME.match(stem) and isinstance(value, dict | Stub):
@@ -311,4 +340,6 @@ def _progress(root: Any) -> dict[str, Any]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return value.bit_length() <= 64 if isinstance(value, int) else isfinite(value)

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from envlock.checkpoint.unpickler import Stub, TensorInfo
-from envlock.errors import OperationError
+from envlock.checkpoint.inert import Stub, TensorInfo
+from envlock.checkpoint.limits import MAX_TEXT, MAX_WALK, WALK_PER_BYTE, Refused, brief
 
-_MAX_DEPTH = 64
-_MAX_VISITS = 20_000_000
+_MAX_DEPTH = 64  # key path components: deeper tensors are not listed
 
 
 def is_container(obj: Any) -> bool:
@@ -36,10 +35,25 @@ def is_optimizer(obj: Any) -> bool:
 
 
 def children(obj: Any) -> Iterator[tuple[str, Any]]:
-    return ((k if type(k) is str else str(k), v) for k, v in pairs(obj))
+    return ((key_text(k), v) for k, v in pairs(obj))
+
+
+def key_text(key: Any) -> str:
+    """A key of the pickle as a path component: bounded, whatever object the key is."""
+    if type(key) is str:
+        return key if len(key) <= MAX_TEXT else f"{key[:MAX_TEXT]}…(+{len(key) - MAX_TEXT:,} chars)"
+    if type(key) is int and key.bit_length() <= 64:
+        return str(key)
+    return brief(key, 100)  # never str(): a tuple key's repr can be exponential
 
 
 def stub_parts(obj: Stub) -> list[Any]:
+    if obj.parts is None:  # built once: a shared object is reached many times
+        obj.parts = _stub_parts(obj)
+    return obj.parts
+
+
+def _stub_parts(obj: Stub) -> list[Any]:
     fields = obj.fields()
     if fields is not None and "_parameters" in fields and "_modules" in fields:
         # An nn.Module pickled whole: present it the way its state_dict would be keyed.
@@ -71,27 +85,33 @@ class TensorEntry:
 
 
 class _Guard:
-    """Shared references can make a small pickle a huge tree: the walk refuses to inflate."""
+    """Shared references can make a small pickle a huge tree: the walk refuses to inflate.
 
-    def __init__(self) -> None:
-        self.visits = 0
+    It may visit objects and produce key characters in proportion to the bytes read.
+    """
+
+    def __init__(self, allowance: int) -> None:
+        self.left = self.limit = MAX_WALK + WALK_PER_BYTE * allowance
         self.tensorless: set[int] = set()  # containers already walked that hold no tensor
         self.tensor_ids: set[int] = set()
 
-    def visit(self) -> None:
-        self.visits += 1
-        if self.visits > _MAX_VISITS:
-            self._refuse(f"reaches its objects more than {_MAX_VISITS:,} times")
+    def spend(self, amount: int) -> None:
+        self.left -= amount
+        if self.left < 0:
+            raise Refused(
+                "walking the objects and key paths the pickle's shared references repeat",
+                f"{self.limit:,} steps ({MAX_WALK:,} + {WALK_PER_BYTE} per byte read)",
+            )
 
-    def tensor(self, info: TensorInfo, keys: int) -> None:
+    def tensor(self, info: TensorInfo, path: list[str], keys: int) -> None:
         self.tensor_ids.add(id(info))
+        self.spend(sum(len(p) + 1 for p in path))  # the dotted key that will be built
         if keys > 100_000 and keys > 16 * len(self.tensor_ids):  # tied weights: 2 keys, not 16
-            self._refuse(f"names {len(self.tensor_ids):,} tensors under {keys:,} keys")
-
-    def _refuse(self, what: str) -> None:
-        raise OperationError(
-            f"the pickle {what} through shared references: it is corrupt or deliberately inflated"
-        )
+            raise Refused(
+                f"{keys:,} tensor keys naming {len(self.tensor_ids):,} tensors through "
+                "shared references",
+                "16 keys per tensor",
+            )
 
 
 def _walk(
@@ -102,14 +122,18 @@ def _walk(
     optim = optim or is_optimizer(obj)
     found = len(out)
     for key, value in pairs(obj):
-        guard.visit()
+        guard.left -= 1
+        if guard.left < 0:
+            guard.spend(0)  # raises
         if isinstance(value, TensorInfo):
-            out.append(((*path, key if type(key) is str else str(key)), value, optim))
-            guard.tensor(value, len(out))
+            path.append(key_text(key))
+            guard.tensor(value, path, len(out) + 1)
+            out.append((tuple(path), value, optim))
+            path.pop()
         elif is_container(value) and id(value) not in ancestors:
             if id(value) in guard.tensorless:
                 continue
-            path.append(key if type(key) is str else str(key))
+            path.append(key_text(key))
             if len(path) <= _MAX_DEPTH:
                 _walk(value, path, optim, ancestors, guard, out)
             path.pop()
@@ -118,12 +142,13 @@ def _walk(
     ancestors.discard(id(obj))
 
 
-def entries(root: Any) -> Iterator[TensorEntry]:
+def entries(root: Any, allowance: int = 0) -> Iterator[TensorEntry]:
+    """The tensors under `root`; walking them may cost in proportion to `allowance` bytes."""
     by_key = isinstance(root, dict)  # a dict checkpoint: one section per top-level key
     found: list[tuple[tuple[str, ...], TensorInfo, bool]] = [((), root, False)]
     if not isinstance(root, TensorInfo):
         found.clear()
-        _walk(root, [], False, set(), _Guard(), found)
+        _walk(root, [], False, set(), _Guard(allowance), found)
     for path, info, optim in found:
         if len(path) <= 1 or not by_key:  # tensors straight under the root share section ""
             section, rest = "", path

@@ -29,13 +29,20 @@ if TYPE_CHECKING:
     metavar="PATTERN",
     help="Detail the tensors whose dotted key matches this glob, e.g. 'model*.layers.0.*'.",
 )
-def inspect_cmd(path: Path, as_json: bool, pattern: str | None) -> None:
+@click.option(
+    "--follow-links",
+    is_flag=True,
+    help="Read symlinks and index shards that lead outside the checkpoint's directory.",
+)
+def inspect_cmd(path: Path, as_json: bool, pattern: str | None, follow_links: bool) -> None:
     """Show a checkpoint's keys, tensor shapes, dtypes, parameter counts, sizes and config.
 
     PATH is a torch.save file (.pt/.pth), a .safetensors file, a sharded *.index.json or a
-    directory holding them. Nothing in the checkpoint is executed and torch is not needed.
+    directory holding them. Nothing in the checkpoint is executed and torch is not needed;
+    reading stays within fixed limits of time and memory, and inside the checkpoint's
+    directory unless --follow-links is given.
     """
-    data = summary(inspect_checkpoint(path), pattern)
+    data = summary(inspect_checkpoint(path, follow_links=follow_links), pattern)
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
@@ -48,7 +55,7 @@ def render(data: dict[str, Any]) -> None:
     size, tensors = data["size"], data["tensors"]
     optim = tensors["numel"] - tensors["params"]
     out.print(
-        f"[bold]{ui.escape(data['path'])}[/]  ({data['format']}, {len(data['files'])} file(s))"
+        f"[bold]{ui.untrusted(data['path'])}[/]  ({data['format']}, {len(data['files'])} file(s))"
     )
     out.print(
         f"size {ui.size(size['total_bytes'])}: tensors {ui.size(size['tensor_bytes'])} "
@@ -63,7 +70,7 @@ def render(data: dict[str, Any]) -> None:
     if data["progress"]:
         out.print("  ".join(f"{k} [bold]{v}[/]" for k, v in data["progress"].items()))
     if data["suspicious_globals"]:
-        names = ui.escape(", ".join(data["suspicious_globals"]))
+        names = _listed(data["suspicious_globals"])
         out.print(f"[bold red]⚠ code-running globals, described and not executed:[/] {names}")
     if data["sections"]:
         out.print(_sections_table(data["sections"], size["total_bytes"]))
@@ -81,19 +88,19 @@ def render(data: dict[str, Any]) -> None:
         out.print(_config_tree(data["config"]))
     out.print(_structure_tree(data["structure"]))
     if data["stubbed_globals"]:
-        names = ui.escape(", ".join(data["stubbed_globals"]))
+        names = _listed(data["stubbed_globals"])
         out.print(f"[dim]objects described, not executed: {names}[/]")
     for note in data["notes"]:
-        out.print(f"[yellow]note:[/] {ui.escape(note)}")
+        out.print(f"[yellow]note:[/] {ui.untrusted(note)}")
     if data["keys"] is not None:
         _print_keys(data["pattern"], data["keys"])
 
 
 def _print_keys(pattern: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
-        ui.out.print(f"[yellow]no tensor key matches {ui.escape(pattern)!r}[/]")
+        ui.out.print(f"[yellow]no tensor key matches '{ui.untrusted(pattern)}'[/]")
         return
-    ui.out.print(_tensor_table(ui.escape(f"{len(rows)} tensor(s) matching {pattern!r}"), rows))
+    ui.out.print(_tensor_table(ui.untrusted(f"{len(rows)} tensor(s) matching {pattern!r}"), rows))
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -111,9 +118,9 @@ def _table(title: str, *columns: str) -> Table:
 def _sections_table(sections: list[dict[str, Any]], total: int) -> Table:
     table = _table("sections", "key", "kind", "tensors", "elements", "bytes", "of total", "dtypes")
     for s in sections:
-        dtypes = ui.escape(", ".join(f"{k}×{v}" for k, v in s["dtypes"].items()))
+        dtypes = ui.untrusted(", ".join(f"{k}×{v}" for k, v in s["dtypes"].items()))
         table.add_row(
-            ui.escape(s["key"] or "(top level)"),
+            ui.untrusted(s["key"] or "(top level)"),
             s["kind"],
             str(s["tensors"]),
             _count(s["numel"]),
@@ -126,14 +133,14 @@ def _sections_table(sections: list[dict[str, Any]], total: int) -> Table:
 
 def _prefix_table(section: dict[str, Any]) -> Table:
     table = _table(
-        ui.escape(f"top-level prefixes of {section['key'] or '(top level)'}"),
+        ui.untrusted(f"top-level prefixes of {section['key'] or '(top level)'}"),
         "prefix",
         "tensors",
         "elements",
     )
     rows = sorted(section["prefixes"], key=lambda p: -p["numel"])
     for p in rows[:20]:
-        table.add_row(ui.escape(p["prefix"]), str(p["tensors"]), _count(p["numel"]))
+        table.add_row(ui.untrusted(p["prefix"]), str(p["tensors"]), _count(p["numel"]))
     if len(rows) > 20:
         table.add_row(f"… {len(rows) - 20} more", "", "")
     return table
@@ -142,7 +149,7 @@ def _prefix_table(section: dict[str, Any]) -> Table:
 def _dtype_table(dtypes: dict[str, dict[str, int]]) -> Table:
     table = _table("dtypes", "dtype", "tensors", "elements", "bytes")
     for name, d in dtypes.items():
-        table.add_row(ui.escape(name), str(d["count"]), _count(d["numel"]), ui.size(d["bytes"]))
+        table.add_row(ui.untrusted(name), str(d["count"]), _count(d["numel"]), ui.size(d["bytes"]))
     return table
 
 
@@ -150,7 +157,7 @@ def _tensor_table(title: str, rows: list[dict[str, Any]]) -> Table:
     table = _table(title, "key", "dtype", "shape", "numel", "bytes")
     for r in rows:
         shape = "[" + ", ".join(map(str, r["shape"])) + "]"
-        key, dtype = ui.escape(r["key"]), ui.escape(r["dtype"])
+        key, dtype = ui.untrusted(r["key"]), ui.untrusted(r["dtype"])
         table.add_row(key, dtype, shape, _count(r["numel"]), ui.size(r["bytes"]))
     return table
 
@@ -160,8 +167,14 @@ def _shared_table(shared: list[dict[str, Any]]) -> Table:
         "storages shared by several keys (tied weights; bytes counted once)", "keys", "bytes"
     )
     for s in shared:
-        table.add_row(ui.escape(", ".join(s["keys"])), ui.size(s["bytes"]))
+        table.add_row(_listed(s["keys"]), ui.size(s["bytes"]))
     return table
+
+
+def _listed(names: list[str], shown: int = 20) -> str:
+    """Names from the file, escaped; a long list cut after `shown` of them."""
+    text = ui.untrusted(", ".join(names[:shown]))
+    return text + (f", … {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _config_tree(config: dict[str, Any]) -> Tree:
@@ -169,7 +182,7 @@ def _config_tree(config: dict[str, Any]) -> Tree:
 
     tree = Tree("[bold]config[/]")
     for name, value in config.items():
-        _add_plain(tree.add(ui.escape(name)), value)
+        _add_plain(tree.add(ui.untrusted(name)), value)
     return tree
 
 
@@ -184,10 +197,10 @@ def _add_plain(node: Tree, value: Any) -> None:
     if items is None or (
         isinstance(value, list) and all(not isinstance(v, dict | list) for v in value)
     ):
-        node.label = f"{node.label} = {ui.escape(json.dumps(value))}"
+        node.label = f"{node.label} = {ui.untrusted(json.dumps(value))}"
         return
     for key, item in items:
-        _add_plain(node.add(ui.escape(str(key))), item)
+        _add_plain(node.add(ui.untrusted(str(key))), item)
 
 
 def _structure_tree(node: dict[str, Any]) -> Tree:
@@ -200,13 +213,13 @@ def _structure_tree(node: dict[str, Any]) -> Tree:
 
 def _add_node(parent: Tree, key: str, node: dict[str, Any]) -> None:
     if node["type"] == "tensor":
-        parent.add(f"{ui.escape(key)}: tensor {ui.escape(node['dtype'])} {node['shape']}")
+        parent.add(f"{ui.untrusted(key)}: tensor {ui.untrusted(node['dtype'])} {node['shape']}")
         return
     if "value" in node:
-        value = ui.escape(json.dumps(node["value"]))
-        parent.add(f"{ui.escape(key)}: {ui.escape(node['type'])} = {value}")
+        value = ui.untrusted(json.dumps(node["value"]))
+        parent.add(f"{ui.untrusted(key)}: {ui.untrusted(node['type'])} = {value}")
         return
-    label = f"{ui.escape(key)}: {ui.escape(node['type'])}[{node['len']}]"
+    label = f"{ui.untrusted(key)}: {ui.untrusted(node['type'])}[{node['len']}]"
     if node["tensors"]:
         label += (
             f" [dim]{node['tensors']} tensors{' (state dict)' if node.get('state_dict') else ''}[/]"

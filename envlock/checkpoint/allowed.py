@@ -1,0 +1,261 @@
+"""The few callables a checkpoint's pickle may really call, each checking what it is given.
+
+Tensor rebuilds become `TensorInfo` descriptions; containers, bytes and devices are built from
+plain values only. Whatever work a call does on its arguments (hashing them into a set, copying
+bytes) is charged to the load's `Work`, since one shared argument can be handed to a call
+thousands of times; scan.py has already charged what the C unpickler itself does.
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo, is_stub_class
+from envlock.checkpoint.limits import (
+    EXPANSION_PER_BYTE,
+    MAX_DIM,
+    MAX_DIMS,
+    MAX_EXPANSION,
+    Refused,
+    brief,
+    check_dims,
+    check_numel,
+)
+
+_MAX_DEVICE = 64  # characters in a device or layout name ("cuda", "cpu", "torch.strided")
+_MAX_REBUILD_ARGS = 16  # a tensor subclass's rebuild arguments (torch passes about 7)
+
+
+class Work:
+    """What calls during one load may spend on their arguments (hashing, copying)."""
+
+    def __init__(self, pickle_bytes: int) -> None:
+        self.limit = MAX_EXPANSION + EXPANSION_PER_BYTE * pickle_bytes
+        self.spent = 0
+        self._hashing: dict[int, tuple[tuple[Any, ...], int]] = {}
+
+    def spend(self, amount: int) -> None:
+        self.spent += amount
+        if self.spent > self.limit:
+            raise Refused(
+                "the work of hashing and copying what the pickle's calls are given (repeated "
+                "by shared references or colliding hashes)",
+                f"{self.limit:,} steps ({MAX_EXPANSION:,} + {EXPANSION_PER_BYTE} per byte)",
+            )
+
+    def hash_all(self, items: Any) -> list[Any]:
+        """`items` as a list, once its elements' hashing has been paid for."""
+        if not isinstance(items, list | tuple | set | frozenset | dict):
+            raise pickle.UnpicklingError(f"expected a list of items, got {brief(items)}")
+        self.spend(len(items))  # before looking at them: the same list may come many times
+        values = list(items)
+        self.spend(sum(self._cost(v) for v in values))
+        hashes: dict[int, int] = {}
+        for v in values:  # their hashing is paid for: now the comparisons of equal hashes
+            if not isinstance(v, str | bytes):  # those hash with a per-process secret
+                n = hashes.get(hash(v), 0)
+                self.spend(n * self._cost(v))
+                hashes[hash(v)] = n + 1
+        return values
+
+    def _cost(self, obj: Any) -> int:
+        # Hashing a tuple hashes its items, each time: memoized per tuple (kept alive here, so
+        # its id stays its own). scan.py bounds tuple nesting, so this recursion is shallow.
+        if type(obj) is not tuple:
+            return 1
+        known = self._hashing.get(id(obj))
+        if known is None:
+            known = (obj, 1 + sum(self._cost(v) for v in obj))
+            self._hashing[id(obj)] = known
+        return known[1]
+
+
+class OrderedDict(collections.OrderedDict[Any, Any]):
+    """torch's state dicts; their `_metadata` (module versions) is not needed and not kept."""
+
+    def __setstate__(self, state: Any) -> None:
+        pass  # BUILD would otherwise hash every key of a (shared) state into __dict__ again
+
+
+def _ordered_dict(work: Work, pairs: Any = ()) -> OrderedDict:
+    made = OrderedDict()
+    for pair in work.hash_all(pairs):
+        if type(pair) is not tuple or len(pair) != 2:
+            raise pickle.UnpicklingError(f"OrderedDict from {brief(pair)}, not (key, value)")
+        made[pair[0]] = pair[1]
+    return made
+
+
+def _set(work: Work, items: Any = ()) -> set[Any]:
+    return set(work.hash_all(items))
+
+
+def _frozenset(work: Work, items: Any = ()) -> frozenset[Any]:
+    return frozenset(work.hash_all(items))
+
+
+def _encode(work: Work, text: Any, encoding: Any = "utf-8") -> bytes:
+    # Protocol 2 pickles bytes as _codecs.encode(str, "latin1").
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "utf8"):
+        raise pickle.UnpicklingError("unexpected _codecs.encode call")
+    work.spend(len(text))
+    return text.encode(encoding)
+
+
+def _bytearray(work: Work, data: Any = b"") -> bytearray:
+    if not isinstance(data, bytes | str):
+        raise pickle.UnpicklingError("bytearray from something other than bytes")
+    work.spend(len(data))
+    return bytearray(data.encode("latin1") if isinstance(data, str) else data)
+
+
+def _complex(work: Work, real: Any = 0, imag: Any = 0) -> complex:
+    for part in (real, imag):
+        if not isinstance(part, int | float | str):
+            raise pickle.UnpicklingError(f"complex from {brief(part)}")
+        work.spend(len(part) if isinstance(part, str) else 1)
+    return complex(real) if isinstance(real, str) else complex(real, imag)
+
+
+def _slice(*args: Any) -> slice:
+    # A slice hashes its parts (Python >= 3.12): plain ints only, or a key could hide a tuple.
+    if len(args) > 3 or any(a is not None and type(a) is not int for a in args):
+        raise pickle.UnpicklingError(f"slice of {brief(args)}")
+    return slice(*args)
+
+
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or len(value) > _MAX_DEVICE:
+        raise pickle.UnpicklingError(f"a {what} named {brief(value)}")
+    return value
+
+
+def _device(kind: Any, index: Any = None) -> str:
+    kind = _name(kind, "device")
+    if index is None:
+        return kind
+    if type(index) is not int or not 0 <= index < 2**31:
+        raise pickle.UnpicklingError(f"device index {brief(index)}")
+    return f"{kind}:{index}"
+
+
+def ints(value: Any, what: str) -> tuple[int, ...]:
+    """A tensor's size or stride: a tuple (or list) of at most 64 int64 values."""
+    if type(value) is not tuple and type(value) is not list:
+        raise pickle.UnpicklingError(f"a tensor's {what} is {brief(value)}, not a tuple of ints")
+    if len(value) > MAX_DIMS:
+        check_dims(tuple(value[: MAX_DIMS + 1]), what)  # raises, without copying them all
+    if any(type(v) is not int for v in value):
+        raise pickle.UnpicklingError(f"a tensor's {what} {brief(value)} holds a non-int")
+    return check_dims(tuple(value), what)
+
+
+def _tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: Any) -> TensorInfo:
+    if not isinstance(storage, Storage):
+        raise pickle.UnpicklingError(f"a tensor is rebuilt from {brief(storage)}, not a storage")
+    if type(offset) is not int or not 0 <= offset <= MAX_DIM:
+        raise pickle.UnpicklingError(f"a tensor's storage offset is {brief(offset)}")
+    shape, strides = ints(size, "shape"), ints(stride, "stride")
+    check_numel(shape)
+    name = dtype.name if isinstance(dtype, DType) else storage.dtype
+    return TensorInfo(name, shape, storage, offset, strides)
+
+
+def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *_: Any) -> TensorInfo:
+    return _tensor(storage, offset, size, stride, None)
+
+
+def _rebuild_tensor_v3(
+    storage: Any, offset: Any, size: Any, stride: Any, _rg: Any, _hooks: Any, dtype: Any, *_: Any
+) -> TensorInfo:
+    return _tensor(storage, offset, size, stride, dtype)
+
+
+def _rebuild_parameter(data: Any, *_: Any) -> Any:
+    return replace(data, parameter=True) if isinstance(data, TensorInfo) else data
+
+
+def _rebuild_meta(dtype: Any, size: Any, stride: Any, *_: Any) -> TensorInfo:
+    shape = ints(size, "shape")
+    check_numel(shape)
+    return TensorInfo(dtype.name if isinstance(dtype, DType) else "?", shape, None, 0)
+
+
+def _rebuild_wrapper_subclass(cls: Any, dtype: Any, size: Any, *_: Any) -> TensorInfo:
+    meta = _rebuild_meta(dtype, size, None)
+    return replace(meta, subclass=cls.global_name() if is_stub_class(cls) else None)
+
+
+def _rebuild_from_type(func: Any, new_type: Any, args: Any, *_: Any) -> Any:
+    if not (isinstance(func, Safe) or is_stub_class(func)) or type(args) is not tuple:
+        raise pickle.UnpicklingError(f"unexpected tensor subclass rebuild {brief(func)}")
+    if len(args) > _MAX_REBUILD_ARGS:  # the call copies them: a shared tuple, every time
+        raise pickle.UnpicklingError(f"a tensor subclass rebuilt from {len(args):,} arguments")
+    made = func(*args)
+    if isinstance(made, TensorInfo) and is_stub_class(new_type):
+        name = new_type.global_name()
+        if name not in ("torch.Tensor", "torch._tensor.Tensor"):
+            made = replace(made, subclass=name)
+    return made
+
+
+def _reconstructor(cls: Any, *_: Any) -> Any:
+    # copyreg._reconstructor(cls, base, state): build the stub without calling anything.
+    return cls() if is_stub_class(cls) else Stub(cls)
+
+
+# Callables that spend from the load's Work: find_class binds it.
+_CHARGED: dict[tuple[str, str], Callable[..., Any]] = {
+    ("collections", "OrderedDict"): _ordered_dict,
+    ("builtins", "set"): _set,
+    ("builtins", "frozenset"): _frozenset,
+    ("builtins", "complex"): _complex,
+    ("builtins", "bytearray"): _bytearray,
+    ("_codecs", "encode"): _encode,
+}
+_FREE: dict[tuple[str, str], Callable[..., Any]] = {
+    ("collections", "defaultdict"): lambda *_: {},
+    ("builtins", "slice"): _slice,
+    ("copyreg", "_reconstructor"): _reconstructor,
+    ("torch", "Size"): lambda dims=(): ints(dims, "shape"),
+    ("torch", "device"): _device,
+    ("torch.serialization", "_get_layout"): lambda name: _name(name, "layout"),
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_meta_tensor_no_storage"): _rebuild_meta,
+    ("torch._utils", "_rebuild_wrapper_subclass"): _rebuild_wrapper_subclass,
+    ("torch._tensor", "_rebuild_from_type"): _rebuild_from_type,
+    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
+}
+
+
+def allowed(module: str, name: str, work: Work) -> Safe | None:
+    """The allow-listed callable `module.name`, bound to `work`, or None."""
+    if (module, name) in _CHARGED:
+        return Safe(partial(_CHARGED[(module, name)], work))
+    if (module, name) in _FREE:
+        return Safe(_FREE[(module, name)])
+    return None
+
+
+class Safe:
+    """One allow-listed callable, handed out fresh so a pickle's BUILD cannot alter the original."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __setstate__(self, state: Any) -> None:
+        raise pickle.UnpicklingError("the pickle tries to modify a function")

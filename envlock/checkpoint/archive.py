@@ -1,0 +1,153 @@
+"""Read a torch.save file's pickle within limits: a zip archive's `<root>/data.pkl`, or a raw
+pickle written by `pickle.dump`.
+
+The zip's directory is trusted for nothing: the member's declared size is checked before it is
+read, the bytes are counted while they inflate, and only the compression torch itself can read
+(stored or deflated) is accepted. The pickle is then scanned (scan.py) and only then unpickled.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envlock.checkpoint.allowed import Work
+from envlock.checkpoint.limits import (
+    MAX_INFLATION,
+    MAX_PICKLE_BYTES,
+    MAX_ZIP_ENTRIES,
+    MiB,
+    Refused,
+    printable,
+)
+from envlock.checkpoint.scan import scan
+from envlock.checkpoint.unpickler import RestrictedUnpickler
+from envlock.errors import OperationError, UsageError
+
+_CORRUPT_HINT = "the checkpoint is truncated or damaged; torch.load would fail on it too"
+_PICKLE_LIMIT = f"{MAX_PICKLE_BYTES // MiB} MiB"
+_METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
+
+
+@dataclass(frozen=True)
+class LoadedPickle:
+    """The inert object tree of one pickle and the globals that were stubbed."""
+
+    root: Any
+    stubbed: Counter[str]
+    pickle_name: str
+    nbytes: int
+
+
+def load_torch_zip(path: Path) -> LoadedPickle:
+    """Unpickle `<root>/data.pkl` of a torch zip checkpoint into inert descriptions."""
+    _check_entries(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise OperationError(
+            f"{path}: not a readable zip archive ({exc}): the checkpoint is truncated or corrupt",
+            hint="copy it again from its source, or inspect another checkpoint of the run",
+        ) from exc
+    with archive:
+        pkl = _find_data_pkl(path, archive.namelist())
+        data = _read_member(path, archive, archive.getinfo(pkl))
+        prefix = pkl[: -len("data.pkl")] + "data/"
+        sizes = {
+            info.filename[len(prefix) :]: info.file_size
+            for info in archive.infolist()
+            if info.filename.startswith(prefix)
+        }
+    return unpickle(data, where=f"{path}: {pkl}", source=path.name, sizes=sizes, name=pkl)
+
+
+def load_raw_pickle(path: Path) -> LoadedPickle:
+    """Unpickle a file that is one pickle (no zip around it), e.g. from `pickle.dump`."""
+    with path.open("rb") as f:
+        data = f.read(MAX_PICKLE_BYTES + 1)
+    if len(data) > MAX_PICKLE_BYTES:
+        raise Refused(f"{path}: the pickle's size", _PICKLE_LIMIT)
+    return unpickle(data, where=str(path), source=path.name, sizes={}, name=path.name)
+
+
+def unpickle(
+    data: bytes, *, where: str, source: str, sizes: Mapping[str, int], name: str
+) -> LoadedPickle:
+    """Scan, then unpickle with the restricted unpickler; any failure names `where`."""
+    try:
+        scan(data)
+        unpickler = RestrictedUnpickler(
+            io.BytesIO(data), source=source, storage_sizes=sizes, work=Work(len(data))
+        )
+        root = unpickler.load()
+    except Refused as exc:
+        raise exc.at(where) from None
+    except Exception as exc:  # any failure to parse an untrusted pickle means corruption
+        detail = printable(f"{type(exc).__name__}: {exc}", 300)
+        raise OperationError(f"{where} is corrupt ({detail})", hint=_CORRUPT_HINT) from exc
+    return LoadedPickle(root, unpickler.stubbed, name, len(data))
+
+
+def _check_entries(path: Path) -> None:
+    # zipfile builds an object per entry before anyone can count them: read the count the
+    # end-of-directory record declares first (zipfile's own reader of it, where it has one).
+    end_record = getattr(zipfile, "_EndRecData", None)
+    if end_record is None:
+        return
+    with path.open("rb") as f:
+        record = end_record(f)
+    entries = record[getattr(zipfile, "_ECD_ENTRIES_TOTAL", 4)] if record else 0
+    if entries > MAX_ZIP_ENTRIES:
+        raise Refused(f"{path}: the zip's {entries:,} entries", f"{MAX_ZIP_ENTRIES:,} entries")
+
+
+def _find_data_pkl(path: Path, names: list[str]) -> str:
+    found = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+    if not found:
+        raise UsageError(
+            f"{path}: a zip archive without <root>/data.pkl is not a torch checkpoint",
+            hint="envlock inspect reads torch.save files, safetensors files and their indexes",
+        )
+    # torch names the root folder after the file stem; fall back to the first candidate.
+    return next((n for n in found if n == f"{path.stem}/data.pkl"), found[0])
+
+
+def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    where = f"{path}: {info.filename}"
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        # zipfile inflates bzip2 and lzma without an output bound; torch reads neither.
+        method = _METHODS.get(info.compress_type, f"method {info.compress_type}")
+        raise OperationError(
+            f"{where} is compressed with {method}, which torch cannot read",
+            hint="torch.save stores data.pkl uncompressed; re-save the checkpoint with torch",
+        )
+    declared, packed = info.file_size, max(info.compress_size, 1)
+    if declared > MAX_PICKLE_BYTES:
+        raise Refused(f"{where}: the declared size ({declared:,} bytes)", _PICKLE_LIMIT)
+    if declared > MiB and declared > MAX_INFLATION * packed:
+        raise Refused(
+            f"{where}: inflating {packed:,} bytes to {declared:,}",
+            f"{MAX_INFLATION}x compression (past 1 MiB)",
+        )
+    return _read_counted(where, archive, info, declared)
+
+
+def _read_counted(where: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    chunks, total = [], 0
+    try:
+        with archive.open(info) as member:  # checks the CRC once the last byte is read
+            while chunk := member.read(MiB):
+                total += len(chunk)
+                if total > limit:  # more than the zip declared: never trust the directory
+                    raise Refused(f"{where}: inflated size", f"the {limit:,} bytes it declares")
+                chunks.append(chunk)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, ValueError) as exc:
+        detail = printable(f"{type(exc).__name__}: {exc}", 300)
+        raise OperationError(f"{where} is corrupt ({detail})", hint=_CORRUPT_HINT) from exc
+    return b"".join(chunks)

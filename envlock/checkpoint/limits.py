@@ -1,0 +1,138 @@
+"""Every bound on what reading a checkpoint may cost, in one place.
+
+A checkpoint is hostile data: a few hundred bytes of pickle can describe an exponential object
+graph, a zip member can inflate a thousandfold, a shape can name 2**63 elements. Each limit
+below is far above what a real checkpoint needs and far below what exhausts a machine; passing
+one is refused with `Refused` ("refusing: … exceeds …", exit 3), never read on regardless.
+Text from a checkpoint that reaches a message goes through `shown`/`brief`: bounded, and with
+control characters escaped so that nothing in the file can write to the terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envlock.errors import OperationError
+
+MiB = 2**20
+# Zip archives (torch.save): only data.pkl is read; storages are sized from the zip directory.
+MAX_PICKLE_BYTES = 256 * MiB  # data.pkl decompressed (a 70B model's is well under 1 MiB)
+MAX_INFLATION = 20  # decompressed / compressed for a deflated data.pkl (torch stores it raw)
+MAX_ZIP_ENTRIES = 1_000_000  # one per storage
+# The pickle program, checked before it runs (see scan.py).
+MAX_OPCODES = 50_000_000  # each makes one object at most (the unpickler's ~60 bytes)
+MAX_DEPTH = 256  # nesting of containers and objects (a pickled nn.Module: 4 per module level)
+# Work a pickle may cause beyond reading its bytes: hashing keys built of shared tuples,
+# comparing keys chosen to share a hash, copying a shared argument into every call ...
+MAX_EXPANSION = 1_000_000
+EXPANSION_PER_BYTE = 2  # ... plus this much per byte of pickle
+MAX_GLOBALS = 10_000  # distinct unknown classes and functions a pickle may name
+MAX_GLOBAL_NAME = 1_000  # characters in a module or class name
+# Tensors.
+MAX_DIMS = 64  # torch's own limit on a tensor's dimensions
+MAX_DIM = 2**63 - 1  # a dim, a stride, an offset and the element count are int64 in torch
+# JSON (safetensors headers, sharded indexes, config.json, trainer_state.json).
+MAX_HEADER_BYTES = 100 * MiB  # the safetensors format's own limit
+MAX_JSON_BYTES = 64 * MiB
+MAX_JSON_DEPTH = 64
+# The walk over the loaded object tree and the report built from it.
+MAX_WALK = 1_000_000  # object visits, plus WALK_PER_BYTE per byte read (shared refs inflate)
+WALK_PER_BYTE = 4
+MAX_TEXT = 1_000  # characters of a key, name or value shown (JSON and human output alike)
+
+
+class Refused(OperationError):
+    """A checkpoint past one of the limits above: refused before it costs time or memory."""
+
+    def __init__(self, what: str, limit: str, *, hint: str | None = None) -> None:
+        super().__init__(
+            f"refusing: {what} exceeds {limit}",
+            hint=hint
+            or "no real checkpoint comes near this limit: the file is corrupt or built to "
+            "exhaust time or memory (envlock inspect's limits are listed in the README)",
+        )
+        self.what, self.limit = what, limit
+
+    def at(self, where: str) -> Refused:
+        """The same refusal, naming the file it came from."""
+        return Refused(f"{where}: {self.what}", self.limit, hint=self.hint)
+
+
+def shown(text: str, limit: int = 200) -> str:
+    """`text` quoted for a message: control characters escaped, long text cut."""
+    if len(text) > limit:
+        return repr(text[:limit])[:-1] + f"…' (+{len(text) - limit:,} chars)"
+    return repr(text)
+
+
+def printable(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` with control characters, lone surrogates and other unprintables escaped.
+
+    `repr`'s rule: `\\x1b` is shown as `\\x1b`, never sent to a terminal.
+    """
+    if len(text) > limit:
+        text = text[:limit] + f"…(+{len(text) - limit:,} chars)"
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def brief(obj: Any, limit: int = 200) -> str:
+    """A short description of any value from a pickle, in bounded time whatever it holds.
+
+    `repr` is never used on pickle objects: shared references make it exponential.
+    """
+    parts: list[str] = []
+    _brief(obj, parts, 2)
+    return printable("".join(parts), limit)
+
+
+def _brief(obj: Any, out: list[str], depth: int) -> None:
+    if isinstance(obj, str):
+        out.append(shown(obj, 40))
+    elif isinstance(obj, bool | float | complex) or obj is None:
+        out.append(repr(obj))
+    elif isinstance(obj, int):
+        out.append(str(obj) if obj.bit_length() <= 64 else f"<{obj.bit_length()}-bit int>")
+    elif isinstance(obj, bytes | bytearray):
+        out.append(f"<{len(obj)} bytes>")
+    elif isinstance(obj, list | tuple | dict | set | frozenset):
+        _brief_items(obj, out, depth)
+    else:
+        out.append(f"<{type(obj).__name__}>")
+
+
+def _brief_items(obj: Any, out: list[str], depth: int) -> None:
+    name = type(obj).__name__
+    if depth == 0 or not obj:
+        out.append(f"<{name} of {len(obj)}>" if obj else f"{name}()")
+        return
+    values = list(obj.items() if isinstance(obj, dict) else obj)[:4]  # first few only
+    out.append(f"{name}(")
+    for i, value in enumerate(values):
+        out.append(", " if i else "")
+        _brief(value, out, depth - 1)
+    out.append(f", … {len(obj) - len(values)} more)" if len(obj) > len(values) else ")")
+
+
+def check_dims(dims: tuple[int, ...], what: str) -> tuple[int, ...]:
+    """A shape or stride within torch's own bounds: at most 64 int64 dims."""
+    if len(dims) > MAX_DIMS:
+        raise Refused(f"a tensor {what} of {len(dims):,} dims", f"{MAX_DIMS} dims")
+    for d in dims:
+        if d > MAX_DIM:
+            raise Refused(f"a tensor {what} dim of {brief(d)}", "torch's int64 range")
+        if d < 0:
+            raise OperationError(f"a tensor {what} dim of {d}: a negative size is corrupt")
+    return dims
+
+
+def check_numel(shape: tuple[int, ...]) -> None:
+    """Refuse a shape whose element count passes int64, without computing a huge product."""
+    if 0 in shape:
+        return
+    numel = 1
+    for d in shape:
+        numel *= d
+        if numel > MAX_DIM:
+            raise Refused(f"the element count of shape {brief(list(shape))}", "2**63-1")

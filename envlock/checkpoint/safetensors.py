@@ -1,0 +1,98 @@
+"""safetensors files: an 8-byte little-endian length, a JSON header, then the tensor bytes.
+
+Only the header is read, and every field of it is checked the way the format defines it
+(dtype a short string, shape a list of at most 64 int64 dims, data offsets two ints inside
+the file), so nothing from it reaches a report unchecked.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+from envlock.checkpoint.inert import DTYPE_ITEMSIZE, Storage, TensorInfo
+from envlock.checkpoint.jsondata import parse_json
+from envlock.checkpoint.limits import (
+    MAX_DIM,
+    MAX_HEADER_BYTES,
+    MiB,
+    Refused,
+    brief,
+    check_dims,
+    check_numel,
+    shown,
+)
+from envlock.errors import OperationError
+
+_DTYPES = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",
+    "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu", "I16": "int16", "U16": "uint16",
+    "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32",
+    "F64": "float64", "I64": "int64", "U64": "uint64", "C64": "complex64",
+}  # fmt: skip
+_MAX_DTYPE = 32  # characters of a dtype name the format does not know
+
+
+def read_safetensors(path: Path) -> tuple[dict[str, TensorInfo], int]:
+    """The tensors a safetensors file describes, in data order, and its header's size."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > MAX_HEADER_BYTES:
+            raise Refused(
+                f"{path}: a safetensors header of {length:,} bytes",
+                f"the format's {MAX_HEADER_BYTES // MiB} MiB",
+            )
+        if length > size - 8:
+            raise OperationError(
+                f"{path}: safetensors header claims {length} bytes but the file has {size}: "
+                "truncated or corrupt"
+            )
+        raw = f.read(length)
+    header = parse_json(raw, f"{path}: safetensors header")
+    try:
+        tensors = _tensors(path.name, header)
+    except Refused as exc:
+        raise exc.at(str(path)) from None
+    except (ValueError, TypeError) as exc:
+        raise OperationError(f"{path}: corrupt safetensors header ({exc})") from exc
+    data_end = max((t.offset + t.storage.nbytes for t in tensors.values() if t.storage), default=0)
+    if 8 + length + data_end > size:
+        raise OperationError(
+            f"{path}: tensor data ends at byte {8 + length + data_end} but the file has {size} "
+            "bytes: the file is truncated"
+        )
+    return dict(sorted(tensors.items(), key=lambda kv: kv[1].offset)), length
+
+
+def _tensors(file: str, header: Any) -> dict[str, TensorInfo]:
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    header.pop("__metadata__", None)
+    return {name: _tensor(file, name, spec) for name, spec in header.items()}
+
+
+def _tensor(file: str, name: str, spec: Any) -> TensorInfo:
+    if not isinstance(spec, dict):
+        raise ValueError(f"tensor {shown(name, 60)} is described by {brief(spec)}")
+    dtype, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
+    if not isinstance(dtype, str) or len(dtype) > _MAX_DTYPE:
+        raise ValueError(f"tensor {shown(name, 60)} has dtype {brief(dtype)}")
+    dims = _int_list(shape, name, "shape")
+    check_dims(dims, "shape")
+    check_numel(dims)
+    begin, end = _int_list(offsets, name, "data_offsets", length=2)
+    dtype = _DTYPES.get(dtype, dtype.lower())
+    info = TensorInfo(dtype, dims, Storage(file, str(begin), dtype, end - begin), begin)
+    if end < begin or (dtype in DTYPE_ITEMSIZE and info.nbytes != end - begin):
+        raise ValueError(f"{dtype}{list(dims)} does not fit data_offsets [{begin}, {end}]")
+    return info
+
+
+def _int_list(value: Any, name: str, field: str, length: int | None = None) -> tuple[int, ...]:
+    # JSON numbers may be floats (1e400 is infinity) or bools: only real ints in range pass.
+    ok = isinstance(value, list) and (length is None or len(value) == length)
+    if not ok or any(type(v) is not int or not 0 <= v <= MAX_DIM for v in value[:65]):
+        raise ValueError(f"tensor {shown(name, 60)} has {field} {brief(value)}")
+    return tuple(value)

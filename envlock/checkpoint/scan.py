@@ -1,0 +1,368 @@
+"""Check a pickle program before the C unpickler runs it, for what `pickle.load` cannot bound.
+
+The C unpickler is fast and runs none of our code inside an opcode, so what happens there is out
+of reach once it starts: hashing a dict key made of shared tuples (2**60 steps from 600 bytes),
+recursing through a tuple nested two million deep (a segfault), sizing its memo array from an
+index, copying one shared argument tuple into every call. `scan` runs the same stack machine
+(_pickle.c's rules for marks and the memo) with an abstract value in place of each object (its
+nesting depth, the work hashing it takes, its length) and refuses past the limits of limits.py
+before a single object is built.
+"""
+
+from __future__ import annotations
+
+import pickle
+import pickletools
+import struct
+from dataclasses import dataclass
+
+from envlock.checkpoint.abstract import (
+    CHOSEN,
+    EMPTY_TUPLE,
+    LEAF,
+    NONE,
+    SMALL_INTS,
+    Value,
+    collisions,
+    number,
+    tuple_of,
+)
+from envlock.checkpoint.limits import (
+    EXPANSION_PER_BYTE,
+    MAX_DEPTH,
+    MAX_EXPANSION,
+    MAX_OPCODES,
+    Refused,
+)
+
+_CODE = {op.name: op.code.encode("latin1")[0] for op in pickletools.opcodes}
+# Argument width of every opcode: >= 0 fixed bytes, -1 up to a newline, -2..-5 a length field.
+# Protocol 5's buffers are left out (torch never writes them): the scan rejects them as invalid.
+_WIDTH = {
+    _CODE[op.name]: op.arg.n if op.arg else 0
+    for op in pickletools.opcodes
+    if op.name not in ("NEXT_BUFFER", "READONLY_BUFFER", "BYTEARRAY8")
+}
+_LENGTH_FIELD = {-2: (1, False), -3: (4, True), -4: (4, False), -5: (8, False)}
+LEAF_NAMES = [
+    "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "STRING", "BINSTRING",
+    "SHORT_BINSTRING", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "UNICODE", "SHORT_BINUNICODE",
+    "BINUNICODE", "BINUNICODE8", "NONE", "NEWTRUE", "NEWFALSE", "FLOAT", "BINFLOAT", "GLOBAL",
+    "PERSID", "EXT1", "EXT2", "EXT4",
+]  # fmt: skip
+_LEAVES = {_CODE[name] for name in LEAF_NAMES}
+_TWO_LINES = {_CODE["GLOBAL"], _CODE["INST"]}
+# What `_Machine.run` does per opcode byte: the hot opcodes of torch's pickles are inline.
+(_SLOW, _FIXED_LEAF, _SIZED_LEAF, _PUT, _GET, _TUPLE, _TUPLE_N, _MARK, _EMPTY, _REDUCE,
+ _STOP) = range(11)  # fmt: skip
+_KIND = [_SLOW] * 256
+for _op, _width in _WIDTH.items():
+    if _op in _LEAVES and _width != -1:
+        _KIND[_op] = _FIXED_LEAF if _width >= 0 else _SIZED_LEAF
+for _names, _kind in (
+    ("BINPUT LONG_BINPUT", _PUT), ("BINGET LONG_BINGET", _GET), ("TUPLE", _TUPLE),
+    ("TUPLE1 TUPLE2 TUPLE3", _TUPLE_N), ("MARK", _MARK), ("EMPTY_TUPLE", _EMPTY),
+    ("REDUCE", _REDUCE), ("STOP", _STOP),
+):  # fmt: skip
+    for _name in _names.split():
+        _KIND[_CODE[_name]] = _kind
+_TUPLE_LENGTH = {_CODE["TUPLE1"]: 1, _CODE["TUPLE2"]: 2, _CODE["TUPLE3"]: 3}
+_LONGS = {_CODE["LONG1"], _CODE["LONG4"]}
+_CONSTANTS = {
+    _CODE["NONE"]: NONE,
+    _CODE["NEWTRUE"]: SMALL_INTS[1],
+    _CODE["NEWFALSE"]: SMALL_INTS[0],
+}
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """What a pickle that passed the scan will build."""
+
+    opcodes: int
+    expansion: int
+
+
+def scan(data: bytes) -> Scanned:
+    """Refuse (Refused) or reject as corrupt (pickle.UnpicklingError) before unpickling."""
+    machine = _Machine(data)
+    machine.run()
+    return Scanned(machine.opcodes, machine.expansion)
+
+
+def _too_deep(depth: int) -> Refused:
+    return Refused(f"the pickle's nesting ({depth:,} levels so far)", f"{MAX_DEPTH} levels")
+
+
+class _Machine:
+    """The unpickler's stack, marks and memo, holding `Value`s instead of objects."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.stack: list[Value] = []
+        self.marks: list[int] = []
+        self.memo: dict[int, Value] = {}
+        self.opcodes = self.expansion = 0
+        self.budget = MAX_EXPANSION + EXPANSION_PER_BYTE * len(data)
+
+    def run(self) -> None:
+        # Runs once per opcode: the common ones are inline, the rest go through `_execute`.
+        data, end, stack, marks, memo = self.data, len(self.data), self.stack, self.marks, self.memo
+        pos = opcodes = 0
+        while pos < end:
+            op = data[pos]
+            kind = _KIND[op]
+            opcodes += 1  # each makes one object at most
+            if opcodes > MAX_OPCODES:
+                raise Refused("the pickle's count of opcodes", f"{MAX_OPCODES:,}")
+            if kind in (_PUT, _GET):
+                stop = pos + 1 + _WIDTH[op]
+                index = int.from_bytes(data[pos + 1 : stop], "little")
+                if stop > end:
+                    raise pickle.UnpicklingError("pickle data was truncated")
+                if kind == _GET:
+                    value = memo.get(index)
+                    if value is None:
+                        raise pickle.UnpicklingError(f"memo value not found at index {index}")
+                    stack.append(value)
+                elif index <= len(memo) and len(stack) > (marks[-1] if marks else 0):
+                    memo[index] = stack[-1]
+                else:
+                    self._put(index)  # raises
+                pos = stop
+            elif kind == _FIXED_LEAF:
+                small = op == 0x4B and pos + 1 < end  # BININT1, the commonest
+                stack.append(SMALL_INTS[data[pos + 1]] if small else self._fixed(op, pos))
+                pos += 1 + _WIDTH[op]
+            elif kind == _MARK:
+                marks.append(len(stack))
+                pos += 1
+            elif kind == _REDUCE:  # the callable below the argument tuple becomes the result
+                if len(stack) - 2 < (marks[-1] if marks else 0):
+                    raise pickle.UnpicklingError("unpickling stack underflow")
+                args = stack.pop()
+                self._spend(args.size)  # the call copies its argument tuple
+                stack[-1] = Value(args.depth + 1, 1, 0, False, CHOSEN)
+                pos += 1
+            elif kind in (_TUPLE, _TUPLE_N):
+                items = self._pop_mark() if kind == _TUPLE else self._pop(_TUPLE_LENGTH[op])
+                self._push(self._tuple(items))
+                pos += 1
+            elif kind == _SIZED_LEAF:
+                stop = self._sized(pos)
+                stack.append(self._long(pos, stop) if op in _LONGS else LEAF)
+                pos = stop
+            elif kind == _EMPTY:
+                stack.append(EMPTY_TUPLE)
+                pos += 1
+            elif kind == _STOP:
+                self._top()
+                self.opcodes = opcodes
+                return
+            else:
+                width = _WIDTH.get(op)
+                if width is None:
+                    raise pickle.UnpicklingError(f"invalid opcode {op:#04x} at byte {pos}")
+                arg_at, pos = pos + 1, self._skip(op, width, pos + 1)
+                self._execute(chr(op), data[arg_at:pos])
+        raise pickle.UnpicklingError("the pickle ends without a STOP opcode: it is truncated")
+
+    # --- the stack, as _pickle.c guards it: nothing below the last mark may be popped -------
+
+    def _fence(self) -> int:
+        return self.marks[-1] if self.marks else 0
+
+    def _push(self, value: Value) -> None:
+        if value.depth > MAX_DEPTH:
+            raise _too_deep(value.depth)
+        self.stack.append(value)
+
+    def _pop(self, n: int) -> list[Value]:
+        start = len(self.stack) - n
+        if start < self._fence():
+            raise pickle.UnpicklingError("unpickling stack underflow")
+        items = self.stack[start:]
+        del self.stack[start:]
+        return items
+
+    def _pop_mark(self) -> list[Value]:
+        if not self.marks:
+            raise pickle.UnpicklingError("could not find MARK")
+        start = self.marks.pop()
+        items = self.stack[start:]
+        del self.stack[start:]
+        return items
+
+    def _top(self) -> Value:
+        if len(self.stack) <= self._fence():
+            raise pickle.UnpicklingError("unpickling stack underflow")
+        return self.stack[-1]
+
+    def _get(self, index: int) -> None:
+        if index not in self.memo:
+            raise pickle.UnpicklingError(f"memo value not found at index {index}")
+        self.stack.append(self.memo[index])  # a reference: no new object
+
+    def _put(self, index: int) -> None:
+        # Python's pickler numbers the memo 0, 1, 2, …; the C unpickler sizes an array by the
+        # index, so a hostile 2**31 would allocate gigabytes.
+        if index > len(self.memo):
+            raise pickle.UnpicklingError(f"memo index {index} out of range")
+        self.memo[index] = self._top()
+
+    # --- what the values cost ----------------------------------------------------------------
+
+    def _spend(self, work: int) -> None:
+        self.expansion += work
+        if self.expansion > self.budget:
+            raise Refused(
+                "the work of hashing keys and copying arguments (repeated by shared references "
+                "or colliding hashes)",
+                f"{self.budget:,} steps ({MAX_EXPANSION:,} + {EXPANSION_PER_BYTE} per byte)",
+            )
+
+    def _tuple(self, items: list[Value]) -> Value:
+        return tuple_of(items, self.budget + 1)
+
+    def _hashed(self, into: Value, keys: list[Value]) -> None:
+        """Charge for hashing `keys` into the dict or set `into`, collisions included."""
+        self._spend(sum(v.hashing for v in keys) + collisions(into, keys))
+
+    def _grow(self, target: Value, items: list[Value], added: int) -> None:
+        if target.frozen:  # adding to a tuple or a leaf fails in the unpickler itself
+            return
+        target.size += added
+        target.depth = max(target.depth, 1 + max((v.depth for v in items), default=0))
+        if target.depth > MAX_DEPTH:
+            raise _too_deep(target.depth)
+
+    def _call(self, args: list[Value]) -> Value:
+        # A call copies its argument tuple (and keyword dict): a shared one, every time.
+        self._spend(sum(a.size for a in args))
+        return Value(1 + max(a.depth for a in args), 1, 0, False, CHOSEN)
+
+    # --- the other opcodes -------------------------------------------------------------------
+
+    def _fixed(self, op: int, pos: int) -> Value:
+        arg = self.data[pos + 1 : pos + 1 + _WIDTH[op]]
+        if op == 0x4D:  # BININT2
+            return number(int.from_bytes(arg, "little"))
+        if op == 0x4A:  # BININT
+            return number(int.from_bytes(arg, "little", signed=True))
+        if op == 0x47 and len(arg) == 8:  # BINFLOAT
+            return number(struct.unpack(">d", arg)[0])
+        return _CONSTANTS.get(op, LEAF)
+
+    def _long(self, pos: int, stop: int) -> Value:
+        size = _LENGTH_FIELD[_WIDTH[self.data[pos]]][0]
+        return number(int.from_bytes(self.data[pos + 1 + size : stop], "little", signed=True))
+
+    def _text_leaf(self, c: str, arg: bytes) -> Value:
+        """INT, LONG and FLOAT of protocol 0 as numbers; other text leaves as strings."""
+        text = arg[:-1]
+        try:
+            if c == "F":
+                return number(float(text))
+            if c in "IL":
+                return number(int(text[:-1] if c == "L" and text.endswith(b"L") else text))
+        except ValueError:  # the unpickler fails on it too
+            pass
+        return LEAF
+
+    def _sized(self, pos: int) -> int:
+        """Skip a string, bytes or long with a length field."""
+        size, signed = _LENGTH_FIELD[_WIDTH[self.data[pos]]]
+        length = int.from_bytes(self.data[pos + 1 : pos + 1 + size], "little", signed=signed)
+        stop = pos + 1 + size + length
+        if length < 0 or stop > len(self.data):
+            raise pickle.UnpicklingError(f"bad length or truncated data at byte {pos}")
+        return stop
+
+    def _skip(self, op: int, width: int, pos: int) -> int:
+        data = self.data
+        if width >= 0:
+            stop = pos + width
+        elif width == -1:
+            stop = data.find(b"\n", pos)
+            if op in _TWO_LINES and stop >= 0:
+                stop = data.find(b"\n", stop + 1)
+            if stop < 0:
+                raise pickle.UnpicklingError(f"opcode at byte {pos - 1} lacks its newline")
+            stop += 1
+        else:
+            return self._sized(pos - 1)
+        if stop > len(data):
+            raise pickle.UnpicklingError("pickle data was truncated")
+        return stop
+
+    def _execute(self, c: str, arg: bytes) -> None:
+        if ord(c) in _LEAVES:  # the text forms of protocol 0, GLOBAL and PERSID
+            self._push(self._text_leaf(c, arg))
+        elif c in "gp":  # GET, PUT with a decimal index
+            text = arg[:-1]
+            if not (text.isdigit() and len(text) < 20):
+                raise pickle.UnpicklingError(f"bad memo index {text[:20]!r}")
+            if c == "g":
+                self._get(int(text))
+            else:
+                self._put(int(text))
+        elif c in "]}\x8f":  # EMPTY_LIST, EMPTY_DICT, EMPTY_SET
+            self._push(Value(1, 1, 0, False))
+        elif c in "ld\x91":  # LIST, DICT, FROZENSET
+            items = self._pop_mark()
+            made = Value(1 + max((v.depth for v in items), default=0), 1, len(items), False)
+            if c == "d":
+                self._pairs(made, items)
+            elif c == "\x91":
+                self._hashed(made, items)
+                made.frozen, made.key, made.keys = True, CHOSEN, None
+            self._push(made)
+        elif c in "asbu\x90e":  # APPEND, SETITEM, BUILD; SETITEMS, ADDITEMS, APPENDS
+            self._mutate(c)
+        elif c in "\x81\x92oi":  # NEWOBJ, NEWOBJ_EX, OBJ, INST
+            self._push(self._call(self._new_arguments(c)))
+        elif c in "\x93Q":  # STACK_GLOBAL, BINPERSID
+            self._pop(2 if c == "\x93" else 1)
+            self._push(LEAF)
+        else:
+            self._stack_opcode(c, arg)
+
+    def _stack_opcode(self, c: str, arg: bytes) -> None:
+        if c == "0":  # POP: a mark right at the top goes first
+            if self.marks and self.marks[-1] == len(self.stack):
+                self.marks.pop()
+            else:
+                self._pop(1)
+        elif c == "1":  # POP_MARK
+            self._pop_mark()
+        elif c == "2":  # DUP
+            self.stack.append(self._top())
+        elif c == "\x94":  # MEMOIZE
+            self.memo[len(self.memo)] = self._top()
+        elif c == "\x80" and arg[0] > pickle.HIGHEST_PROTOCOL:
+            raise pickle.UnpicklingError(f"unsupported pickle protocol: {arg[0]}")
+        # FRAME and PROTO change nothing on the stack.
+
+    def _new_arguments(self, c: str) -> list[Value]:
+        if c == "\x81":  # NEWOBJ cls args
+            return self._pop(2)[1:]
+        if c == "\x92":  # NEWOBJ_EX cls args kwargs
+            return self._pop(3)[1:]
+        items = self._pop_mark()  # OBJ: MARK cls args… ; INST: MARK args… (class in the op)
+        if c == "o" and not items:
+            raise pickle.UnpicklingError("OBJ without a class")
+        return [self._tuple(items[1:] if c == "o" else items)]
+
+    def _mutate(self, c: str) -> None:
+        items = self._pop(2 if c == "s" else 1) if c in "asb" else self._pop_mark()
+        target = self._top()  # the object below the values (for one value) or below the mark
+        if c in "su":  # SETITEM, SETITEMS
+            self._pairs(target, items)
+        elif c == "\x90":  # ADDITEMS
+            self._hashed(target, items)
+        self._grow(target, items, len(items) // 2 if c in "su" else len(items))
+
+    def _pairs(self, into: Value, items: list[Value]) -> None:
+        if len(items) % 2:
+            raise pickle.UnpicklingError("odd number of items for DICT or SETITEMS")
+        self._hashed(into, items[::2])
