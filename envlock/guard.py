@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from envlock.lock import Lock, ResolutionFailed, parse_lock, resolve
 from envlock.lock_changes import LockChanges, lock_changes, torch_moves
 from envlock.profile import Profile, load_profile
 from envlock.profile_edit import Edit
+from envlock.uvbin import uv_path
 
 
 class Refused(EnvlockError):
@@ -44,20 +46,26 @@ class Proposal:
     torch_moves: tuple[str, ...] = ()
 
     @property
-    def profile_changes(self) -> bool:
-        return self.edit.text != self.profile.path.read_text()
-
-    @property
     def installs_differently(self) -> bool:
         return self.candidate.short_hash != self.lock.short_hash
 
 
 def propose(profile: Profile, lock: Lock, edit: Edit, added: list[str]) -> Proposal:
     """Resolve the edited profile; explain older releases chosen; list torch moves."""
-    try:
-        candidate = parse_lock(profile.lock_path, resolve_candidate(profile, edit.text))
-    except ResolutionFailed as failure:
-        raise refusal(profile, added, failure) from None
+    looked_up = open_ended(added) if profile.torch is not None else []
+    # The newest-release lookup needs nothing from the pinned resolution: run them together.
+    # uv's path first, in this thread: finding it reads sysconfig, whose first use is not
+    # thread-safe (a racing thread sees its config vars half-built).
+    uv_path()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        newest = pool.submit(newest_versions, profile, looked_up) if looked_up else None
+        try:
+            candidate = parse_lock(profile.lock_path, resolve_candidate(profile, edit.text))
+        except ResolutionFailed as failure:
+            raise refusal(profile, added, failure) from None
+        notes = older_release_notes(
+            profile, candidate, looked_up, newest.result() if newest else {}
+        )
     moves = [f"[torch] packages: {', '.join(edit.torch_packages)}"] if edit.touches_torch else []
     return Proposal(
         profile=profile,
@@ -65,7 +73,7 @@ def propose(profile: Profile, lock: Lock, edit: Edit, added: list[str]) -> Propo
         edit=edit,
         candidate=candidate,
         changes=lock_changes(lock, candidate),
-        notes=tuple(older_release_notes(profile, candidate, added)),
+        notes=tuple(notes),
         torch_moves=tuple(moves + torch_moves(lock, candidate)),
     )
 
@@ -115,18 +123,22 @@ def is_exact(requirement: str) -> bool:
     return any(spec.operator in ("==", "===") for spec in Requirement(requirement).specifier)
 
 
-def older_release_notes(profile: Profile, candidate: Lock, added: list[str]) -> list[str]:
-    """For each added package resolved below its newest release: what the newest needs."""
-    open_ended = [r for r in added if not is_exact(r)]
-    if not open_ended or profile.torch is None:
-        return []
+def open_ended(requirements: list[str]) -> list[str]:
+    """The requirements whose release uv chooses (an `==` pin leaves nothing to explain)."""
+    return [r for r in requirements if not is_exact(r)]
+
+
+def older_release_notes(
+    profile: Profile, candidate: Lock, added: list[str], newest: dict[str, str]
+) -> list[str]:
+    """For each added package resolved below its newest release: what the newest needs,
+    from a resolution of the added requirements alone, without the torch pin."""
     chosen = candidate.versions()
-    newest = newest_versions(profile, open_ended)
-    behind = [n for n in names(open_ended) if is_newer(newest.get(n), chosen.get(n))]
+    behind = [n for n in names(added) if is_newer(newest.get(n), chosen.get(n))]
     if not behind:
         return []
     try:
-        free = versions_of(resolve(unpinned(profile, open_ended)))
+        free = versions_of(resolve(unpinned(profile, added)))
     except ResolutionFailed:
         free = {}
     return [older_note(profile, name, chosen[name], newest[name], free) for name in behind]

@@ -10,7 +10,6 @@ import click
 
 from envlock import ui
 from envlock.atomic import write_atomic
-from envlock.commands import apply as apply_command
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE
 from envlock.guard import Proposal, Refused, propose
 from envlock.lock import load_fresh_lock
@@ -79,7 +78,9 @@ def commit(proposal: Proposal, original: str) -> None:
     ui.out.print(f"[green]✓[/] wrote {ui.escape(path.name)} and {proposal.candidate.path.name}")
     if not proposal.installs_differently:
         ui.info("the lock installs the same packages: no new generation is needed")
-    click.get_current_context().invoke(apply_command.command, profile=str(path), yes=True)
+    from envlock.commands import apply  # here: dry runs never pay for its imports
+
+    click.get_current_context().invoke(apply.command, profile=str(path), yes=True)
 
 
 # -- showing ------------------------------------------------------------------------------
