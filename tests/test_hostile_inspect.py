@@ -33,7 +33,7 @@ from envlock.checkpoint.reader import inspect_checkpoint, read_checkpoint_config
 from envlock.checkpoint.summary import summary
 from envlock.commands.inspect import render
 from envlock.errors import EnvlockError, OperationError
-from tests.hostile_checkpoints import make_corpus
+from tests.hostile_checkpoints import assemble, make_corpus
 from tests.hostile_checkpoints.make_corpus import Case
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,10 +167,9 @@ def test_raw_pickle_is_described(corpus: dict[str, Case]) -> None:
 
 
 def _tensor_dict() -> bytes:
-    tensor = make_corpus.tensor()
-    items = {"model.w": tensor, "model.b": make_corpus.tensor("1"), "step": make_corpus.num(7)}
-    config = make_corpus.state_dict({"lr": b"G" + struct.pack(">d", 3e-4), "name": b"N"})
-    return make_corpus.PROTO + make_corpus.state_dict({**items, "config": config}) + b"."
+    items = {"model.w": assemble.tensor(), "model.b": assemble.tensor("1"), "step": assemble.num(7)}
+    config = assemble.state_dict({"lr": b"G" + struct.pack(">d", 3e-4), "name": b"N"})
+    return assemble.PROTO + assemble.state_dict({**items, "config": config}) + b"."
 
 
 BASES = [
