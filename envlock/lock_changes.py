@@ -75,23 +75,29 @@ def torch_moves(current: Lock, candidate: Lock) -> list[str]:
 # -- sizes --------------------------------------------------------------------------------
 def moved_size(name: str, current: Lock, candidate: Lock) -> int | None:
     """Bytes to download for the side a package ends on (the old one when removed)."""
-    package = candidate.packages.get(name) or current.packages.get(name)
-    return wheel_size(package) if package else None
+    lock = candidate if name in candidate.packages else current
+    package = lock.packages.get(name)
+    return wheel_size(package, lock.path.parent) if package else None
 
 
-def wheel_size(package: LockedPackage) -> int | None:
+def wheel_size(package: LockedPackage, base: Path) -> int | None:
     """The `size` the lock records (indexes give it), else a local wheel's size on disk;
     the largest when the lock lists several wheels (one per platform)."""
-    sizes = [s for w in package.wheels if (s := recorded_or_local(w))]
+    sizes = [s for w in package.wheels if (s := recorded_or_local(w, base))]
     return max(sizes) if sizes else None
 
 
-def recorded_or_local(wheel: dict) -> int | None:
+def recorded_or_local(wheel: dict, base: Path) -> int | None:
+    """A wheel's size: recorded, or of its file (a `file://` URL, or a `path` that PEP 751
+    makes relative to the lock's directory)."""
     size = wheel.get("size")
     if isinstance(size, int):
         return size
-    url = str(wheel.get("url") or wheel.get("path") or "")
+    url, path = str(wheel.get("url") or ""), wheel.get("path")
     if url.startswith("file://"):
-        path = Path(unquote(urlparse(url).path))
-        return path.stat().st_size if path.is_file() else None
-    return None
+        local = Path(unquote(urlparse(url).path))
+    elif isinstance(path, str):
+        local = base / path
+    else:
+        return None
+    return local.stat().st_size if local.is_file() else None

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from envlock.errors import UsageError
-from envlock.lock import read_lock
+from envlock.lock import LockedPackage, read_lock
+from envlock.lock_changes import wheel_size
 from envlock.profile_edit import add_requirements, remove_requirements
 from tests.conftest import Envlock
 from tests.projects import torch_profile_text, write_seed_project
@@ -108,6 +109,18 @@ def test_edits_refuse_torch_and_unknown_names() -> None:
         remove_requirements(COMMENTED, ["filelock"])
     with pytest.raises(UsageError, match="not a requirement"):
         add_requirements(COMMENTED, ["sglang>>1"])
+
+
+def test_wheel_sizes_come_from_the_lock_or_the_local_file(tmp_path: Path) -> None:
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"x" * 700)
+    relative = LockedPackage("a", "1", ({"path": "wheels/a-1-py3-none-any.whl"},))
+    assert wheel_size(relative, tmp_path) == 700
+    url = (tmp_path / "wheels" / "a-1-py3-none-any.whl").as_uri()
+    assert wheel_size(LockedPackage("a", "1", ({"url": url},)), Path("/")) == 700
+    recorded = ({"url": "https://x/a.whl", "size": 5}, {"url": "https://x/b.whl", "size": 9})
+    assert wheel_size(LockedPackage("a", "1", recorded), tmp_path) == 9
+    assert wheel_size(LockedPackage("a", "1", ({"url": "https://x/a.whl"},)), tmp_path) is None
 
 
 # -- add and rollback ---------------------------------------------------------------------
