@@ -253,6 +253,8 @@ def do_repair(req, action):
     progress("re-syncing generation {} to its lock".format(action["name"]))
     run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
     meta = read_json(os.path.join(gen_dir, GENERATION)) or {}
+    # A pip installed over the shim and then synced away took bin/pip with it: put it back.
+    write_pip_shims(req, gen_dir, meta.get("number", action["name"].split("-")[0]))
     write_manifest(gen_dir)
     meta["repaired"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     write_atomic(os.path.join(gen_dir, GENERATION), json.dumps(meta, sort_keys=True).encode())
