@@ -419,3 +419,27 @@ def test_diff_cli_shows_env_and_one_sided_keys(
     assert "INFO → WARN" in human
     assert "- 0,1 (only in A)" in human
     assert "+ 0.1 (only in B)" in human and "+ 100 (only in B)" in human
+
+
+def test_diff_and_check_never_write_escapes_to_the_terminal(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    """A hostile config value or file name is shown escaped, never run by the terminal."""
+    profile = write_seed_project(tmp_path / "proj", wheelhouse)
+    assert envlock("lock", profile).returncode == 0
+    assert envlock("apply", "-y", profile).returncode == 0
+    sides = []
+    for name, value in (("a", "fine"), ("b", "\x1b[2Jcleared\x1b[2K")):
+        config = tmp_path / f"{name}.json"
+        config.write_text(json.dumps({"note": value}))
+        out = tmp_path / name
+        assert envlock("snapshot", "--config", config, profile, out).returncode == 0
+        sides.append(out)
+    shown = envlock("diff", *sides)
+    assert shown.returncode == 1 and "\x1b" not in shown.stdout + shown.stderr
+    assert "\\x1b[2J" in shown.stdout
+    site = next((tmp_path / "proj" / "venv" / "lib").glob("python*/site-packages"))
+    (site / "evil\x1b[2J.py").write_text("")
+    check = envlock("check", profile)
+    assert check.returncode == 1 and "\x1b" not in check.stdout + check.stderr
+    assert "evil\\x1b[2J.py" in check.stdout

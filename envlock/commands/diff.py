@@ -62,10 +62,10 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
         table.add_column("change", overflow="fold")
         for change in group.changes:
             if change.kind == "added":
-                text = f"[green]+ {ui.escape(show(change.b))}[/] (only in B)"
+                text = f"[green]+ {ui.untrusted(show(change.b))}[/] (only in B)"
             elif change.kind == "removed":
-                text = f"[red]- {ui.escape(show(change.a))}[/] (only in A)"
+                text = f"[red]- {ui.untrusted(show(change.a))}[/] (only in A)"
             else:
-                text = f"{ui.escape(show(change.a))} → {ui.escape(show(change.b))}"
-            table.add_row(ui.escape(change.key), text)
+                text = f"{ui.untrusted(show(change.a))} → {ui.untrusted(show(change.b))}"
+            table.add_row(ui.untrusted(change.key), text)
         ui.out.print(table)
