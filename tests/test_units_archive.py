@@ -37,6 +37,7 @@ SAFE = [
     ("cache//x", "x"),
     ("cache/./x", "x"),
     ("cache/a/../b", "b"),
+    ("cache/X/Y", "X/Y"),  # only the one slash after "cache" is dropped
 ]
 ESCAPING = [
     "cache/../etc/passwd",
