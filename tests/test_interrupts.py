@@ -46,11 +46,18 @@ def kill_after_lines(proc: subprocess.Popen[str], lines: int) -> list[str]:
     return seen
 
 
-def kill_after_seconds(proc: subprocess.Popen[str], seconds: float) -> None:
-    time.sleep(seconds)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+def kill_when_present(proc: subprocess.Popen[str], root: Path, pattern: str) -> bool:
+    """SIGKILL the apply's process group as soon as `pattern` (a glob under the root) exists:
+    a kill point set by what the apply has done on disk, not by a delay. Returns whether the
+    kill landed before the apply ended by itself."""
+    while proc.poll() is None:
+        if any(root.glob(pattern)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return True
+        time.sleep(0.002)  # a polling interval, not a kill point
+    return False
 
 
 def assert_active_generation_usable(project: Path) -> str:
@@ -116,10 +123,24 @@ def test_apply_killed_at_every_step_leaves_the_active_generation_usable(
     assert "1" in outcomes
 
 
-@pytest.mark.parametrize("delay", [0.05, 0.15, 0.3, 0.45, 0.6, 0.8, 1.0, 1.3])
-def test_apply_killed_at_arbitrary_times(two_locks: Path, envlock: Envlock, delay: float) -> None:
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "generations/2-*",  # the new generation's directory appears
+        "generations/2-*/bin/python",  # uv venv made the interpreter
+        "generations/2-*/.envlock/pylock.toml",  # the lock copied in, sync about to start
+        "generations/2-*/lib/python3.11/site-packages/*.dist-info",  # uv installing
+        "generations/2-*/.envlock/manifest.json",  # the manifest written, not yet complete
+        "generations/2-*/.envlock/generation.json",  # complete, not yet switched to
+    ],
+)
+def test_apply_killed_at_each_moment_on_disk(
+    two_locks: Path, envlock: Envlock, moment: str
+) -> None:
     project = two_locks.parent
-    kill_after_seconds(start_apply(two_locks), delay)
+    landed = kill_when_present(start_apply(two_locks), project / "root", moment)
+    # Those moments are followed by whole build steps: the kill always lands in time.
+    assert landed or moment.endswith(("manifest.json", "generation.json"))
     assert_active_generation_usable(project)
     finished = envlock("apply", "-y", two_locks)
     assert finished.returncode == 0, finished.stderr
