@@ -10,9 +10,12 @@ control characters escaped so that nothing in the file can write to the terminal
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from envlock.errors import OperationError
+from envlock.errors import EnvlockError, OperationError
 
 MiB = 2**20
 # Zip archives (torch.save): only data.pkl is read; storages are sized from the zip directory.
@@ -136,3 +139,18 @@ def check_numel(shape: tuple[int, ...]) -> None:
         numel *= d
         if numel > MAX_DIM:
             raise Refused(f"the element count of shape {brief(list(shape))}", "2**63-1")
+
+
+@contextmanager
+def printable_errors(path: Path) -> Iterator[None]:
+    """Escape the file and key names quoted by an error raised inside, once, here."""
+    # Messages quote file and key names, which may hold terminal escapes: escape them once here.
+    try:
+        yield
+    except EnvlockError as exc:
+        exc.message = printable(exc.message, 2000)
+        exc.args = (exc.message,)
+        raise
+    except OSError as exc:  # unreadable, vanished, a directory where a file was expected
+        where = printable(str(exc.filename or path), 2000)
+        raise OperationError(f"{where}: cannot read it ({exc.strerror or exc})") from exc

@@ -10,23 +10,24 @@ naming `../shard` is skipped or refused unless `follow_links` is given.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envlock.checkpoint import summary
 from envlock.checkpoint.archive import load_raw_pickle, load_torch_zip
+from envlock.checkpoint.dcp import METADATA, SHARD_SUFFIX, is_dcp_dir, read_dcp
 from envlock.checkpoint.jsondata import read_json
-from envlock.checkpoint.limits import printable, shown
+from envlock.checkpoint.kinds import section_kinds
+from envlock.checkpoint.limits import printable, printable_errors, shown
 from envlock.checkpoint.report import CheckpointReport, FileInfo
 from envlock.checkpoint.safetensors import read_safetensors
 from envlock.checkpoint.unpickler import LEGACY_MAGIC
-from envlock.errors import EnvlockError, OperationError, UsageError
+from envlock.errors import OperationError, UsageError
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
 CHECKPOINT_SUFFIXES = (*_TORCH_SUFFIXES, ".safetensors")
+_DIR_PICKLES = (".pkl",)  # accelerate's random_states_N.pkl, custom_checkpoint_N.pkl
 _DIR_JSON = ("config.json", "trainer_state.json")
 _FOLLOW_HINT = "pass --follow-links to read files outside the checkpoint's directory"
 
@@ -34,7 +35,13 @@ _FOLLOW_HINT = "pass --follow-links to read files outside the checkpoint's direc
 def inspect_checkpoint(path: str | Path, *, follow_links: bool = False) -> CheckpointReport:
     """Read a checkpoint file, a sharded index or a directory of them, without torch."""
     path = Path(path)
-    with _printable_errors(path):
+    with printable_errors(path):
+        if is_dcp_dir(path):
+            part = _read_dcp(path)
+            return CheckpointReport(
+                str(path), part.format, _sized(part.files), part.root, part.stubbed, part.notes,
+                part.allowance,
+            )  # fmt: skip
         if path.is_dir():
             return _read_dir(path, follow_links)
         if not path.is_file():
@@ -54,27 +61,13 @@ def read_checkpoint_config(
     A file is read as a member of its directory: a symlink leading out of it is refused.
     """
     path = Path(path)
-    with _printable_errors(path):
+    with printable_errors(path):
         if path.is_dir() and not _dir_members(path, follow_links)[0]:
             return None
         if path.is_file() and not follow_links and not _inside(path, path.parent):
             raise OperationError(f"{path}: a link out of its directory", hint=_FOLLOW_HINT)
         report = inspect_checkpoint(path, follow_links=follow_links)
     return summary.config(report.root, report.format == "directory")
-
-
-@contextmanager
-def _printable_errors(path: Path) -> Iterator[None]:
-    # Messages quote file and key names, which may hold terminal escapes: escape them once here.
-    try:
-        yield
-    except EnvlockError as exc:
-        exc.message = printable(exc.message, 2000)
-        exc.args = (exc.message,)
-        raise
-    except OSError as exc:  # unreadable, vanished, a directory where a file was expected
-        where = printable(str(exc.filename or path), 2000)
-        raise OperationError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
 
 
 @dataclass(frozen=True)
@@ -98,6 +91,14 @@ def _inside(path: Path, directory: Path) -> bool:
 
 
 def _read_file(path: Path, follow_links: bool) -> _Part:
+    if path.is_dir() or path.name == METADATA:
+        return _read_dcp(path if path.is_dir() else path.parent)
+    if path.name.endswith(SHARD_SUFFIX):
+        raise UsageError(
+            f"{path}: one shard of a torch.distributed.checkpoint: only the directory's "
+            ".metadata says which tensors its bytes belong to",
+            hint=f"inspect its directory: envlock inspect {printable(str(path.parent))}",
+        )
     if path.name.endswith(".index.json"):
         return _read_index(path, follow_links)
     return _read_tensor_file(path)
@@ -131,6 +132,14 @@ def _read_tensor_file(path: Path) -> _Part:
         f"{path}: not a checkpoint envlock can read",
         hint="expected a torch.save file (.pt/.pth), a .safetensors file or *.index.json",
     )
+
+
+def _read_dcp(directory: Path) -> _Part:
+    root, shards, notes = read_dcp(directory)
+    files: tuple[FileInfo, ...] = (FileInfo(str(directory / METADATA), "dcp-metadata", 0),)
+    files += tuple(FileInfo(str(p), "dcp-shard", 0) for p in shards)
+    allowance = (directory / METADATA).stat().st_size
+    return _Part("dcp", root, files, (), allowance, tuple(notes))
 
 
 def _one(path: Path, fmt: str) -> tuple[FileInfo, ...]:
@@ -202,7 +211,11 @@ def _dir_members(path: Path, follow_links: bool) -> tuple[list[Path], list[Path]
     wanted = []
     for child in sorted(path.iterdir()):
         name = child.name
-        if not (name.endswith((".index.json", *CHECKPOINT_SUFFIXES)) or name in _DIR_JSON):
+        if is_dcp_dir(child) and not child.is_symlink():  # accelerate's pytorch_model_fsdp_0/
+            wanted.append(child)
+            continue
+        suffixes = (".index.json", *CHECKPOINT_SUFFIXES, *_DIR_PICKLES)
+        if not (name.endswith(suffixes) or name in _DIR_JSON):
             continue
         if not follow_links and not _inside(child, path):
             target = child.resolve()
@@ -214,7 +227,9 @@ def _dir_members(path: Path, follow_links: bool) -> tuple[list[Path], list[Path]
     ckpts = [
         p
         for p in wanted
-        if p not in indexes and p.resolve() not in taken and p.name.endswith(CHECKPOINT_SUFFIXES)
+        if p not in indexes
+        and p.resolve() not in taken
+        and (p.is_dir() or p.name.endswith((*CHECKPOINT_SUFFIXES, *_DIR_PICKLES)))
     ]
     extras = [p for p in wanted if p.name in _DIR_JSON]
     return [*indexes, *ckpts], extras, notes
@@ -256,7 +271,14 @@ def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
             continue
         files.append(FileInfo(str(extra), "json", 0))
         allowance += extra.stat().st_size
+    kinds = section_kinds(root)
+    for name, kind in kinds.items():
+        if kind.startswith("duplicate:"):
+            notes.append(
+                f"{name} holds the same weights as {kind.partition(':')[2]} (same keys, dtypes "
+                "and shapes): its tensors are listed, its parameters not counted again"
+            )
     return CheckpointReport(
         str(path), "directory", _sized(tuple(files)), root, tuple(sorted(stubbed)),
-        tuple(notes), allowance,
+        tuple(notes), allowance, tuple(kinds.items()),
     )  # fmt: skip

@@ -28,6 +28,9 @@ class CheckpointReport:
     stubbed: tuple[str, ...]
     notes: tuple[str, ...] = ()
     allowance: int = 0  # bytes of pickle and JSON read: scales what walking the tree may cost
+    # A directory's members that hold no model weights ("rng", "state", "optimizer") or the
+    # same weights as another member ("duplicate:<member>"): see kinds.py.
+    kinds: tuple[tuple[str, str], ...] = ()
 
     def tensors(self) -> list[TensorEntry]:
         """Every tensor with its dotted key path, in the checkpoint's own order."""

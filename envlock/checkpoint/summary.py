@@ -71,7 +71,7 @@ class _Budget:
 def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, Any]:
     """The `--json` document of `report`; `pattern` selects the tensor keys to detail."""
     entries = report.tensors()
-    tally = _Tally(report.root)
+    tally = _Tally(report.root, dict(report.kinds))
     for entry in entries:
         tally.add(entry)
     stubbed = list(report.stubbed)
@@ -124,8 +124,11 @@ def _largest(tally: _Tally) -> list[dict[str, Any]]:
 class _Tally:
     """Counts per section, prefix and dtype; a tensor named by several keys counts once."""
 
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, kinds: dict[str, str] | None = None) -> None:
         self.root = root
+        self.kinds = kinds or {}
+        self.state = {"optimizer": 0, "rng": 0, "other": 0, "duplicate": 0}
+        self.covered: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self.unique: dict[tuple[object, ...], TensorEntry] = {}
         self.storages: dict[tuple[str, str], Storage] = {}
         self.users: dict[tuple[str, str], list[str]] = {}
@@ -137,11 +140,14 @@ class _Tally:
         t = e.info
         if e.section not in self.sections:
             self.sections[e.section] = _section(e.section, self.root)
+            kind = self.kinds.get(e.section)
+            if kind:
+                self.sections[e.section]["kind"] = kind.partition(":")[0]
         sec = self.sections[e.section]
         pre = sec["prefixes"].setdefault(e.prefix, {"prefix": e.prefix, "tensors": 0, "numel": 0})
         dt = self.dtypes.setdefault(t.dtype, {"count": 0, "numel": 0, "bytes": 0})
         sec["dtypes"][t.dtype] = sec["dtypes"].get(t.dtype, 0) + 1
-        if e.optimizer:
+        if e.optimizer and sec["kind"] != "duplicate":
             sec["kind"] = "optimizer"
         sec["tensors"] += 1
         pre["tensors"] += 1
@@ -156,12 +162,32 @@ class _Tally:
     ) -> None:
         # Elements and bytes count once per tensor, however many keys (tied weights) name it.
         self.unique[e.info.alias] = e
-        numel = e.info.numel
+        numel = self._new_elements(e.info)
+        kind = sec["kind"]
+        if kind in ("optimizer", "rng", "duplicate"):
+            self.state[kind] += numel
+        elif kind == "state":
+            self.state["other"] += numel
+        else:
+            self.params += numel
+        if kind == "duplicate":
+            return  # listed, never counted twice
         self.numel += numel
-        self.params += 0 if e.optimizer else numel
         for counter in (sec, pre, dt):
             counter["numel"] += numel
         dt["bytes"] += e.info.nbytes
+
+    def _new_elements(self, t: TensorInfo) -> int:
+        # Views of one storage (w and w[0], both saved) hold its elements once: count only
+        # what a tensor adds to the region of its storage already covered.
+        if t.storage is None or t.stride is None or t.numel == 0:
+            return t.numel
+        span = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride, strict=False))
+        begin, end = t.offset, t.offset + span
+        regions = self.covered.setdefault((t.storage.file, t.storage.key), [])
+        overlap = sum(max(0, min(end, e) - max(begin, b)) for b, e in regions)
+        regions.append((begin, end))
+        return max(0, min(t.numel, span - overlap))
 
     def _add_storage(self, e: TensorEntry, storage: Storage, sec: dict[str, Any]) -> None:
         # Views share one storage: its bytes count once, in the first section that uses it.
@@ -176,6 +202,7 @@ class _Tally:
             "count": count,
             "numel": self.numel,
             "params": self.params,
+            "state": dict(self.state),
             "storages": len(self.storages),
             "dtypes": self.dtypes,
         }
@@ -245,6 +272,11 @@ def _leaf(obj: Any) -> dict[str, Any]:
     if isinstance(value, str) and len(value) > 80:
         value = value[:77] + "..."
     return {"type": type(obj).__name__, "value": value}
+
+
+def plain(obj: Any) -> Any:
+    """A JSON-able rendering of an inert value, within the config walk's budget."""
+    return _plain(obj, _Budget(_MAX_PLAIN))
 
 
 def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:

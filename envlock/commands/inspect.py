@@ -53,7 +53,6 @@ def render(data: dict[str, Any]) -> None:
     """Print an inspect report for people."""
     out = ui.out
     size, tensors = data["size"], data["tensors"]
-    optim = tensors["numel"] - tensors["params"]
     out.print(
         f"[bold]{ui.untrusted(data['path'])}[/]  ({data['format']}, {len(data['files'])} file(s))"
     )
@@ -64,8 +63,7 @@ def render(data: dict[str, Any]) -> None:
     )
     out.print(
         f"{tensors['count']} tensors in {tensors['storages']} storages: "
-        f"{_count(tensors['params'])} parameters and buffers"
-        + (f", {_count(optim)} optimizer-state elements" if optim else "")
+        f"{_count(tensors['params'])} parameters and buffers" + _state(tensors["state"])
     )
     if data["progress"]:
         out.print("  ".join(f"{k} [bold]{v}[/]" for k, v in data["progress"].items()))
@@ -94,6 +92,19 @@ def render(data: dict[str, Any]) -> None:
         out.print(f"[yellow]note:[/] {ui.untrusted(note)}")
     if data["keys"] is not None:
         _print_keys(data["pattern"], data["keys"])
+
+
+_STATE_WORDS = {
+    "optimizer": "optimizer-state elements",
+    "rng": "RNG-state elements",
+    "other": "other training-state elements",
+    "duplicate": "elements in duplicate copies of the weights (not counted)",
+}
+
+
+def _state(state: dict[str, int]) -> str:
+    """What the tensors hold besides parameters, each kind counted apart."""
+    return "".join(f", {_count(n)} {_STATE_WORDS[k]}" for k, n in state.items() if n)
 
 
 def _print_keys(pattern: str, rows: list[dict[str, Any]]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from envlock import ui
 from envlock.checkpoint.reader import CHECKPOINT_SUFFIXES, read_checkpoint_config
+from envlock.checkpoint.runfiles import hyperparameters, newest_run_dir
 from envlock.cuda import is_cuda_library
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
@@ -26,6 +27,8 @@ class Side:
     lock: Lock | None
     snapshot: dict[str, Any] | None = None
     checkpoint_config: dict[str, Any] | None = None
+    # {file: {field: value}} from config.json, training_args.bin, optimizer param_groups, ...
+    run_files: dict[str, Any] | None = None
 
     def packages(self) -> dict[str, str]:
         if self.snapshot is not None:
@@ -61,7 +64,10 @@ class Side:
         run_config = (self.snapshot or {}).get("config")
         if run_config is not None:
             merged["run"] = run_config
-        return flatten(merged)
+        flat = flatten(merged)
+        for name, fields in (self.run_files or {}).items():
+            flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
+        return flat
 
     def cache(self) -> dict[str, Any] | None:
         return (self.snapshot or {}).get("cache")
@@ -115,13 +121,14 @@ def load_side(path: str) -> Side:
     if target.is_dir():
         snapshot = load_snapshot(target) if (target / SNAPSHOT_FILE).exists() else None
         config = checkpoint_config(target)
-        if snapshot is None and config is None:
+        run = run_hyperparameters(target)
+        if snapshot is None and config is None and run is None:
             raise UsageError(
                 f"{target}: holds neither {SNAPSHOT_FILE} nor a checkpoint",
                 hint="pass a snapshot file, a checkpoint dir or a lock",
             )
         lock = snapshot_lock(snapshot, target) if snapshot is not None else None
-        return Side(str(target), lock, snapshot, config)
+        return Side(str(target), lock, snapshot, config, run)
     if not target.is_file():
         raise UsageError(f"{target}: no such file or directory")
     if target.name.startswith("pylock.") and target.suffix == ".toml":
@@ -164,6 +171,15 @@ def checkpoint_config(directory: Path) -> dict[str, Any] | None:
         if config:
             return redact_config(config)  # a checkpoint's args may hold a token too
     return None
+
+
+def run_hyperparameters(directory: Path) -> dict[str, Any] | None:
+    """config.json, training_args.bin, optimizer param_groups, ... of `directory` or of its
+    newest checkpoint-N/ (read without torch, never executed), or None if it has none."""
+    run_dir = newest_run_dir(directory)
+    if run_dir is None:
+        return None
+    return redact_config(hyperparameters(run_dir)) or None  # training args may hold a token
 
 
 # -- comparing ----------------------------------------------------------------------------

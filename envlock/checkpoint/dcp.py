@@ -1,0 +1,118 @@
+"""torch.distributed.checkpoint (DCP) directories: what FSDP and most large runs write.
+
+A DCP directory holds one `.metadata` pickle and the `*.distcp` shards each rank wrote
+(`__<rank>_<n>.distcp`). The shards are raw bytes that only the metadata can place, so the
+checkpoint is described from `.metadata` alone: `Metadata.state_dict_metadata` maps every
+fully-qualified name to a `TensorStorageMetadata` (dtype, global size, chunks) or a
+`BytesStorageMetadata` (any other object, pickled inside a shard). The pickle goes through
+archive.py like any other; the classes below become inert stubs there and are read here only
+when their global name is exactly torch's (torch/distributed/checkpoint/metadata.py).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from envlock.checkpoint.archive import load_raw_pickle
+from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo
+from envlock.checkpoint.limits import check_dims, check_numel, printable
+from envlock.errors import OperationError
+
+METADATA = ".metadata"
+SHARD_SUFFIX = ".distcp"
+_M = "torch.distributed.checkpoint.metadata."
+_METADATA = _M + "Metadata"
+_TENSOR = _M + "TensorStorageMetadata"
+_BYTES = _M + "BytesStorageMetadata"
+_PROPERTIES = _M + "TensorProperties"
+_STORAGE_INFO = "torch.distributed.checkpoint.filesystem._StorageInfo"
+_SHARD_NAME = re.compile(r"^__(\d+)_(\d+)\.distcp$")
+
+
+def is_dcp_dir(path: Path) -> bool:
+    return path.is_dir() and (path / METADATA).is_file()
+
+
+def read_dcp(directory: Path) -> tuple[dict[str, Any], list[Path], list[str]]:
+    """`{fqn: TensorInfo or "<object>"}`, the shard files, and notes on shards and ranks."""
+    meta_path = directory / METADATA
+    loaded = load_raw_pickle(meta_path)
+    meta = loaded.root
+    if _name(meta) != _METADATA:
+        raise OperationError(f"{meta_path}: not a torch.distributed.checkpoint Metadata")
+    fields = meta.fields() or {}
+    entries = fields.get("state_dict_metadata")
+    if not isinstance(entries, dict):
+        raise OperationError(f"{meta_path}: its state_dict_metadata is not a mapping")
+    root = {_fqn(k, meta_path): _entry(directory.name, k, v, meta_path) for k, v in entries.items()}
+    listed = _shard_names(fields.get("storage_data"))
+    shards = sorted(p for p in directory.iterdir() if p.name.endswith(SHARD_SUFFIX) and p.is_file())
+    notes = [_shards_note(directory, listed, shards)]
+    missing = sorted(set(listed) - {p.name for p in shards})
+    if missing:
+        raise OperationError(
+            f"{directory}: shard {printable(missing[0], 200)} is listed in .metadata but "
+            f"missing ({len(missing)} of {len(listed)}): an incomplete copy"
+        )
+    return root, shards, notes
+
+
+def _name(obj: Any) -> str:
+    return type(obj).global_name() if isinstance(obj, Stub) else ""
+
+
+def _fqn(key: Any, where: Path) -> str:
+    if type(key) is not str:
+        raise OperationError(f"{where}: a state_dict_metadata key that is not a name")
+    return key
+
+
+def _entry(source: str, fqn: str, value: Any, where: Path) -> Any:
+    if _name(value) == _BYTES:
+        return "<object pickled in a shard>"
+    if _name(value) != _TENSOR:
+        raise OperationError(f"{where}: {printable(fqn, 200)} is described by an unknown object")
+    fields = value.fields() or {}
+    shape = fields.get("size")
+    if not isinstance(shape, tuple) or any(type(d) is not int for d in shape):
+        raise OperationError(f"{where}: {printable(fqn, 200)} has no tensor size")
+    check_dims(shape, "shape")
+    check_numel(shape)
+    dtype = _dtype(fields.get("properties"))
+    info = TensorInfo(dtype, shape)
+    # One storage per tensor, sized from its global shape: the shards' bytes are not read.
+    return TensorInfo(dtype, shape, Storage(source, fqn, dtype, info.nbytes), 0)
+
+
+def _dtype(properties: Any) -> str:
+    if _name(properties) != _PROPERTIES:
+        return "?"
+    state = properties.state  # TensorProperties pickles (dtype, layout, requires_grad, ...)
+    if isinstance(state, tuple) and state and isinstance(state[0], DType):
+        return state[0].name
+    fields = properties.fields() or {}
+    dtype = fields.get("dtype")
+    return dtype.name if isinstance(dtype, DType) else "?"
+
+
+def _shard_names(storage_data: Any) -> list[str]:
+    if not isinstance(storage_data, dict):
+        return []
+    names = set()
+    for info in storage_data.values():
+        if _name(info) == _STORAGE_INFO:
+            path = (info.fields() or {}).get("relative_path")
+            if isinstance(path, str):
+                names.add(path)
+    return sorted(names)
+
+
+def _shards_note(directory: Path, listed: list[str], shards: list[Path]) -> str:
+    names = listed or [p.name for p in shards]
+    ranks = {m.group(1) for n in names if (m := _SHARD_NAME.match(n))}
+    return (
+        f"{directory.name}: torch.distributed.checkpoint, {len(names)} shard file(s) written "
+        f"by {len(ranks) or '?'} rank(s); described from .metadata (global shapes)"
+    )

@@ -1,0 +1,117 @@
+"""The hyperparameters a training directory keeps outside its weights, read without torch.
+
+Hugging Face `save_pretrained` writes `config.json` and `generation_config.json`; the Trainer
+adds `trainer_state.json`, `training_args.bin` (a pickled `TrainingArguments`) and
+`optimizer.pt`; accelerate's `save_state` writes `optimizer.bin` and `custom_checkpoint_N.pkl`
+(the state of objects registered for checkpointing). Two runs that differ only in a learning
+rate or a `rope_theta` differ only here, so `envlock diff` compares these files field by field.
+Every pickle goes through archive.py (scan, restricted unpickler, limits); every JSON file
+through jsondata.py.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from envlock.checkpoint.archive import load_raw_pickle, load_torch_zip
+from envlock.checkpoint.jsondata import read_json
+from envlock.checkpoint.limits import printable_errors
+from envlock.checkpoint.summary import plain
+from envlock.checkpoint.tree import is_optimizer, key_text
+
+RUN_JSON = ("config.json", "generation_config.json", "trainer_state.json")
+OPTIMIZERS = ("optimizer.pt", "optimizer.bin")
+_PICKLED = re.compile(r"^(training_args\.bin|custom_checkpoint_\d+\.pkl)$")
+# Measurements of the run, not its configuration: every two runs differ in them.
+_MEASURED = {"trainer_state.json": ("log_history",)}
+
+
+def is_run_file(name: str) -> bool:
+    """Whether `name` is a file this module reads hyperparameters from."""
+    return name in RUN_JSON or name in OPTIMIZERS or bool(_PICKLED.match(name))
+
+
+def run_files(directory: Path, follow_links: bool = False) -> list[Path]:
+    """The run files of `directory` itself (links out of it skipped unless followed)."""
+    found = []
+    for child in sorted(directory.iterdir()):
+        inside = child.resolve().is_relative_to(directory.resolve())
+        if is_run_file(child.name) and child.is_file() and (follow_links or inside):
+            found.append(child)
+    return found
+
+
+def newest_run_dir(directory: Path) -> Path | None:
+    """`directory` if it holds run files, else its newest `checkpoint-N` (or any) subfolder
+    that does: a Trainer's output_dir keeps them in checkpoint-2/, checkpoint-4/, ..."""
+    if run_files(directory):
+        return directory
+    subdirs = [p for p in directory.iterdir() if p.is_dir() and not p.is_symlink() and run_files(p)]
+    if not subdirs:
+        return None
+    return max(subdirs, key=lambda p: (_step(p.name), p.stat().st_mtime, p.name))
+
+
+def _step(name: str) -> int:
+    digits = re.findall(r"\d+", name)
+    return int(digits[-1]) if digits and len(digits[-1]) < 20 else -1
+
+
+def hyperparameters(directory: Path, follow_links: bool = False) -> dict[str, dict[str, Any]]:
+    """`{file name: {field: plain value}}` for each run file of `directory`."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in run_files(directory, follow_links):
+        with printable_errors(path):
+            fields = _read(path)
+        if fields:
+            found[path.name] = fields
+    return found
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    if path.name in RUN_JSON:
+        document = read_json(path, "JSON file")
+        if not isinstance(document, dict):
+            return None
+        dropped = _MEASURED.get(path.name, ())
+        return {k: v for k, v in document.items() if k not in dropped}
+    root = _load(path)
+    if path.name in OPTIMIZERS:
+        return _param_groups(root) if is_optimizer(root) else None
+    value = simple(plain(root))
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _load(path: Path) -> Any:
+    with path.open("rb") as f:
+        head = f.read(4)
+    # accelerate writes its .pkl files with torch.save (a zip); plain pickle.dump is read too.
+    return (load_torch_zip(path) if head == b"PK\x03\x04" else load_raw_pickle(path)).root
+
+
+def _param_groups(optimizer: dict[Any, Any]) -> dict[str, Any] | None:
+    # lr, betas, eps, weight_decay ... per group; "params" are only the ids of its tensors.
+    groups = optimizer["param_groups"]
+    if not isinstance(groups, list):
+        return None
+    out = {}
+    for i, group in enumerate(groups):
+        if isinstance(group, dict):
+            fields = {key_text(k): v for k, v in group.items() if k != "params"}
+            out[f"param_groups.{i}"] = simple(plain(fields))
+    return out
+
+
+def simple(value: Any) -> Any:
+    """A plain value with enum-like objects (`SchedulerType("linear")`) shown as their value
+    and `__class__` names dropped: a pickled TrainingArguments reads like its JSON."""
+    if isinstance(value, dict):
+        args = value.get("args")
+        if set(value) == {"__class__", "args"} and isinstance(args, list) and len(args) == 1:
+            return simple(args[0])
+        return {k: simple(v) for k, v in value.items() if k != "__class__"}
+    if isinstance(value, list):
+        return [simple(v) for v in value]
+    return value

@@ -1,0 +1,165 @@
+"""`envlock inspect` and `envlock diff` on the layouts real training libraries write:
+save_pretrained, the HF Trainer, accelerate save_state, torch.distributed.checkpoint (DCP)
+and accelerate's FSDP layout of it, each compared with the library's own reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from envlock.commands.inspect import inspect_cmd
+from tests import layouts_factory
+from tests.conftest import Envlock
+
+
+@pytest.fixture(scope="session")
+def layouts(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every layout, written once per session by transformers 5.24.0 and accelerate 1.15.0
+    (installed into the torch venv from PyPI: see layouts_factory.HF_PACKAGES)."""
+    layouts_factory.install_hf(torch_python)
+    return layouts_factory.make_layouts(torch_python, tmp_path_factory.mktemp("layouts"))
+
+
+def inspect_json(path: Path, *args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(inspect_cmd, [str(path), "--json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def keyed(data: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    return {
+        r["key"].removeprefix(prefix): {"dtype": r["dtype"], "shape": r["shape"]}
+        for r in data["keys"]
+    }
+
+
+def hyperparameters(envlock: Envlock, a: Path, b: Path) -> tuple[int, dict[str, Any]]:
+    result = envlock("diff", "--json", a, b)
+    groups = {g["name"]: g for g in json.loads(result.stdout)["groups"]}
+    changes = groups.get("hyperparameters", {"changes": []})["changes"]
+    return result.returncode, {c["key"]: (c["a"], c["b"]) for c in changes}
+
+
+# --- inspect ------------------------------------------------------------------------------------
+
+
+def test_save_pretrained_matches_safe_open(layouts: dict[str, Any]) -> None:
+    data = inspect_json(layouts["root"] / "pretrained_a", "--keys", "*")
+    assert keyed(data, "model.safetensors.") == layouts["pretrained"]["tensors"]
+    assert data["tensors"]["params"] == layouts["pretrained"]["params"]
+
+
+def test_hub_download_with_both_formats_counts_weights_once(layouts: dict[str, Any]) -> None:
+    data = inspect_json(layouts["root"] / "hub_download")
+    assert data["tensors"]["params"] == layouts["pretrained"]["params"]
+    assert data["tensors"]["numel"] == layouts["pretrained"]["params"]
+    assert data["tensors"]["state"]["duplicate"] == layouts["pretrained"]["params"]
+    assert any(
+        "pytorch_model.bin holds the same weights as model.safetensors" in n for n in data["notes"]
+    )
+    kinds = {s["key"]: s["kind"] for s in data["sections"]}
+    assert kinds["pytorch_model.bin"] == "duplicate"
+
+
+def test_trainer_checkpoint_counts_parameters_not_rng(layouts: dict[str, Any]) -> None:
+    data = inspect_json(layouts["root"] / "trainer_a" / "run" / "checkpoint-2")
+    tensors = data["tensors"]
+    assert tensors["params"] == layouts["pretrained"]["params"]
+    rng = layouts["trainer"]["rng"]["cpu"]
+    assert tensors["state"]["rng"] >= rng["shape"][0]  # the CPU generator's ByteTensor at least
+    assert tensors["state"]["optimizer"] > 0
+    kinds = {s["key"]: s["kind"] for s in data["sections"]}
+    assert kinds["rng_state.pth"] == "rng" and kinds["optimizer.pt"] == "optimizer"
+    assert kinds["model.safetensors"] == "state_dict"
+
+
+def test_accelerate_state_counts_parameters_not_random_states(layouts: dict[str, Any]) -> None:
+    data = inspect_json(layouts["root"] / "accelerate_a")
+    assert data["tensors"]["params"] == layouts["pretrained"]["params"]
+    kinds = {s["key"]: s["kind"] for s in data["sections"]}
+    assert kinds["random_states_0.pkl"] == "rng"
+    assert data["tensors"]["state"]["rng"] > 0
+
+
+def test_dcp_directory_matches_its_metadata(layouts: dict[str, Any]) -> None:
+    data = inspect_json(layouts["root"] / "dcp", "--keys", "*")
+    assert data["format"] == "dcp"
+    assert keyed(data) == layouts["dcp"]["tensors"]
+    assert data["tensors"]["params"] == layouts["dcp"]["params"]
+    assert any("1 shard file(s) written by 1 rank(s)" in n for n in data["notes"])
+    assert [f["format"] for f in data["files"]] == ["dcp-metadata", "dcp-shard"]
+
+
+def test_lone_distcp_shard_is_refused(layouts: dict[str, Any], envlock: Envlock) -> None:
+    shard = layouts["root"] / "dcp" / "__0_0.distcp"
+    result = envlock("inspect", shard)
+    assert result.returncode == 2
+    assert "one shard of a torch.distributed.checkpoint" in result.stderr
+    assert f"envlock inspect {shard.parent}" in result.stderr
+
+
+def test_accelerate_fsdp_layout_reports_its_parameters(layouts: dict[str, Any]) -> None:
+    data = inspect_json(layouts["root"] / "fsdp")
+    assert data["tensors"]["params"] == layouts["dcp"]["params"]
+    assert data["tensors"]["state"]["optimizer"] == layouts["fsdp"]["optimizer_numel"]
+    kinds = {s["key"]: s["kind"] for s in data["sections"]}
+    assert kinds == {"pytorch_model_fsdp_0": "state_dict", "optimizer_0": "optimizer"}
+
+
+# --- diff ---------------------------------------------------------------------------------------
+
+
+def test_diff_save_pretrained_rope_theta(layouts: dict[str, Any], envlock: Envlock) -> None:
+    root = layouts["root"]
+    code, changes = hyperparameters(envlock, root / "pretrained_a", root / "pretrained_b")
+    assert code == 1
+    assert changes == {"config.json: rope_parameters.rope_theta": (10000.0, 500000.0)}
+    human = envlock("diff", root / "pretrained_a", root / "pretrained_b").stdout
+    assert "config.json: rope_parameters.rope_theta" in human and "500000.0" in human
+    assert envlock("diff", root / "pretrained_a", root / "pretrained_same").returncode == 0
+
+
+def test_diff_trainer_runs_learning_rate(layouts: dict[str, Any], envlock: Envlock) -> None:
+    root = layouts["root"]
+    assert layouts["trainer"]["lr"] == 1e-3
+    # The output_dir holds only checkpoint-2/: its newest checkpoint is compared.
+    code, changes = hyperparameters(envlock, root / "trainer_a" / "run", root / "trainer_b" / "run")
+    assert code == 1
+    assert changes["training_args.bin: learning_rate"] == (1e-3, 2e-3)
+    assert changes["optimizer.pt: param_groups.0.initial_lr"] == (1e-3, 2e-3)
+    same = envlock("diff", root / "trainer_a" / "run", root / "trainer_same" / "run")
+    assert same.returncode == 0, same.stdout
+
+
+def test_diff_accelerate_runs_learning_rate(layouts: dict[str, Any], envlock: Envlock) -> None:
+    root = layouts["root"]
+    code, changes = hyperparameters(envlock, root / "accelerate_a", root / "accelerate_b")
+    assert code == 1
+    assert layouts["accelerate"]["optimizer_lr"] == 1e-3
+    assert changes == {
+        "optimizer.bin: param_groups.0.lr": (1e-3, 2e-3),
+        "custom_checkpoint_0.pkl: scale": (0.5, 0.25),  # a registered object's state_dict
+    }
+    assert envlock("diff", root / "accelerate_a", root / "accelerate_same").returncode == 0
+
+
+@pytest.mark.parametrize("name", ["training_args.bin", "optimizer.bin", "custom_checkpoint_0.pkl"])
+def test_diff_run_files_go_through_the_limits(
+    layouts: dict[str, Any], envlock: Envlock, tmp_path: Path, name: str
+) -> None:
+    import pickle
+    import shutil
+
+    side = tmp_path / "hostile"
+    shutil.copytree(layouts["root"] / "pretrained_a", side)
+    nested: list[Any] = []
+    for _ in range(300):  # past the 256 levels a pickle may nest
+        nested = [nested]
+    (side / name).write_bytes(pickle.dumps(nested, protocol=2))
+    result = envlock("diff", layouts["root"] / "pretrained_a", side)
+    assert result.returncode == 3, result.stderr
+    assert "refusing" in result.stderr and name in result.stderr
