@@ -169,8 +169,10 @@ def observed(probe: dict[str, Any]) -> dict[str, Any]:
     torch = probe.get("torch")
     if torch is not None:
         torch = dict(torch)
+        # cuDNN itself (nvidia-cudnn-cu12/-cu13, or unsuffixed), not nvidia-cudnn-frontend.
         torch["cudnn"] = next(
-            (v for k, v in sorted(packages.items()) if k.startswith("nvidia-cudnn-")), None
+            (v for k, v in sorted(packages.items()) if re.match(r"nvidia-cudnn(-cu\d+)?$", k)),
+            None,
         )
     scripts = probe.get("scripts") or {}
     return {
