@@ -8,22 +8,27 @@ first change of this apply, whatever that change is.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import click
 
 from envlock import ui
 from envlock.commands.common import (
     drift_table,
+    fleet_options,
     json_option,
     plan_json,
     print_plan,
     profile_argument,
     progress_printer,
+    refuse_on,
 )
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE, INTERRUPTED, UsageError
+from envlock.fleet import MemberResult, Progress, is_fleet, run_fleet
 from envlock.reconcile.context import Context, check, check_container, open_context
 from envlock.reconcile.execute import execute, verify_after
 from envlock.reconcile.kinds import Drift
@@ -57,6 +62,10 @@ from envlock.targets.base import ContainerCheck
     is_flag=True,
     help="Restart the container when config changes wait for its next start (proxmox-lxc).",
 )
+@click.option(
+    "--fail-fast", is_flag=True, help="Fleet: start no new member after the first failure."
+)
+@fleet_options
 @json_option
 def command(
     profile: str,
@@ -66,6 +75,9 @@ def command(
     force: bool,
     deep: bool,
     restart: bool,
+    fail_fast: bool,
+    jobs: int,
+    on: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Converge the target to the lock: provision, build, switch, deploy, link."""
@@ -76,7 +88,102 @@ def command(
         ctx = context_from_snapshot(profile, snapshot_dir, force=force)
     else:
         ctx = open_context(profile)
+    if is_fleet(ctx):
+        if snapshot_dir:
+            raise UsageError("--from-snapshot acts on one container: not across a fleet")
+        if restart and ctx.profile.container is None:
+            raise UsageError("--restart needs a proxmox-lxc target with a [container] table")
+        confirm(yes)
+        work = functools.partial(apply_member, deep=deep, restart=restart, no_wait=no_wait)
+        run_fleet(
+            ctx,
+            work,
+            on=on,
+            jobs=jobs,
+            as_json=as_json,
+            fail_fast=fail_fast,
+            include_stopped=ctx.profile.container is not None,  # apply starts them
+            command="apply",
+        )
+    refuse_on(on, fail_fast)
     progress = progress_printer(as_json)
+
+    def gate(steps: list[Drift], plan: Plan | None) -> None:
+        nonlocal yes
+        show_container_steps(steps, as_json)
+        if plan is not None and not as_json:
+            print_plan(plan)
+        confirm(yes)
+        yes = True
+        click.get_current_context().meta[INTERRUPTED] = interrupted_note(ctx)
+
+    done = converge(
+        ctx,
+        deep=deep,
+        restart=restart,
+        no_wait=no_wait,
+        snapshot_dir=snapshot_dir,
+        progress=progress,
+        gate=gate,
+    )
+    plan, report = done.plan, done.report
+    if not done.applied:
+        if as_json:
+            ui.emit_json({**plan_json(plan), "applied": done.snapshotted, "container": report})
+        else:
+            for line in report:
+                ui.out.print(f"  container: {ui.escape(line)}")
+            print_plan(plan)
+        return
+    elapsed = time.perf_counter() - started
+    current = done.current
+    if as_json:
+        ui.emit_json(
+            {
+                **plan_json(plan),
+                "applied": True,
+                "current": current,
+                "container": report,
+                "seconds": round(elapsed, 3),
+            }
+        )
+        return
+    for line in report:
+        ui.out.print(f"  container: {ui.escape(line)}")
+    ui.out.print(f"[green]✓[/] applied: generation {current} is active ({elapsed:.1f}s)")
+    if snapshot_dir:
+        ui.info(
+            "note: this generation follows the snapshot's lock, not the profile's; "
+            "`envlock check` reports that until you apply the profile again"
+        )
+
+
+@dataclass(frozen=True)
+class Converged:
+    """What one apply did: its plan, the container's report lines, the generation active."""
+
+    plan: Plan
+    report: list[str]
+    applied: bool  # False: nothing to do (the plan is empty)
+    snapshotted: bool
+    current: str | None  # the active generation's name, "<number>-<lock>"
+
+
+Gate = Callable[[list[Drift], "Plan | None"], None]
+
+
+def converge(
+    ctx: Context,
+    *,
+    deep: bool,
+    restart: bool,
+    no_wait: bool,
+    snapshot_dir: str | None,
+    progress: Callable[[str], None] | None,
+    gate: Gate,
+) -> Converged:
+    """Provision the container, plan and converge the environment: apply's work on one
+    target. `gate(container steps, plan)` runs before the first change (shows, confirms)."""
     report: list[str] = []
     provisioner = ctx.provisioner
     if restart and provisioner is None:
@@ -85,10 +192,7 @@ def command(
     snapshotted = False
     if provisioner is not None and container is not None and not container.running:
         # Nothing inside can be planned before the container runs: provision it first.
-        show_container_steps(list(container.drifts), as_json)
-        confirm(yes)
-        yes = True
-        click.get_current_context().meta[INTERRUPTED] = interrupted_note(ctx)
+        gate(list(container.drifts), None)
         report += snapshot_first(ctx, None, progress)
         snapshotted = True
         report += provisioner.provision(restart=restart, on_progress=progress)
@@ -102,18 +206,8 @@ def command(
     container_steps = container_changes(container, restart)
     report += waiting_for_restart(container, restart)
     if plan.empty and not container_steps:
-        if as_json:
-            ui.emit_json({**plan_json(plan), "applied": snapshotted, "container": report})
-        else:
-            for line in report:
-                ui.out.print(f"  container: {ui.escape(line)}")
-            print_plan(plan)
-        return
-    show_container_steps(container_steps, as_json)
-    if not as_json:
-        print_plan(plan)
-    confirm(yes)
-    click.get_current_context().meta[INTERRUPTED] = interrupted_note(ctx)
+        return Converged(plan, report, False, snapshotted, state.current)
+    gate(container_steps, plan)
     if not snapshotted:
         report += snapshot_first(ctx, state, progress)
     if container_steps and provisioner is not None:
@@ -134,27 +228,31 @@ def command(
         ignore=("script-modified", "script-missing") if scripts_skipped else (),
         deep=deep,
     )
-    elapsed = time.perf_counter() - started
-    current = answer.get("current", state.current)
-    if as_json:
-        ui.emit_json(
-            {
-                **plan_json(plan),
-                "applied": True,
-                "current": current,
-                "container": report,
-                "seconds": round(elapsed, 3),
-            }
-        )
-        return
-    for line in report:
-        ui.out.print(f"  container: {ui.escape(line)}")
-    ui.out.print(f"[green]✓[/] applied: generation {current} is active ({elapsed:.1f}s)")
-    if snapshot_dir:
-        ui.info(
-            "note: this generation follows the snapshot's lock, not the profile's; "
-            "`envlock check` reports that until you apply the profile again"
-        )
+    return Converged(plan, report, True, snapshotted, answer.get("current", state.current))
+
+
+def apply_member(
+    ctx: Context, progress: Progress, *, deep: bool, restart: bool, no_wait: bool
+) -> MemberResult:
+    """apply on one fleet member (already confirmed for the whole fleet)."""
+    done = converge(
+        ctx,
+        deep=deep,
+        restart=restart,
+        no_wait=no_wait,
+        snapshot_dir=None,
+        progress=progress,
+        gate=lambda steps, plan: None,
+    )
+    number, _, lock = str(done.current or "").partition("-")
+    return MemberResult(
+        0,
+        "applied" if done.applied else "in sync",
+        generation=int(number) if number.isdigit() else None,
+        lock=lock,
+        note=f"{len(done.plan.actions)} action(s)" if done.applied else "",
+        data={**plan_json(done.plan), "container": done.report, "current": done.current},
+    )
 
 
 def confirm(yes: bool) -> None:

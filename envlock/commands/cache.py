@@ -9,14 +9,26 @@ import click
 from rich.table import Table
 
 from envlock import ui
-from envlock.commands.common import json_option, with_context
+from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.errors import EXIT_DRIFT, UsageError
+from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context
 from envlock.runs.cache import cache_status, restore_cache, save_cache
 
 
+def cache_member(
+    ctx: Context, progress: Progress, *, action: str, file: Path | None, force: bool, as_json: bool
+) -> MemberResult:
+    """cache status of one fleet member: the active build's cache, its warmth."""
+    status = cache_status(ctx)
+    active = [entry for entry in status["dirs"] if entry["active"]]
+    warmth = ui.warmth(active[0]["files"], active[0]["bytes"]) if active else "no cache"
+    return MemberResult(0, warmth, data={"cache": status})
+
+
 @click.command("cache")
 @with_context(allow_stale=True)
+@across_fleet(cache_member, command="cache", one=lambda options: options["action"] != "status")
 @click.argument("action", type=click.Choice(["status", "save", "restore"]))
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option(

@@ -8,8 +8,15 @@ import sys
 import click
 
 from envlock import ui
-from envlock.commands.common import json_option, print_drift, print_fixes, with_context
+from envlock.commands.common import (
+    across_fleet,
+    json_option,
+    print_drift,
+    print_fixes,
+    with_context,
+)
 from envlock.errors import EXIT_DRIFT
+from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import (
     Context,
     check,
@@ -23,8 +30,35 @@ from envlock.runs.cache import cache_warnings
 CHECK_SCHEMA = 1
 
 
+def check_member(
+    ctx: Context, progress: Progress, *, deep: bool, strict: bool, as_json: bool
+) -> MemberResult:
+    """check on one fleet member: its generation, lock, hold and drift."""
+    container = check_container(ctx)
+    if container is not None and not container.running:
+        drifts = list(container.drifts)
+        return MemberResult(EXIT_DRIFT, "drift", drift=len(drifts), note="container not running")
+    state, drifts = check(ctx, deep=deep)
+    drifts = list(container.drifts if container else ()) + drifts
+    held = held_context(ctx, state)
+    gen = state.current_generation
+    for d in drifts:
+        progress(f"{d.kind} {d.subject}: {d.expected} → {d.actual}")
+    result = "drift" if drifts else "rolled back" if held else "clean"
+    return MemberResult(
+        EXIT_DRIFT if drifts or (strict and held) else 0,
+        result,
+        generation=gen.number if gen else None,
+        lock=gen.lock_hash if gen else "",
+        hold=held is not None,
+        drift=len(drifts),
+        data={"drifts": [d.to_json() for d in drifts]},
+    )
+
+
 @click.command("check")
 @with_context(allow_stale=True)
+@across_fleet(check_member, command="check")
 @click.option("--deep", is_flag=True, help="Re-hash every file against the wheels' RECORDs.")
 @click.option(
     "--strict",

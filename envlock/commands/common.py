@@ -10,6 +10,8 @@ import click
 from rich.table import Table
 
 from envlock import ui
+from envlock.errors import UsageError
+from envlock.fleet import DEFAULT_JOBS, MemberResult, is_fleet, one_member, run_fleet
 from envlock.reconcile.context import Context, open_context
 from envlock.reconcile.kinds import Drift
 from envlock.reconcile.plan import Plan
@@ -31,6 +33,69 @@ def with_context(*, allow_stale: bool = False) -> Callable[[Callable[..., Any]],
             return func(open_context(profile, allow_stale=allow_stale), **kwargs)
 
         return profile_argument(wrapper)
+
+    return decorate
+
+
+def fleet_options(func: F) -> F:
+    """--jobs and --on: how a command runs across the members of a fleet profile."""
+    func = click.option(
+        "--on",
+        "on",
+        multiple=True,
+        metavar="SELECTOR",
+        help="Fleet: only the members with this vmid, node or tag (repeatable).",
+    )(func)
+    return click.option(
+        "--jobs",
+        "jobs",
+        type=int,
+        default=DEFAULT_JOBS,
+        show_default=True,
+        help="Fleet: how many members at a time.",
+    )(func)
+
+
+def refuse_on(on: tuple[str, ...], fail_fast: bool = False) -> None:
+    """--on (and --fail-fast) pick members of a fleet: an error for a single target."""
+    if on or fail_fast:
+        flag = "--on" if on else "--fail-fast"
+        raise UsageError(
+            f"{flag} is for a fleet profile (vmids or select); this profile names one target",
+            hint=f"drop {flag}",
+        )
+
+
+def across_fleet(
+    work: Callable[..., MemberResult] | None,
+    *,
+    command: str,
+    one: bool | Callable[[dict[str, Any]], bool] = False,
+) -> Callable[[Callable[..., Any]], Any]:
+    """Put under @with_context: with a fleet profile, run `work(member_ctx, progress,
+    **options)` on every member, or hand the command the one member --on picks (`one`: always,
+    or when `one(options)` says so); with one target, run the command as it is."""
+
+    def decorate(func: Callable[..., Any]) -> Any:
+        @functools.wraps(func)
+        def wrapper(ctx: Context, *, jobs: int, on: tuple[str, ...], **kwargs: Any) -> Any:
+            if is_fleet(ctx):
+                if work is None or (one(kwargs) if callable(one) else one):
+                    return func(one_member(ctx, on, command), **kwargs)
+                run_fleet(
+                    ctx,
+                    functools.partial(work, **kwargs),
+                    on=on,
+                    jobs=jobs,
+                    as_json=bool(kwargs.get("as_json")),
+                    # with a [container], the API reports a stopped member's state
+                    include_stopped=ctx.profile.container is not None,
+                    command=command,
+                )
+            refuse_on(on)
+            return func(ctx, **kwargs)
+
+        return fleet_options(wrapper)
 
     return decorate
 

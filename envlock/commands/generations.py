@@ -8,13 +8,45 @@ import click
 from rich.table import Table
 
 from envlock import ui
-from envlock.commands.common import json_option, with_context
+from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.errors import UsageError
+from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, held_context
+
+
+def generations_member(
+    ctx: Context, progress: Progress, *, container: bool, as_json: bool
+) -> MemberResult:
+    """generations on one fleet member: how many, which is active, on which lock."""
+    if container:
+        if ctx.provisioner is None:
+            raise UsageError("--container needs a proxmox-lxc target with a [container] table")
+        snaps = ctx.provisioner.snapshots()
+        return MemberResult(
+            0, f"{len(snaps)} snapshot(s)", data={"snapshots": [asdict(s) for s in snaps]}
+        )
+    state = gather_state(ctx, verify=False)
+    held = held_context(ctx, state) is not None
+    gen = state.current_generation
+    return MemberResult(
+        0,
+        f"{len(state.generations)} generation(s)",
+        generation=gen.number if gen else None,
+        lock=gen.lock_hash if gen else "",
+        hold=held,
+        data={
+            "current": state.current,
+            "generations": [
+                {"number": g.number, "name": g.name, "lock": g.lock_hash, "complete": g.complete}
+                for g in state.generations
+            ],
+        },
+    )
 
 
 @click.command("generations")
 @with_context(allow_stale=True)
+@across_fleet(generations_member, command="generations")
 @click.option(
     "--container",
     is_flag=True,

@@ -7,8 +7,15 @@ import time
 import click
 
 from envlock import ui
-from envlock.commands.common import json_option, plan_json, print_plan, with_context
+from envlock.commands.common import (
+    across_fleet,
+    json_option,
+    plan_json,
+    print_plan,
+    with_context,
+)
 from envlock.errors import UsageError
+from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, own_context
 from envlock.reconcile.drift import compute_drift
 from envlock.reconcile.execute import execute, verify_after
@@ -17,8 +24,64 @@ from envlock.reconcile.plan import Plan, plan_rollback, repair_action
 from envlock.reconcile.state import State
 
 
+def rollback_member(
+    ctx: Context,
+    progress: Progress,
+    *,
+    to: int | None,
+    resync: bool,
+    container: bool,
+    snapshot_name: str | None,
+    deep: bool,
+    as_json: bool,
+) -> MemberResult:
+    """rollback on one fleet member: a generation switch, a --resync, or the container."""
+    if container:
+        if ctx.provisioner is None:
+            raise UsageError("--container needs a proxmox-lxc target with a [container] table")
+        name = ctx.provisioner.rollback(snapshot_name, progress)
+        return MemberResult(0, "rolled back", note=f"container at snapshot {name}")
+    plan, state, own = rollback_plan(ctx, to=to, resync=resync, deep=deep)
+    answer = execute(ctx, plan, on_progress=progress)
+    if resync and not plan.empty:
+        verify_after(own, deep=deep)
+    current = str(answer.get("current", state.current) or "")
+    number, _, lock = current.partition("-")
+    held = not resync and bool(lock) and lock != ctx.lock.short_hash
+    return MemberResult(
+        0,
+        "in sync" if plan.empty else "resynced" if resync else "rolled back",
+        generation=int(number) if number.isdigit() else None,
+        lock=lock,
+        hold=held,
+        note=(plan.reason or "") if plan.empty else "",
+        data={**plan_json(plan), "current": current or None},
+    )
+
+
+def rollback_plan(
+    ctx: Context, *, to: int | None, resync: bool, deep: bool
+) -> tuple[Plan, State, Context]:
+    """The plan of a generation switch or a --resync, the state it starts from, and the
+    context that judges the result (the active generation's own lock for a resync)."""
+    if resync:
+        # The active generation is re-synced to its own lock, whichever the profile names.
+        state = gather_state(ctx, deep=deep, lock=True)
+        own = own_context(ctx, state)
+        return resync_plan(state, compute_drift(own.expectation(), state)), state, own
+    # A switch needs only the generations and their history: no file verification.
+    state = gather_state(ctx, verify=False)
+    if not any(g.complete for g in state.generations):
+        raise UsageError(
+            "nothing applied yet: no generation to roll back to",
+            hint=f"run `envlock apply {ui.shown_path(ctx.profile.path)}` first",
+        )
+    return plan_rollback(state, to), state, ctx
+
+
 @click.command("rollback")
 @with_context(allow_stale=True)
+@across_fleet(rollback_member, command="rollback")
 @click.option("--to", "to", type=int, metavar="N", help="Generation number to switch to.")
 @click.option(
     "--resync",
@@ -65,20 +128,7 @@ def command(
         else:
             ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
         return
-    if resync:
-        # The active generation is re-synced to its own lock, whichever the profile names.
-        state = gather_state(ctx, deep=deep, lock=True)
-        own = own_context(ctx, state)
-        plan = resync_plan(state, compute_drift(own.expectation(), state))
-    else:
-        # A switch needs only the generations and their history: no file verification.
-        state = gather_state(ctx, verify=False)
-        if not any(g.complete for g in state.generations):
-            raise UsageError(
-                "nothing applied yet: no generation to roll back to",
-                hint=f"run `envlock apply {ui.shown_path(ctx.profile.path)}` first",
-            )
-        plan = plan_rollback(state, to)
+    plan, state, own = rollback_plan(ctx, to=to, resync=resync, deep=deep)
     answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
     if resync and not plan.empty:
         verify_after(own, deep=deep)

@@ -9,7 +9,7 @@ from typing import NoReturn
 import click
 
 from envlock import ui
-from envlock.commands.common import drift_table, print_fixes, with_context
+from envlock.commands.common import across_fleet, drift_table, print_fixes, with_context
 from envlock.errors import UsageError
 from envlock.reconcile.context import Context, check, check_container, hold_notice
 from envlock.reconcile.kinds import Drift, blocking
@@ -26,6 +26,7 @@ from envlock.runs.snapshot_file import write_snapshot
 
 @click.command("run", context_settings={"ignore_unknown_options": True})
 @with_context(allow_stale=True)
+@across_fleet(None, command="run", one=True)
 @click.option("--allow-drift", is_flag=True, help="Run even when the check finds drift.")
 @click.option("--deep", is_flag=True, help="Re-hash every file before running (paranoid).")
 @click.option(

@@ -9,14 +9,43 @@ from pathlib import Path
 import click
 
 from envlock import ui
-from envlock.commands.common import json_option, with_context
+from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.errors import UsageError
+from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context
 from envlock.runs.snapshot import take_snapshot, write_snapshot
 
 
+def snapshot_member(
+    ctx: Context, progress: Progress, *, directory: Path, config_file: str | None, as_json: bool
+) -> MemberResult:
+    """snapshot of one fleet member, into DIR/<vmid>/ (each container records its own)."""
+    settings = ctx.profile.target.settings
+    data = take_snapshot(ctx, command=sys.argv, config=read_config(config_file))
+    path = write_snapshot(directory / str(settings.vmid), data)
+    number, _, lock = str(data["generation"] or "").partition("-")
+    return MemberResult(
+        0,
+        "recorded",
+        generation=int(number) if number.isdigit() else None,
+        lock=lock,
+        note=str(path),
+        data={"snapshot": str(path), "packages": len(data["packages"])},
+    )
+
+
+def read_config(config_file: str | None) -> object:
+    if not config_file:
+        return None
+    try:
+        return json.loads(Path(config_file).read_text())
+    except ValueError as exc:
+        raise UsageError(f"{config_file}: not valid JSON: {exc}") from None
+
+
 @click.command("snapshot")
 @with_context(allow_stale=True)
+@across_fleet(snapshot_member, command="snapshot")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--config",
@@ -27,12 +56,7 @@ from envlock.runs.snapshot import take_snapshot, write_snapshot
 @json_option
 def command(ctx: Context, directory: Path, config_file: str | None, as_json: bool) -> None:
     """Write DIR/envlock-snapshot.json: lock, observed state, scripts, env, cache, config."""
-    config = None
-    if config_file:
-        try:
-            config = json.loads(Path(config_file).read_text())
-        except ValueError as exc:
-            raise UsageError(f"{config_file}: not valid JSON: {exc}") from None
+    config = read_config(config_file)
     data = take_snapshot(ctx, command=sys.argv, config=config)
     path = write_snapshot(directory, data)
     torch = (data["torch"] or {}).get("version")

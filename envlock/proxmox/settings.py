@@ -4,8 +4,9 @@ the container it declares ([container]). Parsed here, validated in full like the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from envlock.errors import UsageError
 from envlock.targets.base import LocalPath
 from envlock.targets.ssh import SshSettings, read_ssh_settings
 from envlock.tomlread import ENV_NAME_RE, Table, control_char, describe, shown
@@ -14,9 +15,28 @@ from envlock.tomlread import ENV_NAME_RE, Table, control_char, describe, shown
 NODE_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?")
 
 
+# [target] host of a fleet that gives `hosts` only (no template for other nodes).
+HOSTS_ONLY = "{hosts}"
+
+
+@dataclass(frozen=True)
+class FleetSelect:
+    """A fleet profile's set of containers, read from /cluster/resources at each command:
+    `vmids`, or `select` (every given condition holds: all tags, pool, node, name glob)."""
+
+    vmids: tuple[int, ...] = ()
+    tags: tuple[str, ...] = ()
+    pool: str | None = None
+    node: str | None = None
+    name: str | None = None
+
+
 @dataclass(frozen=True)
 class LxcSettings:
-    """A container on a Proxmox node: ssh to the node (for `pct exec`) and the API."""
+    """A container on a Proxmox node: ssh to the node (for `pct exec`) and the API.
+
+    A fleet profile has `fleet` instead of a vmid; each member's node comes from the
+    cluster and its ssh host from `hosts` (node -> host) or the `{node}` template in host."""
 
     ssh: SshSettings
     api_url: str | None = None
@@ -28,6 +48,25 @@ class LxcSettings:
     secret_file: str | None = None
     ca_file: str | None = None
     verify_tls: bool = True
+    fleet: FleetSelect | None = None
+    hosts: tuple[tuple[str, str], ...] = ()
+
+    def node_host(self, node: str) -> str:
+        """The ssh host of a fleet member's node: `hosts`, else the host template."""
+        table = dict(self.hosts)
+        if node in table:
+            return table[node]
+        if self.hosts and "{node}" not in self.ssh.host:
+            raise UsageError(
+                f"[target] hosts has no entry for the node {node}",
+                hint=f'add `{node} = "HOST"` to [target] hosts, or set host = "{{node}}..."',
+            )
+        return self.ssh.host.replace("{node}", node)
+
+    def member(self, vmid: int, node: str) -> LxcSettings:
+        """The settings of one fleet member: a concrete vmid, node and ssh host."""
+        ssh = replace(self.ssh, host=self.node_host(node))
+        return replace(self, vmid=vmid, node=node, ssh=ssh, fleet=None)
 
 
 @dataclass(frozen=True)
@@ -59,6 +98,9 @@ class Container:
 def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
     """ssh, pct and vmid reach the container; the API keys are checked when given and
     required only with a [container] (`require_api_settings`)."""
+    hosts = read_hosts(t)
+    if hosts and not t.has("host"):
+        t.data = {**t.data, "host": HOSTS_ONLY}  # every node must be in `hosts`
     ssh = read_ssh_settings(t, local_path)
     api_url = t.text("api-url", None)
     if api_url is not None and not re.match(r"^https://[^/\s]+", api_url):
@@ -74,7 +116,10 @@ def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
             f'expected a Proxmox node name (letters, digits and "-"), found {shown(node)}',
             hint="use the name `pvecm nodes` or the web UI shows for the node",
         )
-    vmid = t.integer("vmid", minimum=100)
+    if t.has("vmids") or t.has("select"):
+        vmid = t.integer("vmid", None, minimum=100)  # refused by require_fleet_keys
+    else:
+        vmid = t.integer("vmid", minimum=100)
     api_user = t.text("api-user", "root@pam")
     if "@" not in api_user:
         t.fail("api-user", f"expected user@realm, found {shown(api_user)}", hint='e.g. "root@pam"')
@@ -86,7 +131,18 @@ def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
     if secret_env is not None and not ENV_NAME_RE.match(secret_env):
         t.fail("secret-env", f"expected an environment variable name, found {shown(secret_env)}")
     ca_file = t.text("ca-file", None)
+    fleet = read_fleet(t)
+    if fleet is None and (hosts or "{node}" in ssh.host):
+        t.fail(
+            "hosts" if hosts else "host",
+            "a host per node is for a fleet profile (`vmids` or `select`)",
+            hint="give one host, or name the fleet's containers with vmids or select",
+        )
+    if fleet is not None:
+        require_fleet_keys(t, vmid, node, api_url, secret_env, secret_file)
     return LxcSettings(
+        fleet=fleet,
+        hosts=hosts,
         ssh=ssh,
         api_url=api_url,
         node=node,
@@ -98,6 +154,81 @@ def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
         ca_file=local_path(ca_file) if ca_file else None,
         verify_tls=t.boolean("verify-tls", True),
     )
+
+
+def read_hosts(t: Table) -> tuple[tuple[str, str], ...]:
+    """[target] hosts = { NODE = "HOST" }: how to reach each node of a fleet over ssh."""
+    raw = t.raw("hosts", {})
+    if not isinstance(raw, dict):
+        t.fail("hosts", f'expected a table {{ NODE = "HOST" }}, found {describe(raw)}')
+    hosts = []
+    for node, host in raw.items():
+        if not NODE_RE.fullmatch(node):
+            t.fail(f"hosts.{node}", f"expected a Proxmox node name as the key, found {shown(node)}")
+        if not isinstance(host, str) or not host.strip() or host.startswith("-"):
+            t.fail(f"hosts.{node}", f"expected a host name or ssh alias, found {describe(host)}")
+        if any(c.isspace() for c in host) or control_char(host):
+            t.fail(f"hosts.{node}", f"expected a host name or ssh alias, found {shown(host)}")
+        hosts.append((node, host))
+    return tuple(hosts)
+
+
+def read_fleet(t: Table) -> FleetSelect | None:
+    """`vmids = [...]` or `select = { tags, pool, node, name }`, or None (one container)."""
+    vmids = t.raw("vmids", None)
+    select = t.table("select")
+    if vmids is None and select is None:
+        return None
+    if vmids is not None and select is not None:
+        t.fail("select", "a fleet is named by vmids or by select, not both")
+    if vmids is not None:
+        if not isinstance(vmids, list) or not vmids:
+            t.fail("vmids", f"expected a non-empty array of VMIDs, found {describe(vmids)}")
+        for index, item in enumerate(vmids):
+            if isinstance(item, bool) or not isinstance(item, int) or item < 100:
+                t.fail(f"vmids[{index}]", f"expected a VMID (>= 100), found {describe(item)}")
+        if len(set(vmids)) != len(vmids):
+            t.fail("vmids", "a VMID is listed twice")
+        return FleetSelect(vmids=tuple(vmids))
+    assert select is not None
+    fleet = FleetSelect(
+        tags=tuple(tag.lower() for tag in select.texts("tags", [])),
+        pool=select.text("pool", None),
+        node=select.text("node", None),
+        name=select.text("name", None),
+    )
+    select.finish()
+    if fleet == FleetSelect():
+        t.fail("select", "expected at least one of tags, pool, node, name")
+    return fleet
+
+
+def require_fleet_keys(
+    t: Table,
+    vmid: int | None,
+    node: str | None,
+    api_url: str | None,
+    secret_env: str | None,
+    secret_file: str | None,
+) -> None:
+    """A fleet's members come from the cluster: no single vmid or node; the API is needed."""
+    if vmid is not None:
+        t.fail(
+            "vmid",
+            "a fleet profile (vmids or select) cannot name one container's vmid",
+            hint="remove vmid, or add it to vmids; `--on VMID` picks one member for a command",
+        )
+    if node is not None:
+        t.fail(
+            "node",
+            "a fleet member's node comes from /cluster/resources, not from the profile",
+            hint="remove node; to keep to one node use select = { node = ... }",
+        )
+    why = "a fleet's containers are read from the Proxmox API (/cluster/resources)"
+    if api_url is None:
+        t.missing("api-url", why)
+    if secret_env is None and secret_file is None:
+        t.fail("secret-env", f"missing: {why}", hint='add `secret-env = "PVE_TOKEN_SECRET"`')
 
 
 def read_secret_typo(t: Table) -> None:
@@ -116,7 +247,15 @@ def require_api_settings(settings: LxcSettings, container: Table) -> None:
     why = "a [container] is managed through the Proxmox API"
     if settings.api_url is None:
         target.missing("api-url", why)
-    if settings.node is None:
+    if settings.fleet is not None:
+        if container.has("hostname"):
+            container.fail(
+                "hostname",
+                "a fleet profile's [container] applies to every member: a hostname is one "
+                "container's",
+                hint="remove hostname; each container keeps its own",
+            )
+    elif settings.node is None:
         target.missing("node", why)
     if settings.secret_env is None and settings.secret_file is None:
         target.fail(

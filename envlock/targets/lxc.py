@@ -8,6 +8,10 @@ container itself is checked, provisioned and rolled back through the Proxmox API
 
 from __future__ import annotations
 
+import subprocess
+from typing import Any
+
+from envlock.errors import UsageError
 from envlock.proxmox.settings import (
     Container,
     LxcSettings,
@@ -15,14 +19,34 @@ from envlock.proxmox.settings import (
     read_lxc_settings,
     require_api_settings,
 )
-from envlock.targets.base import Provisioner, TargetType, Transport
+from envlock.targets.base import Provisioner, Result, TargetType, Transport
 from envlock.targets.pct import PctTransport
 from envlock.tomlread import Table
 
 
 def lxc_transport(settings: LxcSettings) -> Transport:
+    if settings.fleet is not None:
+        return FleetTransport()
     assert settings.vmid is not None
     return PctTransport(settings.ssh.transport(), settings.vmid, settings.node)
+
+
+class FleetTransport:
+    """A fleet profile's own transport: commands reach its members (envlock/fleet.py), never
+    the fleet as a whole; a code path that forgets to pick a member fails clearly."""
+
+    name = "a fleet of containers"
+    system_python = "python3"
+
+    def run(self, argv: list[str], **_: Any) -> Result:
+        raise UsageError(
+            "this profile names a fleet of containers: pick one with --on VMID",
+            hint="`--on` takes a vmid, a node or a tag",
+        )
+
+    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        self.run(argv)
+        raise AssertionError("unreachable")
 
 
 def read_lxc_container(t: Table, settings: LxcSettings) -> Container:

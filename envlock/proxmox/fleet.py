@@ -1,0 +1,120 @@
+"""A fleet's members: the LXC containers of a Proxmox cluster that a profile selects.
+
+The cluster already knows its containers and where each runs: `/cluster/resources` is read
+at each command, so a container migrated to another node or newly tagged is followed
+without editing the profile. Selection is pure (`select_members`) over what the API listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from envlock.errors import OperationError, UsageError
+from envlock.proxmox.settings import FleetSelect, LxcSettings
+
+
+@dataclass(frozen=True)
+class Member:
+    """One container of the fleet, as /cluster/resources lists it."""
+
+    vmid: int
+    node: str
+    name: str
+    status: str  # running, stopped, unknown (node offline)
+    tags: tuple[str, ...] = ()
+    pool: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}/{self.vmid}"
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+def parse_resources(items: Iterable[dict[str, Any]]) -> list[Member]:
+    """The LXC containers (not templates) of `/cluster/resources?type=vm`, by vmid."""
+    members = []
+    for item in items:
+        if item.get("type") != "lxc" or item.get("template"):
+            continue
+        tags = tuple(t.lower() for t in re.split(r"[;, ]+", str(item.get("tags") or "")) if t)
+        members.append(
+            Member(
+                vmid=int(item["vmid"]),
+                node=str(item["node"]),
+                name=str(item.get("name") or ""),
+                status=str(item.get("status") or "unknown"),
+                tags=tags,
+                pool=item.get("pool"),
+            )
+        )
+    return sorted(members, key=lambda m: m.vmid)
+
+
+def select_members(fleet: FleetSelect, members: list[Member]) -> list[Member]:
+    """The members a profile names; a listed vmid the cluster lacks is an error."""
+    if fleet.vmids:
+        known = {m.vmid: m for m in members}
+        missing = [v for v in fleet.vmids if v not in known]
+        if missing:
+            raise OperationError(
+                f"the cluster has no container {', '.join(map(str, missing))} "
+                "(read from /cluster/resources)",
+                hint="check [target] vmids against `pvesh get /cluster/resources --type vm`",
+            )
+        return [known[v] for v in sorted(fleet.vmids)]
+    return [m for m in members if matches(fleet, m)]
+
+
+def matches(fleet: FleetSelect, m: Member) -> bool:
+    return (
+        set(fleet.tags) <= set(m.tags)
+        and (fleet.pool is None or m.pool == fleet.pool)
+        and (fleet.node is None or m.node == fleet.node)
+        and (fleet.name is None or fnmatch.fnmatchcase(m.name, fleet.name))
+    )
+
+
+def restrict(members: list[Member], selectors: tuple[str, ...]) -> list[Member]:
+    """`--on SELECTOR` (repeatable, or comma-separated): a vmid, a node or a tag."""
+    if not selectors:
+        return members
+    words = [w.strip() for s in selectors for w in s.split(",") if w.strip()]
+    chosen = [m for m in members if any(on_matches(w, m) for w in words)]
+    if not chosen:
+        shown = ", ".join(m.label for m in members) or "none"
+        raise UsageError(
+            f"--on {','.join(words)} matches no member of the fleet (members: {shown})",
+            hint="--on takes a vmid, a node or a tag",
+        )
+    return chosen
+
+
+def on_matches(word: str, m: Member) -> bool:
+    if word.isdigit():
+        return m.vmid == int(word)
+    return word == m.node or word.lower() in m.tags
+
+
+def list_members(settings: LxcSettings) -> list[Member]:
+    """The fleet's members, read from the cluster now (one API login)."""
+    from envlock.proxmox.api import connect  # proxmoxer loads only for Proxmox profiles
+
+    assert settings.fleet is not None
+    # connect() checks a member's settings; listing the cluster needs no vmid or node.
+    session = connect(dataclasses.replace(settings, vmid=100, node="cluster"))
+    try:
+        items = session.api.cluster.resources.get(type="vm")
+    except Exception as exc:  # proxmoxer's and requests' errors alike
+        raise OperationError(
+            f"reading /cluster/resources from {session.url} failed: {exc}",
+            hint=f"{session.login} needs VM.Audit on the containers",
+        ) from None
+    return select_members(settings.fleet, parse_resources(items or []))
