@@ -133,6 +133,9 @@ fsdp = out / "fsdp"
 dcp.save({"model": model.state_dict()}, checkpoint_id=str(fsdp / "pytorch_model_fsdp_0"))
 dcp.save({"optimizer": get_optimizer_state_dict(model, opt)},
          checkpoint_id=str(fsdp / "optimizer_0"))
+# torchtitan's way: model and optimizer in one DCP checkpoint.
+dcp.save({"model": model.state_dict(), "optimizer": get_optimizer_state_dict(model, opt)},
+         checkpoint_id=str(out / "dcp_combined"))
 meta = dcp.FileSystemReader(str(out / "dcp")).read_metadata()
 views["dcp"] = {
     "tensors": {k: {"dtype": str(v.properties.dtype).removeprefix("torch."), "shape": list(v.size)}
@@ -143,6 +146,11 @@ optim_meta = dcp.FileSystemReader(str(fsdp / "optimizer_0")).read_metadata()
 views["fsdp"] = {
     "optimizer_numel": sum(v.size.numel() for v in optim_meta.state_dict_metadata.values()
                            if hasattr(v, "size")),
+}
+combined_meta = dcp.FileSystemReader(str(out / "dcp_combined")).read_metadata()
+views["dcp_combined"] = {
+    "optimizer_numel": sum(v.size.numel() for k, v in combined_meta.state_dict_metadata.items()
+                           if k.startswith("optimizer.") and hasattr(v, "size")),
 }
 print(json.dumps(views))
 """

@@ -94,6 +94,12 @@ def test_dcp_directory_matches_its_metadata(layouts: dict[str, Any]) -> None:
     assert [f["format"] for f in data["files"]] == ["dcp-metadata", "dcp-shard"]
 
 
+def test_dcp_with_model_and_optimizer_counts_only_the_model(layouts: dict[str, Any]) -> None:
+    data = inspect_json(layouts["root"] / "dcp_combined")
+    assert data["tensors"]["params"] == layouts["dcp"]["params"]
+    assert data["tensors"]["state"]["optimizer"] == layouts["dcp_combined"]["optimizer_numel"]
+
+
 def test_lone_distcp_shard_is_refused(layouts: dict[str, Any], envlock: Envlock) -> None:
     shard = layouts["root"] / "dcp" / "__0_0.distcp"
     result = envlock("inspect", shard)

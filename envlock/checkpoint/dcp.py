@@ -56,7 +56,28 @@ def read_dcp(directory: Path) -> tuple[dict[str, Any], list[Path], list[str]]:
             f"{directory}: shard {printable(missing[0], 200)} is listed in .metadata but "
             f"missing ({len(missing)} of {len(listed)}): an incomplete copy"
         )
-    return root, shards, notes
+    return with_optimizer_nested(root), shards, notes
+
+
+OPTIMIZER_PARTS = ("state", "param_groups")
+
+
+def with_optimizer_nested(root: dict[str, Any]) -> dict[str, Any]:
+    """One DCP checkpoint may hold model and optimizer together (torchtitan's
+    `{"model": …, "optimizer": …}`), flattened to `optimizer.state.…` keys: put those under one
+    optimizer dict (state + param_groups, as the tree walk knows an optimizer) so they are
+    optimizer state, never parameters. Keys read the same either way."""
+    nested: dict[str, Any] = {}
+    for fqn, value in root.items():
+        head, _, rest = fqn.partition(".")
+        part, _, key = rest.partition(".")
+        if head in ("optimizer", "optim") and part in OPTIMIZER_PARTS and key:
+            group = nested.setdefault(head, {p: {} for p in OPTIMIZER_PARTS})
+            if isinstance(group, dict) and isinstance(group.get(part), dict):
+                group[part][key] = value
+                continue
+        nested[fqn] = value
+    return nested
 
 
 def _name(obj: Any) -> str:
