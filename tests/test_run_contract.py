@@ -6,6 +6,7 @@ interrupts and -v keep their exit codes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import select
@@ -253,7 +254,14 @@ def in_a_terminal(argv: list[str], answer: bytes | None) -> tuple[int, str]:
             break
         seen += chunk
     if answer is None:
-        proc.send_signal(signal.SIGINT)
+        # A SIGINT that lands between Python's last signal check and its blocking read of
+        # the terminal waits for the read (CPython's own race): press Ctrl-C again, as a
+        # person would, until the prompt gives up.
+        for _ in range(30):
+            proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=2)
+                break
     else:
         os.write(leader, answer)
     code = proc.wait(timeout=60)
