@@ -697,3 +697,14 @@ def test_parse_state_fills_what_an_answer_leaves_out() -> None:
     assert (empty.venv_link, empty.torch, empty.files, empty.cache, empty.scripts) == (None,) * 5
     assert (empty.uv, empty.hold, empty.active_lock, empty.history) == (None, None, None, ())
     assert parse_state({"hold": {}}).hold is None
+
+
+def test_parse_state_fills_what_a_files_or_gpu_answer_leaves_out() -> None:
+    parsed = parse_state(
+        {
+            "files": {"missing": [{"path": "b"}]},
+            "hardware": {"libraries": {"libcuda": {"version": "570.1"}}},
+        }
+    )
+    assert parsed.files == FilesReport(0, (), (FileChange("b"),), ())
+    assert parsed.gpu == GpuFacts(libraries=(GpuLibrary("libcuda", "", "570.1"),))

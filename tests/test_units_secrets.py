@@ -3,9 +3,11 @@ secret-named values are redacted (and only those), and `run` scrubs the variable
 make the generation's interpreter look elsewhere.
 """
 
+# ruff: noqa: E501 (the tables hold messages whole, as users read them)
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +19,13 @@ from proxmoxer import AuthenticationError, ResourceException
 
 from envlock.errors import OperationError, UsageError
 from envlock.profile import load_profile
-from envlock.proxmox.api import _raise_connect_error, _scrub, _transport_error, read_secret
+from envlock.proxmox.api import (
+    _raise_connect_error,
+    _scrub,
+    _transport_error,
+    read_secret,
+    read_secret_file,
+)
 from envlock.proxmox.settings import LxcSettings
 from envlock.reconcile.state import parse_state
 from envlock.runs.environment import SCRUBBED, run_environment
@@ -377,3 +385,174 @@ def test_transport_failures_in_words(
 ) -> None:
     error = _transport_error(URL, "doing", exc, lxc(ca_file=ca_file))
     assert (error.message, error.hint) == (message, hint)
+
+
+# -- the secret file and the login failures, every message whole ------------------------------
+
+FILE_HINT = "[target] secret-file must name a readable file holding only the secret"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read the Proxmox secret from {path}: No such file or directory"),
+        ("DIR", "cannot read the Proxmox secret from {path}: Is a directory"),
+        (b"\xff", "the Proxmox secret file {path} is not UTF-8 text"),
+        (b"\r\n", "the Proxmox secret file {path} is empty"),
+        (
+            b"a\x00b",
+            "the Proxmox secret file {path} holds control characters or more than one line",
+        ),
+        (
+            b"a\nb\n",
+            "the Proxmox secret file {path} holds control characters or more than one line",
+        ),
+        (
+            b"a\x1fb",
+            "the Proxmox secret file {path} holds control characters or more than one line",
+        ),
+        (
+            b"a\x7fb",
+            "the Proxmox secret file {path} holds control characters or more than one line",
+        ),
+    ],
+)
+def test_secret_file_refusals_in_full(
+    tmp_path: Path, content: bytes | str | None, message: str
+) -> None:
+    path = tmp_path / "secret"
+    if content == "DIR":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    with pytest.raises(UsageError) as info:
+        read_secret_file(path)
+    assert (info.value.message, info.value.hint) == (message.format(path=path), FILE_HINT)
+
+
+@pytest.mark.parametrize(
+    ("content", "secret"),
+    [
+        (b"tok\r\n", "tok"),
+        (b" a b \n", " a b "),  # spaces are part of a password: only the line end goes
+        (b"s3cr\xc3\xa9tX\n", "s3cr\u00e9tX"),
+    ],
+)
+def test_secret_file_keeps_all_but_the_line_end(
+    tmp_path: Path, content: bytes, secret: str
+) -> None:
+    path = tmp_path / "secret"
+    path.write_bytes(content)
+    assert read_secret_file(path) == secret
+
+
+def test_the_variables_secret_keeps_all_but_the_line_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVLOCK_T_SECRET", " pass wordX\r\n")
+    assert read_secret(lxc(secret_env="ENVLOCK_T_SECRET")) == " pass wordX"
+    monkeypatch.setenv("ENVLOCK_T_SECRET", "pass word \n")
+    assert read_secret(lxc(secret_env="ENVLOCK_T_SECRET")) == "pass word "
+
+
+NOT_PVE_HINT = "is api-url the Proxmox VE API (port 8006) of the node?"
+REACH_HINT = "check api-url (host and port 8006) and that pveproxy runs on the node (`systemctl status pveproxy`)"
+# (exception, token, ca-file, message, hint) for a login to https://pve1:8006 as root@pam
+CONNECT_FAILURES: list[tuple[Exception, str | None, str | None, str, str | None]] = [
+    (
+        AuthenticationError("x"),
+        "ci",
+        None,
+        "the Proxmox API at https://pve1:8006 refused the login of API token root@pam!ci (HTTP 401)",
+        "check api-user and token-id, and that the token's secret is in file /etc/envlock/pve-secret "
+        "(Datacenter > Permissions > API Tokens)",
+    ),
+    (
+        ResourceException(401, "Unauthorized", ""),
+        None,
+        None,
+        "the Proxmox API at https://pve1:8006 refused the login of root@pam (password login) (HTTP 401)",
+        "check api-user and the password in file /etc/envlock/pve-secret",
+    ),
+    (
+        ResourceException(500, "Internal Server Error", f"bad {SECRET}"),
+        "ci",
+        None,
+        "the Proxmox API at https://pve1:8006 answered HTTP 500: bad ***",
+        NOT_PVE_HINT,
+    ),
+    *[
+        (
+            exc,
+            None,
+            None,
+            "the server at https://pve1:8006 did not answer the login like the Proxmox VE API",
+            NOT_PVE_HINT,
+        )
+        for exc in (ValueError("not JSON"), KeyError("data"), TypeError("NoneType"))
+    ],
+    (
+        requests.exceptions.ConnectionError(f"[Errno 111] Connection refused {SECRET}"),
+        None,
+        None,
+        "connecting to the Proxmox API: cannot reach https://pve1:8006: Connection refused ***",
+        REACH_HINT,
+    ),
+    (
+        requests.exceptions.SSLError("handshake"),
+        None,
+        "/etc/pve-ca.pem",
+        "connecting to the Proxmox API: TLS verification of https://pve1:8006 failed: the TLS handshake failed",
+        "the node's certificate is not signed by the CA in ca-file /etc/pve-ca.pem: copy "
+        "/etc/pve/pve-root-ca.pem from the node",
+    ),
+    (
+        NotImplementedError(f"no {SECRET}"),
+        None,
+        None,
+        "connecting to the Proxmox API at https://pve1:8006 failed: no ***",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("exc", "token", "ca_file", "message", "hint"), CONNECT_FAILURES)
+def test_connection_failures_in_full(
+    exc: Exception, token: str | None, ca_file: str | None, message: str, hint: str | None
+) -> None:
+    with pytest.raises(OperationError) as info:
+        _raise_connect_error(
+            exc,
+            lxc(token_id=token, ca_file=ca_file),
+            "https://pve1:8006",
+            "root@pam",
+            token,
+            SECRET,
+        )
+    assert (info.value.message, info.value.hint) == (message, hint)
+
+
+def test_a_401_names_the_variable_the_secret_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVLOCK_T_SECRET", SECRET)
+    with pytest.raises(OperationError) as info:
+        _raise_connect_error(
+            AuthenticationError("x"),
+            lxc(secret_env="ENVLOCK_T_SECRET"),
+            "U",
+            "root@pam",
+            None,
+            SECRET,
+        )
+    assert (
+        info.value.hint
+        == "check api-user and the password in environment variable ENVLOCK_T_SECRET"
+    )
+
+
+def test_a_tls_failure_without_target_settings() -> None:
+    error = _transport_error(URL, "doing", requests.exceptions.SSLError("handshake"), None)
+    assert error.message == f"doing: TLS verification of {URL} failed: the TLS handshake failed"
+    assert (error.hint or "").startswith("set ca-file in [target]")
+
+
+def test_snake_strips_only_leading_dashes_and_redact_takes_any_value() -> None:
+    assert snake("--Xray-token") == "XRAY_TOKEN"
+    assert redact(Path("/x")) == hashed(json.dumps("PosixPath('/x')"))
