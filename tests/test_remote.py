@@ -224,7 +224,9 @@ def test_proxmox_lxc_seed_scenario(
     assert ran.returncode == 0, ran.stderr
     version, nasty = ran.stdout.splitlines()
     assert version == "2.11.0+cu128"
-    assert nasty.startswith('it\'s "quoted" $(touch ')
+    canary = profile.parent.parent / "CANARY"
+    assert nasty == f'it\'s "quoted" $(touch {canary}); `touch {canary}`'  # literally
+    assert not canary.exists()
 
     # Pollute inside the container, as a user would, with the uv envlock bootstrapped there.
     root = json.loads(cli("generations", "--json", profile).stdout)
@@ -238,11 +240,12 @@ def test_proxmox_lxc_seed_scenario(
         "install",
         "-q",
         "--offline",
+        "--no-index",
         "--python",
         "/opt/venv/bin/python",
         "--find-links",
         str(wheelhouse),
-        "sglang",
+        "sglang==0.5.0",
     )
     assert polluted.returncode == 0, polluted.stderr
     drift = cli("check", "--json", profile)

@@ -211,6 +211,11 @@ def _keygen(path: Path, comment: str) -> str:
     return path.with_suffix(".pub").read_text().strip()
 
 
+def node_uv_cache() -> str:
+    cache = os.environ.get("UV_CACHE_DIR")
+    return f" UV_CACHE_DIR={cache}" if cache else ""
+
+
 def _sshd_config(d: Path, port: int) -> str:
     return "\n".join(
         [
@@ -231,7 +236,8 @@ def _sshd_config(d: Path, port: int) -> str:
             "UseDNS no",
             "MaxStartups 64:30:128",
             "MaxSessions 64",
-            f"SetEnv PATH={d / 'bin'}:{NODE_PATH_TAIL}",
+            # The node's uv uses the test session's cache, never root's own (hermetic runs).
+            f"SetEnv PATH={d / 'bin'}:{NODE_PATH_TAIL}{node_uv_cache()}",
             # A client may ask for the pct of an older PVE (tests/remote/pct reads it).
             "AcceptEnv ENVLOCK_TEST_PVE_VERSION",
             "Subsystem sftp internal-sftp",

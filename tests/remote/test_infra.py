@@ -46,6 +46,13 @@ def test_test_pct_comes_first_on_the_node_path(node_sshd: Node) -> None:
     assert Path(proc.stdout.strip()) == node_sshd.pct_dir / "pct"
 
 
+def test_the_node_s_uv_uses_the_session_s_cache(node_sshd: Node) -> None:
+    """Remote runs are hermetic too: uv on the node writes to this test session's cache."""
+    proc = node_sshd.run("sh", "-c", 'printf %s "$UV_CACHE_DIR"')
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == os.environ["UV_CACHE_DIR"]
+
+
 def test_pct_exec_reaches_a_real_debian_container(node_sshd: Node, lxc_container) -> None:
     vmid = lxc_container()
     marker = f"envlock-marker-{uuid.uuid4().hex}"
