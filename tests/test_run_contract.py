@@ -149,11 +149,12 @@ def test_a_remote_command_gets_only_what_it_is_given_and_no_secret_in_argv(
         "WANDB_API_KEY": "wandb-canary-77d0",
         "ENVLOCK_TEST_PVE_PASSWORD": "pve-canary-1e5f",
     }
-    ready = tmp_path / "ready"
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    # The command stays up until the test has read every process's argv: no fixed window.
     probe = (
         "import json, os, sys, time\n"
         f"open({str(ready)!r}, 'w').write('x')\n"
-        "time.sleep(2)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
         "print(json.dumps(dict(os.environ)))\n"
     )
     proc = subprocess.Popen(
@@ -179,6 +180,7 @@ def test_a_remote_command_gets_only_what_it_is_given_and_no_secret_in_argv(
     wait_for(ready, proc)
     # Every process on this machine (controller and loopback node alike), while it runs.
     argvs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    go.write_text("")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     for value in secrets.values():
