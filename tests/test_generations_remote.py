@@ -9,19 +9,14 @@ from pathlib import Path
 
 from tests.remote.fixtures import Node
 from tests.test_generations import stealthy_edit
-from tests.test_remote import cli, ssh_lines, write_profile
+from tests.test_remote import cli, ssh_target, write_profile
 
 
 def test_rollback_hold_and_stealthy_repair_over_ssh(
     tmp_path: Path, wheelhouse: Path, node_sshd: Node
 ) -> None:
     root = tmp_path / "ssh root"
-    target = [
-        'type = "ssh"',
-        f'root = "{root}"',
-        f'venv = "{tmp_path}/venv"',
-        *ssh_lines(node_sshd),
-    ]
+    target = ssh_target(root, tmp_path / "venv", node_sshd)
     profile = write_profile(tmp_path / "p", wheelhouse, target)
     assert cli("apply", "-y", profile).returncode == 0
     profile.write_text(profile.read_text().replace("tinydep==1.0", "tinydep==0.9"))

@@ -52,6 +52,11 @@ def ssh_lines(node: Node) -> list[str]:
     ]
 
 
+def ssh_target(root: Path, venv: Path, node: Node) -> list[str]:
+    """The [target] lines of an ssh target on the loopback node."""
+    return ['type = "ssh"', f'root = "{root}"', f'venv = "{venv}"', *ssh_lines(node)]
+
+
 def write_profile(
     base: Path,
     wheelhouse: Path,

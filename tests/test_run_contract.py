@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
 from tests.remote.fixtures import Node
-from tests.test_remote import cli, ssh_lines, write_profile
+from tests.test_remote import cli, ssh_target, write_profile
 
 TRAP = """
 import os, signal, sys, time
@@ -89,12 +89,7 @@ def test_sigterm_is_forwarded_over_ssh_and_the_status_returned(
     tmp_path: Path, wheelhouse: Path, node_sshd: Node
 ) -> None:
     root = tmp_path / "ssh root"
-    target = [
-        'type = "ssh"',
-        f'root = "{root}"',
-        f'venv = "{tmp_path}/venv"',
-        *ssh_lines(node_sshd),
-    ]
+    target = ssh_target(root, tmp_path / "venv", node_sshd)
     profile = write_profile(tmp_path / "p", wheelhouse, target)
     assert cli("apply", "-y", profile).returncode == 0
     script, marker = tmp_path / "trap.py", tmp_path / "marker"
@@ -129,12 +124,7 @@ def test_a_remote_command_gets_only_what_it_is_given_and_no_secret_in_argv(
     tmp_path: Path, wheelhouse: Path, node_sshd: Node
 ) -> None:
     root = tmp_path / "ssh root"
-    target = [
-        'type = "ssh"',
-        f'root = "{root}"',
-        f'venv = "{tmp_path}/venv"',
-        *ssh_lines(node_sshd),
-    ]
+    target = ssh_target(root, tmp_path / "venv", node_sshd)
     profile = write_profile(
         tmp_path / "p",
         wheelhouse,
