@@ -51,6 +51,14 @@ def test_save_pretrained_matches_safe_open(layouts: dict[str, Any]) -> None:
     data = inspect_json(layouts["root"] / "pretrained_a", "--keys", "*")
     assert keyed(data, "model.safetensors.") == layouts["pretrained"]["tensors"]
     assert data["tensors"]["params"] == layouts["pretrained"]["params"]
+    # A key pattern matches with or without the file name the directory view puts first.
+    layer = inspect_json(layouts["root"] / "pretrained_a", "--keys", "model.layers.0.*")
+    prefixed = inspect_json(
+        layouts["root"] / "pretrained_a", "--keys", "model.safetensors.model.layers.0.*"
+    )
+    expected = {k for k in layouts["pretrained"]["tensors"] if k.startswith("model.layers.0.")}
+    assert {r["key"].removeprefix("model.safetensors.") for r in layer["keys"]} == expected
+    assert layer["keys"] == prefixed["keys"] and expected
 
 
 def test_hub_download_with_both_formats_counts_weights_once(layouts: dict[str, Any]) -> None:

@@ -96,8 +96,16 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "pattern": pattern,
         "keys": None
         if pattern is None
-        else [_row(e) for e in entries if fnmatchcase(e.key, pattern)],
+        else [_row(e) for e in entries if key_matches(e, pattern, report.format == "directory")],
     }
+
+
+def key_matches(entry: TensorEntry, pattern: str, directory: bool) -> bool:
+    """A directory's keys start with the member's file name (`model.safetensors.…`): a
+    pattern matches with or without it, so `model.layers.0.*` finds the layer."""
+    if fnmatchcase(entry.key, pattern):
+        return True
+    return directory and len(entry.path) > 1 and fnmatchcase(".".join(entry.path[1:]), pattern)
 
 
 def _row(entry: TensorEntry) -> dict[str, Any]:
