@@ -6,6 +6,7 @@ import io
 import json
 import pickle
 import struct
+import subprocess
 import sys
 import time
 import zipfile
@@ -507,3 +508,19 @@ def test_inspect_never_imports_torch(training: dict[str, Any]) -> None:
     run = factory.measure([sys.executable, "-c", script])
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["tensors"]["count"] == len(training["tensors"])
+
+
+def test_the_legacy_format_hint_works(
+    made: dict[str, Any], torch_python: Path, tmp_path: Path
+) -> None:
+    """The conversion the refusal suggests runs on a current torch and makes it readable."""
+    legacy = tmp_path / "legacy.pt"
+    legacy.write_bytes(made["legacy"]["path"].read_bytes())
+    refused = factory.measure(factory.inspect_argv(str(legacy)))
+    assert refused.returncode == 2
+    command = refused.stderr.split("(only for a file you trust): ", 1)[1].split()
+    assert command[:2] == ["python", "-c"]
+    script = " ".join(command[2:-1]).strip("'")
+    subprocess.run([str(torch_python), "-c", script, str(legacy)], check=True)
+    converted = factory.measure(factory.inspect_argv(str(legacy)))
+    assert converted.returncode == 0, converted.stderr

@@ -118,7 +118,10 @@ def _read_tensor_file(path: Path) -> _Part:
         raise UsageError(
             f"{path}: legacy torch.save format (torch < 1.6 or "
             "_use_new_zipfile_serialization=False) is not supported",
-            hint="re-save it with a current torch: torch.save(torch.load(p), p)",
+            hint="convert it once with a current torch, which runs the file's pickle code "
+            "(only for a file you trust): python -c "
+            "'import sys, torch; p = sys.argv[1]; "
+            f"torch.save(torch.load(p, weights_only=False), p)' {path}",
         )
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
         loaded = load_raw_pickle(path)
