@@ -524,3 +524,23 @@ def test_the_legacy_format_hint_works(
     subprocess.run([str(torch_python), "-c", script, str(legacy)], check=True)
     converted = factory.measure(factory.inspect_argv(str(legacy)))
     assert converted.returncode == 0, converted.stderr
+
+
+def test_safetensors_sub_byte_dtypes_are_named_and_sized(tmp_path: Path) -> None:
+    """F4 packs two elements a byte, F6 four in three: named as such, sized from the shape."""
+    header = {
+        "w4": {"dtype": "F4", "shape": [4, 8], "data_offsets": [0, 16]},
+        "w6": {"dtype": "F6_E3M2", "shape": [4, 4], "data_offsets": [16, 28]},
+    }
+    raw = json.dumps(header).encode()
+    path = tmp_path / "fp4.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 28)
+    data = summary(inspect_checkpoint(path), "*")
+    rows = {r["key"]: r for r in data["keys"]}
+    assert (rows["w4"]["dtype"], rows["w4"]["bytes"]) == ("float4_e2m1", 16)
+    assert (rows["w6"]["dtype"], rows["w6"]["bytes"]) == ("float6_e3m2", 12)
+    bad = {"w4": {"dtype": "F4", "shape": [4, 8], "data_offsets": [0, 32]}}
+    raw = json.dumps(bad).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 32)
+    with pytest.raises(OperationError, match="does not fit data_offsets"):
+        inspect_checkpoint(path)

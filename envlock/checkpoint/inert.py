@@ -13,6 +13,8 @@ from math import prod
 from typing import Any, ClassVar
 
 # Bytes per element; packed sub-byte types count the byte that holds them.
+# Element types narrower than a byte, whose shape counts elements, not bytes.
+DTYPE_BITS: dict[str, int] = {"float4_e2m1": 4, "float6_e2m3": 6, "float6_e3m2": 6}
 DTYPE_ITEMSIZE: dict[str, int] = {
     **dict.fromkeys(("bool", "uint8", "int8", "qint8", "quint8", "quint4x2", "quint2x4"), 1),
     **dict.fromkeys(("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"), 1),
@@ -57,6 +59,8 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int:
+        if self.dtype in DTYPE_BITS:  # packed below a byte: safetensors' F4 and F6
+            return (self.numel * DTYPE_BITS[self.dtype] + 7) // 8
         return self.numel * DTYPE_ITEMSIZE.get(self.dtype, 1)
 
     @property

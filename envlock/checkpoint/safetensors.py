@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from envlock.checkpoint.inert import DTYPE_ITEMSIZE, Storage, TensorInfo
+from envlock.checkpoint.inert import DTYPE_BITS, DTYPE_ITEMSIZE, Storage, TensorInfo
 from envlock.checkpoint.jsondata import parse_json
 from envlock.checkpoint.limits import (
     MAX_DIM,
@@ -30,6 +30,7 @@ _DTYPES = {
     "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu", "I16": "int16", "U16": "uint16",
     "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32",
     "F64": "float64", "I64": "int64", "U64": "uint64", "C64": "complex64",
+    "F4": "float4_e2m1", "F6_E2M3": "float6_e2m3", "F6_E3M2": "float6_e3m2",
 }  # fmt: skip
 _MAX_DTYPE = 32  # characters of a dtype name the format does not know
 
@@ -85,7 +86,8 @@ def _tensor(file: str, name: str, spec: Any) -> TensorInfo:
     begin, end = _int_list(offsets, name, "data_offsets", length=2)
     dtype = _DTYPES.get(dtype, dtype.lower())
     info = TensorInfo(dtype, dims, Storage(file, str(begin), dtype, end - begin), begin)
-    if end < begin or (dtype in DTYPE_ITEMSIZE and info.nbytes != end - begin):
+    known = dtype in DTYPE_ITEMSIZE or dtype in DTYPE_BITS
+    if end < begin or (known and info.nbytes != end - begin):
         raise ValueError(f"{dtype}{list(dims)} does not fit data_offsets [{begin}, {end}]")
     return info
 
