@@ -296,7 +296,7 @@ def uv_compile_argv(
         "--output-file",
         str(output),
     ]
-    if not getattr(profile, "python_download", False):
+    if not profile.python_download:
         # uv would otherwise spend seconds trying to fetch a managed CPython, unasked.
         argv.append("--no-python-downloads")
     if deps.offline:

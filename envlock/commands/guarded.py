@@ -19,6 +19,21 @@ from envlock.profile_edit import Edit
 from envlock.runs.diff import Change
 
 
+def guarded_options(func: Callable[..., None]) -> Callable[..., None]:
+    """--dry-run, -y and --allow-torch-change: the options add and remove share."""
+    func = click.option(
+        "--allow-torch-change",
+        is_flag=True,
+        help="Accept changes to [torch] packages, triton or torch's CUDA libraries.",
+    )(func)
+    func = click.option(
+        "-y", "--yes", is_flag=True, help="Do not ask before writing and applying."
+    )(func)
+    return click.option(
+        "--dry-run", is_flag=True, help="Show what would change; exit 1 if anything would."
+    )(func)
+
+
 def guarded_change(
     profile_path: str,
     make_edit: Callable[[str], Edit],

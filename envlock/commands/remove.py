@@ -5,20 +5,14 @@ from __future__ import annotations
 import click
 
 from envlock.commands.common import profile_argument
-from envlock.commands.guarded import guarded_change
+from envlock.commands.guarded import guarded_change, guarded_options
 from envlock.profile_edit import remove_requirements
 
 
 @click.command("remove")
 @profile_argument
 @click.argument("names", nargs=-1, required=True, metavar="NAME…")
-@click.option("--dry-run", is_flag=True, help="Show what would change; exit 1 if anything would.")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask before writing and applying.")
-@click.option(
-    "--allow-torch-change",
-    is_flag=True,
-    help="Accept changes to [torch] packages, triton or torch's CUDA libraries.",
-)
+@guarded_options
 def command(
     profile: str,
     names: tuple[str, ...],

@@ -114,7 +114,7 @@ def refuse(ctx: Context, why: str, drifts: list[Drift], *, allow: bool = False) 
 def passed_env(ctx: Context, names: tuple[str, ...]) -> dict[str, str]:
     """The caller's variables a remote command gets: only those named (`--env`, [run]
     pass-env); a named variable that is not set here is said, not invented."""
-    wanted = dict.fromkeys([*getattr(ctx.profile, "pass_env", ()), *names])
+    wanted = dict.fromkeys([*ctx.profile.pass_env, *names])
     missing = [name for name in wanted if name not in os.environ]
     if missing:
         ui.warn(f"not set here, so not passed to the target: {', '.join(missing)}")

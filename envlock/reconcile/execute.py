@@ -37,7 +37,7 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         "lock_sha256": ctx.lock.sha256,
         "package_count": len(ctx.lock.packages),
         "offline": profile.dependencies.offline,
-        "python_downloads": bool(getattr(profile, "python_download", False)),
+        "python_downloads": profile.python_download,
         "find_links": list(profile.dependencies.find_links),
         "wait": wait,
         "actions": actions,
