@@ -1,19 +1,32 @@
-"""Output for people (rich, on stderr for progress and errors) and for machines (--json)."""
+"""Output for people (rich, on stderr for progress and errors) and for machines (--json).
+
+rich is imported when something is first printed, not when envlock starts: `check` and
+`run` start the target's work first and let `prepare()` build the consoles meanwhile.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape as rich_escape
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    # Reports go to stdout; progress, prompts and errors to stderr so `--json` stays
+    # parseable. Built on first use (module __getattr__ below).
+    out: Console
+    err: Console
 
 
+@functools.lru_cache(maxsize=2)
 def _console(*, stderr: bool) -> Console:
+    from rich.console import Console
+
     console = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
     if not console.is_terminal:
         # Pipes and logs get whole lines: a path or fingerprint is never folded mid-word.
@@ -21,9 +34,17 @@ def _console(*, stderr: bool) -> Console:
     return console
 
 
-# Reports go to stdout; progress, prompts and errors to stderr so `--json` stays parseable.
-out = _console(stderr=False)
-err = _console(stderr=True)
+def __getattr__(name: str) -> Any:
+    if name in ("out", "err"):
+        return _console(stderr=name == "err")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def prepare() -> None:
+    """Import rich and build both consoles now (while a target works, say)."""
+    _console(stderr=False)
+    _console(stderr=True)
+    from rich.markup import escape  # noqa: F401
 
 
 def emit_json(data: Any) -> None:
@@ -32,18 +53,20 @@ def emit_json(data: Any) -> None:
 
 
 def error(message: str) -> None:
-    err.print(f"[bold red]error:[/] {escape(message)}")
+    _console(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {escape(message)}")
+    _console(stderr=True).print(f"[yellow]warning:[/] {escape(message)}")
 
 
 def info(message: str) -> None:
-    err.print(escape(message))
+    _console(stderr=True).print(escape(message))
 
 
 def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
     return rich_escape(text)
 
 
@@ -53,16 +76,16 @@ def untrusted(text: str) -> str:
     escaped."""
     if not text.isprintable():
         text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return rich_escape(text)
+    return escape(text)
 
 
 @contextmanager
 def status(message: str, *, quiet: bool = False) -> Iterator[None]:
     """A spinner for work that may take more than a second (nothing when not a terminal)."""
-    if quiet or not err.is_terminal:
+    if quiet or not _console(stderr=True).is_terminal:
         yield
         return
-    with err.status(escape(message)):
+    with _console(stderr=True).status(escape(message)):
         yield
 
 

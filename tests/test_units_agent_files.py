@@ -4,6 +4,7 @@ edits made to hide from a stat comparison, and the `current` link under a concur
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 from envlock.agent.apply import do_switch
 from envlock.agent.core import GENERATION, symlink_atomic
 from envlock.agent.files import verify_files, write_manifest
+from envlock.agent.statindex import MAGIC, STAT_INDEX, read_stat_index
 
 SITE = "lib/python3.11/site-packages"
 
@@ -139,6 +141,124 @@ def test_missing_and_added_files(tmp_path: Path) -> None:
 
 def test_a_venv_without_a_manifest_says_so(tmp_path: Path) -> None:
     assert verify_files(str(tmp_path)) == {"error": "no manifest"}
+
+
+# -- the stat index (what the fast check reads) --------------------------------------------
+
+
+def pollute(venv: Path) -> None:
+    """One of each change: a file gone, a .pth added, a new package dir, a file added in an
+    empty directory and one three levels below an untouched directory."""
+    (venv / SITE / "pkg" / "mod.py").unlink()
+    (venv / SITE / "evil.pth").write_text("import os\n")
+    (venv / SITE / "newpkg").mkdir()
+    (venv / SITE / "newpkg" / "x.py").write_text("")
+    (venv / "share" / "empty" / "dropped.so").write_bytes(b"\x7fELF")
+    (venv / "deep" / "a" / "b" / "c" / "hook.py").write_text("")
+
+
+POLLUTED = {
+    "missing": [{"path": f"{SITE}/pkg/mod.py", "dist": "pkg"}],
+    "added": [
+        "deep/a/b/c/hook.py",
+        f"{SITE}/evil.pth",
+        f"{SITE}/newpkg/x.py",
+        "share/empty/dropped.so",
+    ],
+}
+
+
+def make_tree(tmp_path: Path) -> Path:
+    venv = tmp_path / "venv"
+    make_venv(tmp_path)
+    (venv / "share" / "empty").mkdir(parents=True)
+    (venv / "deep" / "a" / "b" / "c").mkdir(parents=True)
+    (venv / "deep" / "top.txt").write_text("x")
+    write_manifest(str(venv))
+    return venv
+
+
+def observed(report: dict[str, Any]) -> dict[str, Any]:
+    return {"missing": report["missing"], "added": [item["path"] for item in report["added"]]}
+
+
+def test_write_manifest_writes_a_stat_index_of_every_file_and_directory(tmp_path: Path) -> None:
+    venv = make_tree(tmp_path)
+    index = read_stat_index(str(venv))
+    assert index is not None
+    header, dirs, names, _numbers = index
+    assert header["files"] == len(names) == 5
+    assert "" in dirs and "share/empty" in dirs and "deep/a/b/c" in dirs
+    assert ".envlock" not in dirs
+    assert not any(name.endswith(".tmp") for name in os.listdir(venv / ".envlock"))
+
+
+def test_the_index_and_the_manifest_find_the_same_changes(tmp_path: Path) -> None:
+    venv = make_tree(tmp_path)
+    pollute(venv)
+    with_index = verify_files(str(venv))
+    (venv / STAT_INDEX).unlink()
+    assert observed(with_index) == observed(verify_files(str(venv))) == POLLUTED
+    assert with_index["checked"] == 5
+
+
+def test_a_damaged_index_falls_back_to_the_manifest(tmp_path: Path) -> None:
+    venv = make_tree(tmp_path)
+    pollute(venv)
+    data = (venv / STAT_INDEX).read_bytes()
+    for damaged in (data[: len(data) // 2], b"", MAGIC + b"{not json\n", b"other" + data):
+        (venv / STAT_INDEX).write_bytes(damaged)
+        assert read_stat_index(str(venv)) is None
+        assert observed(verify_files(str(venv))) == POLLUTED
+
+
+def test_a_directory_removed_or_swapped_for_a_link_is_reported(tmp_path: Path) -> None:
+    venv = make_tree(tmp_path)
+    pkg = venv / SITE / "pkg"
+    moved = tmp_path / "pkg-moved"
+    pkg.rename(moved)
+    report = verify_files(str(venv))
+    assert [item["path"] for item in report["missing"]] == [
+        f"{SITE}/pkg/data.bin",
+        f"{SITE}/pkg/mod.py",
+    ]
+    # The same files back behind a symlink: the same inodes, so nothing to report, and the
+    # fast check reads them through the link rather than failing on it.
+    pkg.symlink_to(moved)
+    assert (verify_files(str(venv))["missing"], verify_files(str(venv))["modified"]) == ([], [])
+
+
+def rewrite_header(venv: Path, **changes: Any) -> None:
+    data = (venv / STAT_INDEX).read_bytes()
+    end = data.index(b"\n", len(MAGIC))
+    header = json.loads(data[len(MAGIC) : end])
+    header.update(changes)
+    (venv / STAT_INDEX).write_bytes(MAGIC + json.dumps(header).encode() + data[end:])
+
+
+def test_directories_as_young_as_the_index_are_always_listed(tmp_path: Path) -> None:
+    """A coarse clock can give a directory changed right after the index the ctime it had:
+    those changed in the index's own clock tick are listed whatever their stat says. Here the
+    directory's recorded stat is made to match its changed one, as such a clock would."""
+    venv = make_tree(tmp_path)
+    (venv / "share" / "empty" / "dropped.so").write_bytes(b"")
+    st = os.lstat(venv / "share" / "empty")
+    _header, dirs, _names, numbers = read_stat_index(str(venv)) or ({}, [], [], [])
+    k = dirs.index("share/empty")
+    numbers[5 * k + 2 : 5 * k + 5] = type(numbers)("q", [st.st_ino, st.st_mtime_ns, st.st_ctime_ns])
+    data = (venv / STAT_INDEX).read_bytes()
+    (venv / STAT_INDEX).write_bytes(data[: len(data) - len(numbers) * 8] + numbers.tobytes())
+    rewrite_header(venv, sealed=st.st_ctime_ns + 1)  # older than the index: trusted, skipped
+    assert observed(verify_files(str(venv)))["added"] == []
+    rewrite_header(venv, sealed=st.st_ctime_ns)  # the same tick: listed
+    assert observed(verify_files(str(venv)))["added"] == ["share/empty/dropped.so"]
+
+
+def test_an_index_from_another_byte_order_is_not_read(tmp_path: Path) -> None:
+    venv = make_tree(tmp_path)
+    rewrite_header(venv, byteorder="big" if sys.byteorder == "little" else "little")
+    assert read_stat_index(str(venv)) is None
+    assert verify_files(str(venv))["checked"] == 5
 
 
 # -- the switch of `current` --------------------------------------------------------------

@@ -13,18 +13,28 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         sha256_file,
         write_atomic,
     )
+    from envlock.agent.statindex import (
+        fast_scan,
+        known_entries,
+        read_stat_index,
+        write_stat_index,
+    )
 
 
 # -- venv content -------------------------------------------------------------------------
-def walk_files(venv, prefix=""):
+def walk_files(venv, prefix="", dirs=None):
     """Every file and symlink under a directory, relative (to it, plus `prefix`), envlock's
-    own metadata and bytecode caches left out."""
+    own metadata and bytecode caches left out; each directory's stat goes into `dirs`."""
     found = {}
     stack = [""]
     while stack:
         rel_dir = stack.pop()
+        where = os.path.join(venv, rel_dir)
         try:
-            entries = os.scandir(os.path.join(venv, rel_dir))
+            entries = os.scandir(where)
+            if dirs is not None:
+                st = os.lstat(where)
+                dirs[rel_dir] = [st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
         except OSError:
             continue
         with entries:
@@ -88,8 +98,11 @@ def write_manifest(venv):
 
     An entry is [size, mtime_ns, inode, dist, sha256 or "" (RECORD covers it), nlink,
     ctime_ns]. Manifests of older envlocks end after the sha256 (or the dist)."""
+    # Before the walk: creating .envlock would move the top directory's ctime.
+    os.makedirs(os.path.join(venv, META_DIR), exist_ok=True)
     owners = read_records(venv)
-    files = walk_files(venv)
+    dirs = {}  # type: dict
+    files = walk_files(venv, dirs=dirs)
     entries = {}
     for rel, (size, mtime, ino, nlink, ctime) in files.items():
         dist, digest = owners.get(rel, ("", ""))
@@ -98,10 +111,10 @@ def write_manifest(venv):
             path = os.path.join(venv, rel)
             own = "link:" + os.readlink(path) if os.path.islink(path) else sha256_file(path)
         entries[rel] = [size, mtime, ino, dist, own, nlink, ctime]
-    os.makedirs(os.path.join(venv, META_DIR), exist_ok=True)
     # The directories are stored too: finding added files then needs no path splitting.
     manifest = {"files": entries, "dirs": sorted(directories_of(entries))}
     write_atomic(os.path.join(venv, MANIFEST), json.dumps(manifest).encode())
+    write_stat_index(venv, files, dirs)
     return len(entries), sum(entry[0] for entry in entries.values())
 
 
@@ -119,8 +132,12 @@ def verify_files(venv, deep=False):
     but not ctime, while uv hardlinking the same cached file into another venv moves ctime
     and the link count together (no false alarm, no hashing). Deep mode hashes every file
     against the wheels' RECORDs (in threads: hashlib releases the GIL, so this keeps up
-    with sha256sum).
+    with sha256sum). The fast mode reads the stat index (statindex.py) when the generation
+    has one, manifest.json otherwise.
     """
+    index = None if deep else read_stat_index(venv)
+    if index is not None:
+        return verify_from_index(venv, index)
     manifest = read_json(os.path.join(venv, MANIFEST))
     if manifest is None:
         return {"error": "no manifest"}
@@ -149,17 +166,44 @@ def verify_files(venv, deep=False):
         if verdict is not None:
             changed.append({"path": rel, "dist": entry[3], "why": verdict, "links": links})
     added = added_files(venv, expected, manifest.get("dirs"))
+    return files_report(venv, changed, missing, added, owners, len(expected), deep)
+
+
+def files_report(venv, changed, missing, added, owners, checked, deep):
     if added:
         owners = owners or read_records(venv)
         for item in added:
             item["dist"] = owners.get(item["path"], ("", ""))[0]
     return {
-        "modified": changed,
-        "missing": missing,
+        "modified": sorted(changed, key=lambda item: item["path"]),
+        "missing": sorted(missing, key=lambda item: item["path"]),
         "added": added,
-        "checked": len(expected),
+        "checked": checked,
         "deep": bool(deep),
     }
+
+
+def verify_from_index(venv, index):
+    """The fast check from the stat index; manifest.json is read only when something moved
+    (for owners and recorded hashes)."""
+    suspects, gone, listed = fast_scan(venv, index)
+    added = added_in(venv, known_entries(index, listed))
+    checked = index[0]["files"]
+    if not suspects and not gone:
+        return files_report(venv, [], [], added, {}, checked, False)
+    manifest = read_json(os.path.join(venv, MANIFEST))
+    if manifest is None:
+        return {"error": "no manifest"}
+    expected = manifest["files"]
+    owners = read_records(venv) if suspects else {}
+    changed = []
+    for rel, links in suspects:
+        entry = expected.get(rel, [0, 0, 0, ""])
+        verdict = content_verdict(venv, rel, entry, owners)
+        if verdict is not None:
+            changed.append({"path": rel, "dist": entry[3], "why": verdict, "links": links})
+    missing = [{"path": rel, "dist": expected.get(rel, [0, 0, 0, ""])[3]} for rel in gone]
+    return files_report(venv, changed, missing, added, owners, checked, False)
 
 
 def judge_all(venv, suspects, owners, deep):
@@ -187,15 +231,26 @@ def directories_of(paths):
 def added_files(venv, expected, known_dirs=None):
     """Files present in the venv that the manifest does not know (new dirs walked whole)."""
     known_dirs = set(known_dirs) if known_dirs is not None else directories_of(expected)
+    return added_entries(
+        venv, known_dirs, lambda rel_dir, rel: rel in expected or rel in known_dirs
+    )
+
+
+def added_in(venv, known):
+    """Entries in the listed directories (`known`: dir -> the names it held) not known."""
+    return added_entries(venv, known, lambda rel_dir, rel: rel.rpartition("/")[2] in known[rel_dir])
+
+
+def added_entries(venv, rel_dirs, is_known):
     added = []
-    for rel_dir in known_dirs:
+    for rel_dir in rel_dirs:
         try:
             names = os.listdir(os.path.join(venv, rel_dir))
         except OSError:
             continue
         for name in names:
             rel = rel_dir + "/" + name if rel_dir else name
-            if rel in expected or rel in known_dirs or name == "__pycache__" or rel == META_DIR:
+            if is_known(rel_dir, rel) or name == "__pycache__" or rel == META_DIR:
                 continue
             path = os.path.join(venv, rel)
             if os.path.isdir(path) and not os.path.islink(path):

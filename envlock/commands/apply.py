@@ -197,7 +197,8 @@ def converge(
         snapshotted = True
         report += provisioner.provision(restart=restart, on_progress=progress)
         container = None
-    state, drifts = check(ctx, deep=deep, hold=False)  # apply returns to the profile's lock
+    # Against the profile's lock: apply returns there from a rollback.
+    state, drifts = check(ctx, deep=deep, hold=False, meanwhile=ui.prepare)
     if snapshot_dir:
         refuse_incompatible(ctx, snapshot_dir, state)
     plan = make_plan(ctx.expectation(), state, drifts)

@@ -76,7 +76,7 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
         if container is not None and not container.running:
             state, drifts = None, list(container.drifts)  # nothing inside can be reached
         else:
-            state, drifts = check(ctx, deep=deep)
+            state, drifts = check(ctx, deep=deep, meanwhile=ui.prepare)
             drifts = list(container.drifts if container else ()) + drifts
     checked = state.files.checked if state and state.files else 0
     notice = hold_notice(ctx, state) if state else None

@@ -68,7 +68,7 @@ def command(
     container = check_container(ctx)  # the container's drift refuses a run like any other
     if container is not None and not container.running:
         refuse(ctx, "the container is not running", list(container.drifts))
-    state, drifts = check(ctx, deep=deep, warmth=wanted, lock=wanted)
+    state, drifts = check(ctx, deep=deep, warmth=wanted, lock=wanted, meanwhile=ui.prepare)
     drifts = [*(container.drifts if container else ()), *drifts]
     refusing = blocking(drifts)
     if state.current is None or not state.in_generation:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import json
+import os
+import threading
 import zlib
 from collections.abc import Callable
-from importlib import resources
 from typing import IO, Any
 
+from envlock import agent as agent_package
 from envlock.errors import OperationError
 from envlock.targets.base import Result, Transport
 
@@ -29,30 +32,67 @@ CHOOSE_PYTHON = (
 )
 
 
-# Order matters only for what runs at import: the core (COMMANDS) first.
-AGENT_MODULES = ("core.py", "files.py", "gpu.py", "probe.py", "apply.py", "cache.py")
+# What each agent command runs: the probe's modules (in import order: the core, with
+# COMMANDS, first), plus the command's own. A probe skips apply's and cache's imports.
+AGENT_BASE = ("core.py", "statindex.py", "files.py", "gpu.py", "probe.py")
+AGENT_EXTRA = {"apply": ("apply.py",), "cache": ("cache.py",)}
+
+# Unpacks and compiles the agent's modules into one namespace and runs it. The compiled code
+# is kept per envlock build and interpreter (~/.cache/envlock on the target, 0700, written
+# atomically; anything unreadable there is compiled afresh), so a probe does not compile
+# 1,700 lines each time. The code is ours: it came in this command line, and the key is its
+# hash.
+BOOTSTRAP = """\
+import binascii,marshal,os,sys,zlib
+g={'__name__':'envlock_agent','__envlock_agent__':True}
+k=%(key)r
+d=os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),'envlock')
+t=sys.implementation.cache_tag and os.path.isabs(d)
+f=os.path.join(d,'agent-%%s-%%s'%%(k,sys.implementation.cache_tag))
+c=None
+if t:
+    try:
+        with open(f,'rb') as h: c=marshal.loads(h.read())
+    except Exception: c=None
+if not isinstance(c,list):
+    s=%(packed)r
+    c=[compile(zlib.decompress(binascii.a2b_base64(p)),'envlock-agent/'+n,'exec') for n,p in s]
+    if t:
+        try:
+            os.makedirs(d,0o700,exist_ok=True)
+            w='%%s.%%d.tmp'%%(f,os.getpid())
+            with open(w,'wb') as h: h.write(marshal.dumps(c))
+            os.replace(w,f)
+        except OSError: pass
+for x in c: exec(x,g)
+sys.exit(g['main']())
+"""
 
 
-@functools.lru_cache(maxsize=1)
-def agent_bootstrap() -> str:
-    """A one-line program that unpacks the agent's modules into one namespace and runs it
-    (compressed: the command line stays small, and base64 needs no quoting care)."""
+def agent_modules(command: str) -> tuple[str, ...]:
+    return AGENT_BASE + AGENT_EXTRA.get(command.split("-", 1)[0], ())
+
+
+@functools.cache
+def agent_bootstrap(command: str = "probe") -> str:
+    """The one-line program that runs agent `command` (compressed: the command line stays
+    small, and base64 needs no quoting care)."""
     packed = [
-        base64.b64encode(
-            zlib.compress(resources.files("envlock.agent").joinpath(name).read_bytes(), 9)
-        ).decode()
-        for name in AGENT_MODULES
+        (name, base64.b64encode(zlib.compress(agent_source(name), 9)).decode())
+        for name in agent_modules(command)
     ]
-    return (
-        "import base64,sys,zlib\n"
-        "g={'__name__':'envlock_agent','__envlock_agent__':True}\n"
-        f"for p in {packed!r}: exec(zlib.decompress(base64.b64decode(p)),g)\n"
-        "sys.exit(g['main']())"
-    )
+    key = hashlib.sha256(repr(packed).encode()).hexdigest()[:20]
+    return BOOTSTRAP % {"key": key, "packed": packed}
+
+
+def agent_source(name: str) -> bytes:
+    # Beside envlock/agent/__init__.py (importlib.resources would cost more than the read).
+    with open(os.path.join(os.path.dirname(agent_package.__file__), name), "rb") as handle:
+        return handle.read()
 
 
 def agent_argv(transport: Transport, root: str, command: str, *, env_python: bool) -> list[str]:
-    program = ["-c", agent_bootstrap(), command]
+    program = ["-c", agent_bootstrap(command), command]
     if env_python:
         return ["sh", "-c", CHOOSE_PYTHON, "sh", root, transport.system_python, *program]
     return [transport.system_python, *program]
@@ -79,19 +119,46 @@ def call_agent(
     *,
     env_python: bool = False,
     on_progress: Callable[[str], None] | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
-    """Run one agent command; returns its JSON answer or raises OperationError."""
+    """Run one agent command; returns its JSON answer or raises OperationError.
+
+    `meanwhile` runs here while the target works (the controller loading what renders the
+    answer: on two cores the two overlap)."""
 
     def stderr_line(line: str) -> None:
         if on_progress is not None and line.startswith(PROGRESS_PREFIX):
             on_progress(line[len(PROGRESS_PREFIX) :])
 
-    result = transport.run(
-        agent_argv(transport, root, command, env_python=env_python),
-        stdin=json.dumps(request).encode(),
-        on_stderr_line=stderr_line,
-    )
+    def run() -> Result:
+        return transport.run(
+            agent_argv(transport, root, command, env_python=env_python),
+            stdin=json.dumps(request).encode(),
+            on_stderr_line=stderr_line,
+        )
+
+    result = run() if meanwhile is None else run_while(run, meanwhile)
     return parse_answer(transport, command, result)
+
+
+def run_while(work: Callable[[], Result], meanwhile: Callable[[], object]) -> Result:
+    """`work()` in a thread (it waits on a process, the GIL released) while `meanwhile()`
+    runs here; the work's exception, if any, is raised here."""
+    outcome: list[Result | BaseException] = []
+
+    def target() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target, name="envlock-agent", daemon=True)
+    thread.start()
+    meanwhile()
+    thread.join()
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def parse_answer(transport: Transport, command: str, result: Result) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,18 +118,20 @@ def gather_state(
     verify: bool = True,
     warmth: bool = False,
     lock: bool = False,
+    meanwhile: Callable[[], object] | None = None,
 ) -> State:
     """One round trip: the agent, run by the environment's own interpreter, reports state.
 
     `verify` checks the files, `warmth` counts the build's compile cache (files, bytes)
     instead of only asking whether it holds any; `lock` returns the active generation's own
-    lock."""
+    lock; `meanwhile` runs while the target works."""
     raw = call_agent(
         ctx.transport,
         ctx.profile.target.root,
         "probe",
         probe_request(ctx, deep=deep, verify=verify, warmth=warmth, lock=lock),
         env_python=True,
+        meanwhile=meanwhile,
     )
     return parse_state(raw)
 
@@ -140,10 +143,11 @@ def check(
     warmth: bool = False,
     hold: bool = True,
     lock: bool = False,
+    meanwhile: Callable[[], object] | None = None,
 ) -> tuple[State, list[Drift]]:
     """Gather and compute drift. While a rollback holds the root, the active generation is
     judged against its own lock (`hold=False`: against the profile's, as apply plans)."""
-    state = gather_state(ctx, deep=deep, warmth=warmth, lock=lock)
+    state = gather_state(ctx, deep=deep, warmth=warmth, lock=lock, meanwhile=meanwhile)
     judged = held_context(ctx, state) if hold else None
     return state, compute_drift((judged or ctx).expectation(), state)
 

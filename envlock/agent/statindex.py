@@ -1,0 +1,163 @@
+"""The stat index: what the fast check compares, in a form the agent loads in milliseconds.
+
+manifest.json stays the record of a generation (owners and hashes, for deep checks and
+reports); this file repeats only the stat fields, grouped by directory: the names as one
+NUL-separated block and the numbers as one array of 64-bit integers, so a check of 16k files
+parses no JSON objects and lstat()s each name relative to its open directory, as `find`
+does. Each directory carries its own stat too: while its ctime has not moved, no entry was
+added, removed or renamed in it (user space cannot set ctime back), so it is not listed.
+"""
+
+import array
+import contextlib
+import json
+import os
+import sys
+
+if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
+    from envlock.agent.core import META_DIR
+
+STAT_INDEX = META_DIR + "/stat-index"
+MAGIC = b"envlock-stat-index 1\n"
+DIR_FIELDS = 5  # first file, file count, inode, mtime_ns, ctime_ns
+FILE_FIELDS = 5  # size, mtime_ns, inode, nlink, ctime_ns
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def write_stat_index(venv, files, dirs):
+    """Write the index of `files` (rel -> [size, mtime, ino, nlink, ctime]) and `dirs`
+    (rel -> [ino, mtime, ctime], the top as ""). False when a number does not fit."""
+    names_by_dir = {rel_dir: [] for rel_dir in dirs}  # type: dict
+    for rel, stat in files.items():
+        parent, _, name = rel.rpartition("/")
+        names_by_dir[parent].append((name, stat))
+    order = sorted(dirs)
+    numbers, names = [], []  # type: list, list
+    for rel_dir in order:
+        numbers += [len(names), len(names_by_dir[rel_dir]), *dirs[rel_dir]]
+        names += sorted(names_by_dir[rel_dir])
+    for _name, stat in names:
+        numbers += stat
+    path = os.path.join(venv, STAT_INDEX)
+    if any(n < INT64[0] or n > INT64[1] for n in numbers):
+        remove_quietly(path)  # a filesystem with 64-bit unsigned inodes: the slow path
+        return False
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as handle:
+        # Sealed: a directory changed in the same clock tick as this file may show the same
+        # ctime after a later change (coarse kernel timestamps), so such ones are always listed.
+        sealed = os.fstat(handle.fileno()).st_ctime_ns
+        dir_block = b"\0".join(os.fsencode(rel_dir) for rel_dir in order)
+        name_block = b"\0".join(os.fsencode(name) for name, _stat in names)
+        header = {
+            "byteorder": sys.byteorder,
+            "sealed": sealed,
+            "dirs": len(order),
+            "files": len(names),
+            "dir_bytes": len(dir_block),
+            "name_bytes": len(name_block),
+        }
+        handle.write(MAGIC + json.dumps(header).encode() + b"\n")
+        handle.write(dir_block + name_block + array.array("q", numbers).tobytes())
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return True
+
+
+def remove_quietly(path):
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def read_stat_index(venv):
+    """(header, dirs, names, numbers), or None when absent, of another machine's byte order,
+    or damaged (the caller then reads manifest.json)."""
+    try:
+        with open(os.path.join(venv, STAT_INDEX), "rb") as handle:
+            data = handle.read()
+        if not data.startswith(MAGIC):
+            return None
+        end = data.index(b"\n", len(MAGIC))
+        header = json.loads(data[len(MAGIC) : end])
+        if header["byteorder"] != sys.byteorder:
+            return None
+        start = end + 1
+        middle = start + header["dir_bytes"]
+        stop = middle + header["name_bytes"]
+        dirs = [os.fsdecode(rel) for rel in data[start:middle].split(b"\0")]
+        names = [os.fsdecode(name) for name in data[middle:stop].split(b"\0")]
+        numbers = array.array("q")
+        numbers.frombytes(data[stop:])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not header["files"]:
+        names = []
+    sizes_ok = (
+        len(dirs) == header["dirs"]
+        and len(names) == header["files"]
+        and len(numbers) == DIR_FIELDS * len(dirs) + FILE_FIELDS * len(names)
+    )
+    return (header, dirs, names, numbers) if sizes_ok else None
+
+
+def fast_scan(venv, index):
+    """lstat every indexed file relative to its directory. Returns (suspects, missing,
+    listed): files whose stat moved [(rel, nlink)], files gone [rel], and directories to list
+    for added entries (ctime moved, or too young to trust)."""
+    header, dirs, names, numbers = index
+    sealed = header["sealed"]
+    file_base = DIR_FIELDS * len(dirs)
+    lstat = os.lstat
+    suspects, missing, listed = [], [], []
+    for k, rel_dir in enumerate(dirs):
+        first, count, ino, mtime, ctime = numbers[DIR_FIELDS * k : DIR_FIELDS * (k + 1)]
+        where = venv + "/" + rel_dir if rel_dir else venv
+        try:
+            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            fd = None  # gone or replaced: each file by its full path, so each is reported
+        try:
+            now = os.fstat(fd) if fd is not None else None
+            if (
+                now is None
+                or ctime >= sealed
+                or (now.st_ino, now.st_mtime_ns, now.st_ctime_ns) != (ino, mtime, ctime)
+            ):
+                listed.append(rel_dir)
+            i = file_base + FILE_FIELDS * first
+            for name in names[first : first + count]:
+                try:
+                    st = lstat(name, dir_fd=fd) if fd is not None else lstat(where + "/" + name)
+                except OSError:
+                    missing.append(rel_dir + "/" + name if rel_dir else name)
+                    i += FILE_FIELDS
+                    continue
+                # The same rule as manifest.json's check (files.verify_files says why).
+                if (
+                    st.st_size != numbers[i]
+                    or st.st_mtime_ns != numbers[i + 1]
+                    or st.st_ino != numbers[i + 2]
+                    or (st.st_ctime_ns != numbers[i + 4] and st.st_nlink == numbers[i + 3])
+                ):
+                    suspects.append((rel_dir + "/" + name if rel_dir else name, st.st_nlink))
+                i += FILE_FIELDS
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return suspects, missing, listed
+
+
+def known_entries(index, listed):
+    """For each listed directory, the names the index knows in it (files and directories)."""
+    _header, dirs, names, numbers = index
+    wanted = set(listed)
+    known = {rel_dir: set() for rel_dir in listed}  # type: dict
+    for k, rel_dir in enumerate(dirs):
+        if rel_dir in wanted:
+            first, count = numbers[DIR_FIELDS * k], numbers[DIR_FIELDS * k + 1]
+            known[rel_dir].update(names[first : first + count])
+        parent, _, name = rel_dir.rpartition("/")
+        if rel_dir and parent in wanted:
+            known[parent].add(name)
+    return known
