@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envlock.atomic import write_atomic
 from envlock.errors import LockError, OperationError
+from envlock.lock_sources import AskIndex, ask_index, record_index_sources, with_local_copies
 from envlock.profile import TORCH_FAMILY, Profile
 from envlock.tomlread import TOMLDecodeError, tomllib
 from envlock.uvbin import uv_path
@@ -75,16 +77,18 @@ class Lock:
         that has them there."""
         return sorted(set(re.findall(r'(?:url = "file://|path = ")(/[^"]+)"', self.text)))
 
-    def install_text(self) -> str:
+    def install_text(self, cache: Sequence[str] = ()) -> str:
         """The lock as the installer on the target reads it: a `path` relative to the lock
         (wheels kept beside the profile) made absolute, since the installed copy lives
-        inside the generation, elsewhere."""
+        inside the generation, elsewhere; an index's wheel whose very file lies in a local
+        find-links directory of `cache` taken from there."""
         base = self.path.parent.resolve()
-        return re.sub(
+        text = re.sub(
             r'path = "([^"/][^"]*)"',
             lambda m: f"path = {json.dumps(str(base / m.group(1)))}",
             self.text,
         )
+        return with_local_copies(text, cache) if cache else text
 
     def versions(self) -> dict[str, str]:
         return {name: pkg.version for name, pkg in self.packages.items()}
@@ -222,6 +226,13 @@ def find_links_for(profile: Profile) -> list[str]:
     return list(dict.fromkeys([*profile.dependencies.find_links, *environment_find_links()]))
 
 
+def install_text_for(lock: Lock, profile: Profile) -> str:
+    """The lock as the profile's target installs it. On this machine, a wheel the lock names
+    by its index URL is taken from a local find-links directory holding the very same file
+    (a cache); a remote target has its own disks, and downloads."""
+    return lock.install_text(cache=() if profile.target.remote else find_links_for(profile))
+
+
 def wheel_in_find_links(links: list[str], name: str, version: str) -> bool:
     """Whether a local find-links directory holds a wheel of exactly name==version."""
     wanted = canonicalize_name(name)
@@ -252,27 +263,64 @@ def resolver_input(profile: Profile, links: list[str]) -> str:
         f"dependencies = {json.dumps(requirements)}",
     ]
     torch = profile.torch
-    use_index = (
-        torch is not None
-        and torch.backend_index is not None
-        and not profile.dependencies.offline
-        and not wheel_in_find_links(links, "torch", torch.pinned_version)
-    )
-    if use_index and torch is not None:
-        family = sorted(
-            {"torch"}
-            | {canonicalize_name(Requirement(p).name) for p in torch.packages} & TORCH_FAMILY
-        )
-        lines += ["", "[tool.uv.sources]"]
-        lines += [f'{name} = {{ index = "torch-backend" }}' for name in family]
-        lines += [
-            "",
-            "[[tool.uv.index]]",
-            'name = "torch-backend"',
-            f"url = {json.dumps(torch.backend_index)}",
-            "explicit = true",
-        ]
+    if torch is not None and not wheel_in_find_links(links, "torch", torch.pinned_version):
+        lines += torch_index_source(profile)
     return "\n".join(lines) + "\n"
+
+
+def torch_sourced(profile: Profile) -> list[str]:
+    """The packages taken from the torch backend's index, when it is consulted."""
+    torch = profile.torch
+    if torch is None or torch.backend_index is None or profile.dependencies.offline:
+        return []
+    named = {canonicalize_name(Requirement(p).name) for p in torch.packages}
+    return sorted({"torch"} | named & TORCH_FAMILY)
+
+
+def torch_index_source(profile: Profile) -> list[str]:
+    """pyproject.toml lines that take the torch family from the backend's index alone."""
+    family = torch_sourced(profile)
+    if not family or profile.torch is None:
+        return []
+    lines = ["", "[tool.uv.sources]"]
+    lines += [f'{name} = {{ index = "torch-backend" }}' for name in family]
+    return [
+        *lines,
+        "",
+        "[[tool.uv.index]]",
+        'name = "torch-backend"',
+        f"url = {json.dumps(profile.torch.backend_index)}",
+        "explicit = true",
+    ]
+
+
+def torch_index_asker(profile: Profile) -> AskIndex | None:
+    """Asks the torch backend's index for a torch-family release. uv skips that index when
+    find-links already hold torch (an air-gapped cluster may never reach it), so it is
+    asked afterwards whether it serves the very wheel found. None when offline."""
+    family = torch_sourced(profile)
+    if not family:
+        return None
+
+    def ask(name: str, version: str) -> list[dict[str, Any]]:
+        if canonicalize_name(name) not in family:
+            return []
+        project = "\n".join(
+            [
+                "[project]",
+                'name = "envlock-index"',
+                'version = "0"',
+                f"dependencies = {json.dumps([f'{name}=={version}'])}",
+                *torch_index_source(profile),
+            ]
+        )
+        return ask_index(
+            project,
+            name,
+            lambda given, output: [*uv_compile_argv(profile, given, output, []), "--no-deps"],
+        )
+
+    return ask
 
 
 def uv_compile_argv(
@@ -362,7 +410,9 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
                 reason=reason,
                 hint=_resolve_hint(profile, links),
             )
-        body = relative_to_profile(output.read_text(), profile.path.parent.resolve())
+        here = profile.path.parent.resolve()
+        body = record_index_sources(output.read_text(), here, torch_index_asker(profile))
+        body = relative_to_profile(body, here)
     return body.rstrip("\n") + "\n" + envlock_table(profile)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envlock.errors import OperationError
+from envlock.lock import install_text_for
 from envlock.profile import Profile
 from envlock.reconcile.agentcall import call_agent
 from envlock.reconcile.context import Context, gather_state
@@ -33,7 +34,7 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         "uv": ctx.uv,
         "python_version": ctx.python_version,
         "cache_dir": profile.cache_dir,
-        "lock_text": ctx.lock.install_text(),
+        "lock_text": install_text_for(ctx.lock, profile),
         "lock_sha256": ctx.lock.sha256,
         "package_count": len(ctx.lock.packages),
         "offline": profile.dependencies.offline,
