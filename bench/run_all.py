@@ -35,6 +35,9 @@ def main() -> int:
     ]
     if subprocess.run(remote, cwd=REPO).returncode != 0:
         failed.append("bench_remote.py")
+    # The README's speed table, from the results just written.
+    if subprocess.run([sys.executable, str(BENCH / "readme_table.py")], cwd=REPO).returncode:
+        failed.append("readme_table.py")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

@@ -5,9 +5,10 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import time
+
+# subprocess and shutil are imported by the steps that build or remove (a rollback's switch
+# is a symlink and a history line: it does not pay for them).
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
     from envlock.agent.core import (
@@ -66,6 +67,8 @@ class RootLock:
 
 
 def run_step(argv, env=None, what=""):
+    import subprocess
+
     proc = subprocess.run(argv, capture_output=True, env=env)
     if proc.returncode != 0:
         raise AgentError(
@@ -102,6 +105,8 @@ def sync_argv(req, gen_dir, extra=()):
 
 
 def do_build(req, action):
+    import shutil
+
     root = req["root"]
     gen_dir = os.path.join(root, "generations", action["name"])
     existing = os.path.join(gen_dir, GENERATION)
@@ -321,6 +326,8 @@ def do_cache_dir(req, action):
 
 
 def do_cleanup(req, action):
+    import shutil
+
     freed = 0
     for name in action["names"]:
         path = os.path.join(req["root"], "generations", name)
@@ -405,13 +412,21 @@ def apply(req):
     root = req["root"]
     os.makedirs(os.path.join(root, "generations"), exist_ok=True)
     done = []
+    seconds = []
     with RootLock(root, req.get("wait", True)):
         number_builds(root, req["actions"])
         for action in req["actions"]:
             progress(action["description"])
+            started = time.perf_counter()
             ACTIONS[action["kind"]](req, action)
             done.append(action["kind"])
-    return {"done": done, "current": current_generation(root), "freed": sum(FREED)}
+            seconds.append(round(time.perf_counter() - started, 6))
+    return {
+        "done": done,
+        "seconds": seconds,  # each action's, as the target measured it
+        "current": current_generation(root),
+        "freed": sum(FREED),
+    }
 
 
 COMMANDS["apply"] = apply

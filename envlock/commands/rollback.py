@@ -139,13 +139,18 @@ def command(
                 **plan_json(plan),
                 "current": answer.get("current", state.current),
                 "milliseconds": round(elapsed_ms, 1),
+                "switch_milliseconds": switch_ms(plan, answer),
             }
         )
         return
     if plan.empty:
         print_plan(plan)
         return
-    ui.out.print(f"[green]✓[/] generation {answer.get('current')} is active ({elapsed_ms:.0f} ms)")
+    switched = switch_ms(plan, answer)
+    took = f"{elapsed_ms:.0f} ms" + (
+        f", the switch {switched:.1f} ms on the target" if switched is not None else ""
+    )
+    ui.out.print(f"[green]✓[/] generation {answer.get('current')} is active ({took})")
     held_lock = str(answer.get("current", "")).partition("-")[2]
     if not resync and held_lock and held_lock != ctx.lock.short_hash:
         ui.info(
@@ -153,6 +158,15 @@ def command(
             "this generation by its own lock, `envlock run` uses it, `envlock apply` returns "
             "to the profile's"
         )
+
+
+def switch_ms(plan: Plan, answer: dict[str, object]) -> float | None:
+    """How long the switch itself took on the target (link, hold, history), in ms."""
+    seconds = answer.get("seconds")
+    kinds = [a.kind for a in plan.actions]
+    if not isinstance(seconds, list) or "switch" not in kinds or len(seconds) != len(kinds):
+        return None
+    return round(float(seconds[kinds.index("switch")]) * 1000, 3)
 
 
 def resync_plan(state: State, drifts: list[Drift]) -> Plan:

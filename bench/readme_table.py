@@ -1,0 +1,91 @@
+"""Regenerate the README's speed table from bench/results/*.json (`make bench` runs this last).
+
+    python bench/readme_table.py [--check]
+
+The table sits between the markers below in README.md; everything else there is prose.
+--check exits 1 when the README's table is not what the results say (nothing written).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+README = REPO / "README.md"
+START = "<!-- bench:speed:start (bench/readme_table.py writes this table) -->"
+END = "<!-- bench:speed:end -->"
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def extra_rows() -> list[dict[str, Any]]:
+    """Rows the other benchmarks measure, held to the same issue's goals."""
+    rows = []
+    remote = load("remote")
+    if remote and "check_warm_s" in remote:
+        rows.append(
+            {
+                "operation": "remote check, warm ssh master (proxmox-lxc, loopback)",
+                "envlock": f"{remote['check_warm_s']:.3f} s",
+                "baseline": "`ssh … pct exec … uv pip freeze` "
+                f"{remote['hand_written_freeze_s']:.3f} s",
+                "ratio": f"{remote['check_warm_s'] / remote['hand_written_freeze_s']:.2f}×",
+                "goal": "≤ 0.35 s",
+                "met": remote["check_warm_s"] <= 0.35,
+            }
+        )
+    snapshot = load("snapshot")
+    if snapshot and "api_s" in snapshot:
+        rows.append(
+            {
+                "operation": "`envlock.snapshot()` in a training process",
+                "envlock": f"{snapshot['api_s']:.3f} s",
+                "baseline": f"`uv pip freeze` {snapshot['uv_pip_freeze_s']:.3f} s",
+                "ratio": f"{snapshot['api_s'] / snapshot['uv_pip_freeze_s']:.1f}×",
+                "goal": "≤ 0.10 s",
+                "met": snapshot["api_s"] <= 0.10,
+            }
+        )
+    return rows
+
+
+def table() -> str:
+    reconcile = load("reconcile")
+    rows = list(reconcile["rows"]) if reconcile and "rows" in reconcile else []
+    rows += extra_rows()
+    lines = [
+        "| operation | envlock | baseline (same run) | ratio | goal |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        verdict = "**met**" if row["met"] else "missed"
+        lines.append(
+            f"| {row['operation']} | {row['envlock']} | {row['baseline']} | {row['ratio']} "
+            f"| {row['goal']}: {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    text = README.read_text()
+    if START not in text or END not in text:
+        print(f"README.md has no {START} … {END} block", file=sys.stderr)
+        return 1
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    updated = f"{head}{START}\n{table()}\n{END}{tail}"
+    if "--check" in sys.argv[1:]:
+        return 0 if updated == text else 1
+    README.write_text(updated)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
