@@ -29,7 +29,6 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         write_atomic,
     )
     from envlock.agent.files import (
-        own_bytes,
         write_manifest,
     )
     from envlock.agent.probe import (
@@ -157,13 +156,13 @@ def finish_generation(req, gen_dir, action):
     # Before the manifest: the shim is part of the generation, not drift.
     write_pip_shims(req, gen_dir, action["number"])
     progress("writing the manifest")
-    count, size = write_manifest(gen_dir)
+    count, size, own = write_manifest(gen_dir)
     meta = {
         "number": action["number"],
         "lock_sha256": req["lock_sha256"],
         "files": count,
         "bytes": size,
-        "own_bytes": own_bytes(gen_dir),
+        "own_bytes": own,
         "python_version": req["python_version"],
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -21,7 +21,6 @@ STAT_INDEX = META_DIR + "/stat-index"
 MAGIC = b"envlock-stat-index 1\n"
 DIR_FIELDS = 5  # first file, file count, inode, mtime_ns, ctime_ns
 FILE_FIELDS = 5  # size, mtime_ns, inode, nlink, ctime_ns
-INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def write_stat_index(venv, files, dirs):
@@ -39,7 +38,9 @@ def write_stat_index(venv, files, dirs):
     for _name, stat in names:
         numbers += stat
     path = os.path.join(venv, STAT_INDEX)
-    if any(n < INT64[0] or n > INT64[1] for n in numbers):
+    try:
+        packed = array.array("q", numbers).tobytes()
+    except OverflowError:
         remove_quietly(path)  # a filesystem with 64-bit unsigned inodes: the slow path
         return False
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -47,8 +48,8 @@ def write_stat_index(venv, files, dirs):
         # Sealed: a directory changed in the same clock tick as this file may show the same
         # ctime after a later change (coarse kernel timestamps), so such ones are always listed.
         sealed = os.fstat(handle.fileno()).st_ctime_ns
-        dir_block = b"\0".join(os.fsencode(rel_dir) for rel_dir in order)
-        name_block = b"\0".join(os.fsencode(name) for name, _stat in names)
+        dir_block = encode_names(order)
+        name_block = encode_names(name for name, _stat in names)
         header = {
             "byteorder": sys.byteorder,
             "sealed": sealed,
@@ -58,11 +59,20 @@ def write_stat_index(venv, files, dirs):
             "name_bytes": len(name_block),
         }
         handle.write(MAGIC + json.dumps(header).encode() + b"\n")
-        handle.write(dir_block + name_block + array.array("q", numbers).tobytes())
+        handle.write(dir_block + name_block + packed)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     return True
+
+
+def encode_names(names):
+    """NUL-joined, as the filesystem spells them (os.fsencode's encoding, all at once)."""
+    return "\0".join(names).encode(sys.getfilesystemencoding(), "surrogateescape")
+
+
+def decode_names(block):
+    return block.decode(sys.getfilesystemencoding(), "surrogateescape").split("\0")
 
 
 def remove_quietly(path):
@@ -85,8 +95,8 @@ def read_stat_index(venv):
         start = end + 1
         middle = start + header["dir_bytes"]
         stop = middle + header["name_bytes"]
-        dirs = [os.fsdecode(rel) for rel in data[start:middle].split(b"\0")]
-        names = [os.fsdecode(name) for name in data[middle:stop].split(b"\0")]
+        dirs = decode_names(data[start:middle])
+        names = decode_names(data[middle:stop])
         numbers = array.array("q")
         numbers.frombytes(data[stop:])
     except (OSError, ValueError, KeyError, TypeError):
