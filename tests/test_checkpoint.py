@@ -117,6 +117,7 @@ def test_bf16_and_float8_tensors(training: dict[str, Any]) -> None:
     rows = {r["key"]: r for r in data["keys"]}
     assert rows["extras.bf16_ema"] == {
         "key": "extras.bf16_ema", "dtype": "bfloat16", "shape": [4, 16], "numel": 64, "bytes": 128,
+        "layout": "strided",
     }  # fmt: skip
     assert rows["extras.fp8_weight"]["dtype"] == "float8_e4m3fn"
     assert rows["extras.fp8_weight"]["bytes"] == 8 * 16
@@ -491,6 +492,7 @@ def test_one_gigabyte_checkpoint_in_flat_memory(torch_python: Path, tmp_path: Pa
             "shape": [2**28],
             "numel": 2**28,
             "bytes": 2**30,
+            "layout": "strided",
         }
         assert data["progress"] == {"step": 7}
         assert run.peak_rss_bytes < 100 * 2**20, f"peak RSS {run.peak_rss_bytes / 2**20:.0f} MiB"

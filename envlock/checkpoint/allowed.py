@@ -15,7 +15,15 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo, is_stub_class
+from envlock.checkpoint.inert import (
+    SPARSE_PARTS,
+    DType,
+    QScheme,
+    Storage,
+    Stub,
+    TensorInfo,
+    is_stub_class,
+)
 from envlock.checkpoint.limits import (
     EXPANSION_PER_BYTE,
     MAX_DIM,
@@ -191,6 +199,85 @@ def _rebuild_wrapper_subclass(cls: Any, dtype: Any, size: Any, *_: Any) -> Tenso
     return replace(meta, subclass=cls.global_name() if is_stub_class(cls) else None)
 
 
+# --- tensors of other kinds: one logical tensor, described with the parts it is stored in ---
+
+
+def _part(value: Any, what: str) -> TensorInfo:
+    # torch rebuilds each part as a plain strided tensor: anything else is no part of torch's.
+    plain = isinstance(value, TensorInfo) and value.layout == "strided" and not value.qscheme
+    if not plain or value.parts:
+        raise pickle.UnpicklingError(f"a tensor's {what} is {brief(value)}, not a plain tensor")
+    return value
+
+
+def _rebuild_qtensor(
+    storage: Any, offset: Any, size: Any, stride: Any, qparams: Any, *_: Any
+) -> TensorInfo:
+    # qparams: (per_tensor_affine, scale, zero_point) or (per_channel_*, scales, zero_points,
+    # axis), the scales and zero points tensors (or, from older torch, lists of numbers).
+    tensor = _tensor(storage, offset, size, stride, None)
+    if type(qparams) is not tuple or not qparams or not isinstance(qparams[0], QScheme):
+        raise pickle.UnpicklingError(f"a quantized tensor's parameters are {brief(qparams)}")
+    scheme = qparams[0].name
+    parts: tuple[tuple[str, TensorInfo], ...] = ()
+    if scheme.startswith("per_channel"):
+        if len(qparams) != 4 or type(qparams[3]) is not int or not 0 <= qparams[3] < len(size):
+            raise pickle.UnpicklingError(f"per-channel parameters {brief(qparams)}")
+        named = (("scales", qparams[1]), ("zero_points", qparams[2]))
+        parts = tuple((n, _part(v, n)) for n, v in named if not isinstance(v, list))
+    return replace(tensor, qscheme=scheme, parts=parts)
+
+
+def _rebuild_sparse_tensor(layout: Any, data: Any) -> TensorInfo:
+    # (indices, values, size[, is_coalesced]) for COO; (compressed indices, plain indices,
+    # values, size) for CSR, CSC, BSR and BSC.
+    name = layout.removeprefix("torch.") if isinstance(layout, str) else None
+    if name not in SPARSE_PARTS or type(data) is not tuple:
+        raise pickle.UnpicklingError(f"a sparse tensor of layout {brief(layout)}")
+    names = SPARSE_PARTS[name]
+    if len(data) != len(names) + 1 and not (name == "sparse_coo" and len(data) == 4):
+        raise pickle.UnpicklingError(f"a {name} tensor rebuilt from {brief(data)}")
+    parts = tuple((n, _part(v, n)) for n, v in zip(names, data, strict=False))
+    shape = ints(data[len(names)], "shape")
+    check_numel(shape)
+    return TensorInfo(parts[-1][1].dtype, shape, layout=name, parts=parts)
+
+
+def _rebuild_nested_tensor(buffer: Any, sizes: Any, strides: Any, offsets: Any) -> TensorInfo:
+    # torch.nested's strided layout: every component's values in one buffer, and int64 tensors
+    # of the components' sizes [n, dims], strides and offsets. The sizes are tensor data, which
+    # is never read: the components' dims are shown as varying (None).
+    named = (("buffer", buffer), ("sizes", sizes), ("strides", strides), ("offsets", offsets))
+    parts = tuple((n, _part(v, n)) for n, v in named)
+    dims = parts[1][1].shape
+    inner = (dims[1] or 0) if len(dims) == 2 else 0
+    if len(dims) not in (1, 2) or inner > MAX_DIMS:
+        raise pickle.UnpicklingError(f"a nested tensor's sizes have shape {brief(dims)}")
+    shape = (dims[0], *[None] * inner)
+    values = parts[0][1]
+    return TensorInfo(values.dtype, shape, layout="nested", parts=parts, elements=values.numel)
+
+
+def _rebuild_njt(kwargs: Any) -> TensorInfo:
+    # torch.nested's jagged layout (NestedTensor(**kwargs)): values [sum of lengths, ...]
+    # and offsets [batch + 1], the ragged dim at _ragged_idx.
+    if not isinstance(kwargs, dict):
+        raise pickle.UnpicklingError(f"a jagged nested tensor from {brief(kwargs)}")
+    values, offsets = _part(kwargs.get("values"), "values"), _part(kwargs.get("offsets"), "offsets")
+    parts = [("values", values), ("offsets", offsets)]
+    if kwargs.get("lengths") is not None:
+        parts.append(("lengths", _part(kwargs["lengths"], "lengths")))
+    ragged = kwargs.get("_ragged_idx", 1)
+    if type(ragged) is not int or not 1 <= ragged <= len(values.shape) or len(offsets.shape) != 1:
+        raise pickle.UnpicklingError(f"a jagged nested tensor ragged at {brief(ragged)}")
+    batch = max(0, (offsets.shape[0] or 0) - 1)
+    inner = list(values.shape)
+    inner[ragged - 1] = None
+    return TensorInfo(
+        values.dtype, (batch, *inner), layout="jagged", parts=tuple(parts), elements=values.numel
+    )
+
+
 def _rebuild_from_type(func: Any, new_type: Any, args: Any, *_: Any) -> Any:
     if not (isinstance(func, Safe) or is_stub_class(func)) or type(args) is not tuple:
         raise pickle.UnpicklingError(f"unexpected tensor subclass rebuild {brief(func)}")
@@ -232,6 +319,10 @@ _FREE: dict[tuple[str, str], Callable[..., Any]] = {
     ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
     ("torch._utils", "_rebuild_meta_tensor_no_storage"): _rebuild_meta,
     ("torch._utils", "_rebuild_wrapper_subclass"): _rebuild_wrapper_subclass,
+    ("torch._utils", "_rebuild_qtensor"): _rebuild_qtensor,
+    ("torch._utils", "_rebuild_sparse_tensor"): _rebuild_sparse_tensor,
+    ("torch._utils", "_rebuild_nested_tensor"): _rebuild_nested_tensor,
+    ("torch.nested._internal.nested_tensor", "_rebuild_njt"): _rebuild_njt,
     ("torch._tensor", "_rebuild_from_type"): _rebuild_from_type,
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
 }

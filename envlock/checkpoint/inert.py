@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, ClassVar
 
-# Bytes per element; packed sub-byte types count the byte that holds them.
-# Element types narrower than a byte, whose shape counts elements, not bytes.
-DTYPE_BITS: dict[str, int] = {"float4_e2m1": 4, "float6_e2m3": 6, "float6_e3m2": 6}
+# Element types narrower than a byte, whose shape counts elements, not bytes: safetensors'
+# F4 and F6, and torch's packed quantized types (two or four elements per byte).
+DTYPE_BITS: dict[str, int] = {
+    "float4_e2m1": 4, "float6_e2m3": 6, "float6_e3m2": 6, "quint4x2": 4, "quint2x4": 2,
+}  # fmt: skip
+# Bytes per element.
 DTYPE_ITEMSIZE: dict[str, int] = {
     **dict.fromkeys(("bool", "uint8", "int8", "qint8", "quint8", "quint4x2", "quint2x4"), 1),
     **dict.fromkeys(("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"), 1),
@@ -41,27 +44,66 @@ class Storage:
         raise pickle.UnpicklingError("the pickle tries to modify a storage")
 
 
+# torch's sparse layouts (`torch.sparse_coo`, ...), and the names of their stored parts.
+SPARSE_PARTS: dict[str, tuple[str, ...]] = {
+    "sparse_coo": ("indices", "values"),
+    "sparse_csr": ("crow_indices", "col_indices", "values"),
+    "sparse_csc": ("ccol_indices", "row_indices", "values"),
+    "sparse_bsr": ("crow_indices", "col_indices", "values"),
+    "sparse_bsc": ("ccol_indices", "row_indices", "values"),
+}
+QSCHEMES = (
+    "per_tensor_affine", "per_channel_affine", "per_channel_affine_float_qparams",
+    "per_tensor_symmetric", "per_channel_symmetric",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class TensorInfo:
-    """What torch would rebuild, described without its data."""
+    """What torch would rebuild, described without its data.
+
+    A plain tensor is a strided view of one storage. A sparse tensor (layout `sparse_coo`,
+    `sparse_csr`, ...) or a nested one (`nested`: torch.nested's strided layout; `jagged`) is
+    the logical tensor: its values' dtype, its logical shape (None for a dim that varies per
+    component) and its stored `parts` (indices, values, offsets ...), which hold its bytes. A
+    quantized tensor is strided, with its `qscheme` and, per channel, its scales and zero
+    points as parts.
+    """
 
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[int | None, ...]
     storage: Storage | None = None
     offset: int = 0
     stride: tuple[int, ...] | None = None
     parameter: bool = False
     subclass: str | None = None
+    layout: str = "strided"
+    qscheme: str | None = None
+    parts: tuple[tuple[str, TensorInfo], ...] = ()
+    elements: int | None = None  # the element count, where the shape cannot give it (nested)
 
     @property
     def numel(self) -> int:
-        return prod(self.shape)
+        """Elements of the logical tensor, as torch's `numel()` counts them."""
+        if self.elements is not None:
+            return self.elements
+        return prod(d or 0 for d in self.shape)
 
     @property
     def nbytes(self) -> int:
-        if self.dtype in DTYPE_BITS:  # packed below a byte: safetensors' F4 and F6
-            return (self.numel * DTYPE_BITS[self.dtype] + 7) // 8
-        return self.numel * DTYPE_ITEMSIZE.get(self.dtype, 1)
+        """Bytes of its data: a strided tensor's elements, and the parts it is stored in."""
+        stored = sum(part.nbytes for _, part in self.parts)
+        if self.layout != "strided":  # sparse and nested: their parts hold all of it
+            return stored
+        if self.dtype in DTYPE_BITS:  # packed below a byte: safetensors' F4 and F6, quint4x2
+            return (self.numel * DTYPE_BITS[self.dtype] + 7) // 8 + stored
+        return self.numel * DTYPE_ITEMSIZE.get(self.dtype, 1) + stored
+
+    @property
+    def storages(self) -> tuple[Storage, ...]:
+        """The storages its data lies in: its own, and its parts'."""
+        own = (self.storage,) if self.storage else ()
+        return own + tuple(s for _, part in self.parts for s in part.storages)
 
     @property
     def alias(self) -> tuple[object, ...]:
@@ -81,6 +123,16 @@ class DType:
 
     def __setstate__(self, state: Any) -> None:
         raise pickle.UnpicklingError("the pickle tries to modify a dtype")
+
+
+@dataclass(frozen=True)
+class QScheme:
+    """A `torch.<qscheme>` global: how a quantized tensor maps integers to reals."""
+
+    name: str
+
+    def __setstate__(self, state: Any) -> None:
+        raise pickle.UnpicklingError("the pickle tries to modify a qscheme")
 
 
 @dataclass(frozen=True)

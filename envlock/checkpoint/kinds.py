@@ -33,7 +33,7 @@ def section_kinds(root: dict[str, Any]) -> dict[str, str]:
             kinds[name] = "state"
         elif _OPTIMIZER_DIR.match(name):
             kinds[name] = "optimizer"
-    seen: dict[tuple[tuple[str, str, tuple[int, ...]], ...], str] = {}
+    seen: dict[tuple[tuple[str, str, tuple[int | None, ...]], ...], str] = {}
     for name, value in root.items():
         signature = _signature(value) if _MODEL.match(name) else None
         if not signature:
@@ -45,7 +45,7 @@ def section_kinds(root: dict[str, Any]) -> dict[str, str]:
     return kinds
 
 
-def _signature(value: Any) -> tuple[tuple[str, str, tuple[int, ...]], ...] | None:
+def _signature(value: Any) -> tuple[tuple[str, str, tuple[int | None, ...]], ...] | None:
     # A flat state dict's keys, dtypes and shapes, in key order (files order them differently).
     if not isinstance(value, dict) or not value:
         return None

@@ -42,6 +42,9 @@ MAX_JSON_DEPTH = 64
 MAX_WALK = 1_000_000  # object visits, plus WALK_PER_BYTE per byte read (shared refs inflate)
 WALK_PER_BYTE = 4
 MAX_TEXT = 1_000  # characters of a key, name or value shown (JSON and human output alike)
+# Counting views of one storage once (regions.py): the runs of consecutive elements they are
+# cut into. Past it, views are counted whole, with a note: the count is all that is at stake.
+MAX_VIEW_RUNS = 250_000
 
 
 class Refused(OperationError):

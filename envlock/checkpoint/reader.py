@@ -29,6 +29,7 @@ _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
 CHECKPOINT_SUFFIXES = (*_TORCH_SUFFIXES, ".safetensors")
 _DIR_PICKLES = (".pkl",)  # accelerate's random_states_N.pkl, custom_checkpoint_N.pkl
 _DIR_JSON = ("config.json", "trainer_state.json")
+_PICKLE_0_STARTS = tuple(bytes([c]) for c in b"(}])cNIFLSVX")
 _FOLLOW_HINT = "pass --follow-links to read files outside the checkpoint's directory"
 
 
@@ -123,7 +124,7 @@ def _read_tensor_file(path: Path) -> _Part:
             "'import sys, torch; p = sys.argv[1]; "
             f"torch.save(torch.load(p, weights_only=False), p)' {path}",
         )
-    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+    if _is_raw_pickle(path, head):
         loaded = load_raw_pickle(path)
         note = f"{path.name}: a raw pickle, not a torch zip archive (described, not executed)"
         stubbed = tuple(sorted(loaded.stubbed))
@@ -135,6 +136,18 @@ def _read_tensor_file(path: Path) -> _Part:
         f"{path}: not a checkpoint envlock can read",
         hint="expected a torch.save file (.pt/.pth), a .safetensors file or *.index.json",
     )
+
+
+def _is_raw_pickle(path: Path, head: bytes) -> bool:
+    # Protocol 2+ starts with PROTO; protocols 0 and 1 start with an opcode that builds a
+    # value (a dict as "(dp0" or "}q\x00") and, like every pickle, end with STOP.
+    if head[:1] == b"\x80":
+        return head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")
+    if head[:1] not in _PICKLE_0_STARTS:
+        return False
+    with path.open("rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) == b"."
 
 
 def _read_dcp(directory: Path) -> _Part:

@@ -1,8 +1,8 @@
 """What a checkpoint holds, as the stable `envlock inspect --json` document (schema 1).
 
 `summary()` turns a `CheckpointReport` (see report.py) into counts per section, prefix and
-dtype, the largest tensors, shared storages, training progress, the run's config and a bounded
-sketch of the object tree (navigated with tree.py).
+dtype (tally.py), the largest tensors, shared storages, training progress, the run's config and
+a bounded sketch of the object tree (navigated with tree.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from itertools import islice
 from math import isfinite
 from typing import Any
 
-from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo, is_stub_class
+from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
 from envlock.checkpoint.limits import MAX_TEXT
 from envlock.checkpoint.report import CheckpointReport
+from envlock.checkpoint.tally import Tally, is_state_dict
 from envlock.checkpoint.tree import (
     TensorEntry,
     child_count,
@@ -34,11 +35,6 @@ _MAX_PLAIN = 100_000  # objects of a config rendered as JSON ...
 _MAX_PLAIN_CHARS = 4_000_000  # ... and characters of its strings
 _MAX_VALUE = 10 * MAX_TEXT  # characters of one config string (a command line, a prompt)
 _TOP = 5
-
-
-def _is_state_dict(obj: Any) -> bool:
-    values = obj.values() if isinstance(obj, dict) else ()
-    return bool(values) and all(isinstance(v, TensorInfo) for v in values)
 
 
 class _Budget:
@@ -61,7 +57,7 @@ class _Budget:
 
     def is_state_dict(self, obj: Any) -> bool:
         if id(obj) not in self._state_dicts:  # memoized: a shared dict is checked once
-            self._state_dicts[id(obj)] = _is_state_dict(obj)
+            self._state_dicts[id(obj)] = is_state_dict(obj)
         return self._state_dicts[id(obj)]
 
 
@@ -71,7 +67,7 @@ class _Budget:
 def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, Any]:
     """The `--json` document of `report`; `pattern` selects the tensor keys to detail."""
     entries = report.tensors()
-    tally = _Tally(report.root, dict(report.kinds))
+    tally = Tally(report.root, entries, dict(report.kinds))
     for entry in entries:
         tally.add(entry)
     stubbed = list(report.stubbed)
@@ -92,7 +88,7 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
         "stubbed_globals": stubbed,
         "suspicious_globals": suspicious(stubbed),
-        "notes": list(report.notes),
+        "notes": [*report.notes, *tally.notes()],
         "pattern": pattern,
         "keys": None
         if pattern is None
@@ -110,136 +106,32 @@ def key_matches(entry: TensorEntry, pattern: str, directory: bool) -> bool:
 
 def _row(entry: TensorEntry) -> dict[str, Any]:
     t = entry.info
-    return {
+    row = {
         "key": key_text(entry.key),
         "dtype": t.dtype,
         "shape": list(t.shape),
         "numel": t.numel,
         "bytes": t.nbytes,
+        "layout": t.layout,
     }
+    if t.qscheme:
+        row["qscheme"] = t.qscheme
+    if t.parts:  # what a sparse, nested or per-channel quantized tensor is stored as
+        row["parts"] = [
+            {"name": name, "dtype": p.dtype, "shape": list(p.shape), "bytes": p.nbytes}
+            for name, p in t.parts
+        ]
+    return row
 
 
-def _size(total: int, tally: _Tally) -> dict[str, int]:
+def _size(total: int, tally: Tally) -> dict[str, int]:
     tensor_bytes = sum(s.nbytes for s in tally.storages.values())
     return {"total_bytes": total, "tensor_bytes": tensor_bytes, "other_bytes": total - tensor_bytes}
 
 
-def _largest(tally: _Tally) -> list[dict[str, Any]]:
+def _largest(tally: Tally) -> list[dict[str, Any]]:
     unique = sorted(tally.unique.values(), key=lambda e: -e.info.numel)
     return [_row(e) for e in unique[:_TOP]]
-
-
-class _Tally:
-    """Counts per section, prefix and dtype; a tensor named by several keys counts once."""
-
-    def __init__(self, root: Any, kinds: dict[str, str] | None = None) -> None:
-        self.root = root
-        self.kinds = kinds or {}
-        self.state = {"optimizer": 0, "rng": 0, "other": 0, "duplicate": 0}
-        self.covered: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        self.unique: dict[tuple[object, ...], TensorEntry] = {}
-        self.storages: dict[tuple[str, str], Storage] = {}
-        self.users: dict[tuple[str, str], list[str]] = {}
-        self.sections: dict[str, dict[str, Any]] = {}
-        self.dtypes: dict[str, dict[str, int]] = {}
-        self.numel = self.params = 0
-
-    def add(self, e: TensorEntry) -> None:
-        t = e.info
-        if e.section not in self.sections:
-            self.sections[e.section] = _section(e.section, self.root)
-            kind = self.kinds.get(e.section)
-            if kind:
-                self.sections[e.section]["kind"] = kind.partition(":")[0]
-        sec = self.sections[e.section]
-        pre = sec["prefixes"].setdefault(e.prefix, {"prefix": e.prefix, "tensors": 0, "numel": 0})
-        dt = self.dtypes.setdefault(t.dtype, {"count": 0, "numel": 0, "bytes": 0})
-        sec["dtypes"][t.dtype] = sec["dtypes"].get(t.dtype, 0) + 1
-        if e.optimizer and sec["kind"] != "duplicate":
-            sec["kind"] = "optimizer"
-        sec["tensors"] += 1
-        pre["tensors"] += 1
-        dt["count"] += 1
-        if t.alias not in self.unique:
-            self._add_elements(e, sec, pre, dt)
-        if t.storage:
-            self._add_storage(e, t.storage, sec)
-
-    def _add_elements(
-        self, e: TensorEntry, sec: dict[str, Any], pre: dict[str, Any], dt: dict[str, Any]
-    ) -> None:
-        # Elements and bytes count once per tensor, however many keys (tied weights) name it.
-        self.unique[e.info.alias] = e
-        numel = self._new_elements(e.info)
-        kind = sec["kind"]
-        if kind in ("optimizer", "rng", "duplicate"):
-            self.state[kind] += numel
-        elif kind == "state":
-            self.state["other"] += numel
-        else:
-            self.params += numel
-        if kind == "duplicate":
-            return  # listed, never counted twice
-        self.numel += numel
-        for counter in (sec, pre, dt):
-            counter["numel"] += numel
-        dt["bytes"] += e.info.nbytes
-
-    def _new_elements(self, t: TensorInfo) -> int:
-        # Views of one storage (w and w[0], both saved) hold its elements once: count only
-        # what a tensor adds to the region of its storage already covered.
-        if t.storage is None or t.stride is None or t.numel == 0:
-            return t.numel
-        span = 1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride, strict=False))
-        begin, end = t.offset, t.offset + span
-        regions = self.covered.setdefault((t.storage.file, t.storage.key), [])
-        overlap = sum(max(0, min(end, e) - max(begin, b)) for b, e in regions)
-        regions.append((begin, end))
-        return max(0, min(t.numel, span - overlap))
-
-    def _add_storage(self, e: TensorEntry, storage: Storage, sec: dict[str, Any]) -> None:
-        # Views share one storage: its bytes count once, in the first section that uses it.
-        sid = (storage.file, storage.key)
-        self.users.setdefault(sid, []).append(e.key)
-        if sid not in self.storages:
-            self.storages[sid] = storage
-            sec["bytes"] += storage.nbytes
-
-    def totals(self, count: int) -> dict[str, Any]:
-        return {
-            "count": count,
-            "numel": self.numel,
-            "params": self.params,
-            "state": dict(self.state),
-            "storages": len(self.storages),
-            "dtypes": self.dtypes,
-        }
-
-    def section_rows(self) -> list[dict[str, Any]]:
-        return [{**s, "prefixes": list(s["prefixes"].values())} for s in self.sections.values()]
-
-    def shared_storage(self) -> list[dict[str, Any]]:
-        return [
-            {"storage": f"{sid[0]}:{sid[1]}", "bytes": self.storages[sid].nbytes, "keys": keys}
-            for sid, keys in self.users.items()
-            if len(keys) > 1
-        ]
-
-
-def _section(key: str, root: Any) -> dict[str, Any]:
-    obj = root.get(key) if isinstance(root, dict) and key else root
-    module = isinstance(obj, Stub) and "_modules" in (obj.fields() or {})
-    kind = "state_dict" if _is_state_dict(obj) else "module" if module else "mixed"
-    kind = "tensors" if kind == "mixed" and not key else kind
-    return {
-        "key": key,
-        "kind": kind,
-        "tensors": 0,
-        "numel": 0,
-        "bytes": 0,
-        "dtypes": {},
-        "prefixes": {},
-    }
 
 
 # --- the structure sketch -----------------------------------------------------------------------
@@ -258,7 +150,7 @@ def _node(
     obj: Any, path: tuple[str, ...], counts: Counter[tuple[str, ...]], depth: int, budget: _Budget
 ) -> dict[str, Any]:
     if isinstance(obj, TensorInfo):
-        return {"type": "tensor", "dtype": obj.dtype, "shape": list(obj.shape)}
+        return {"type": "tensor", "dtype": obj.dtype, "shape": list(obj.shape), **_kind(obj)}
     short = isinstance(obj, list | tuple) and len(obj) <= 8 and not counts.get(path, 0)
     if not is_container(obj) or (short and not any(is_container(v) for v in obj)):
         return _leaf(obj)
@@ -271,6 +163,12 @@ def _node(
         node["children"] = {k: _node(v, (*path, k), counts, depth + 1, budget) for k, v in shown}
         node["more"] = node["len"] - len(shown)
     return node
+
+
+def _kind(t: TensorInfo) -> dict[str, str]:
+    # A tensor other than a plain strided one: its layout and quantization scheme.
+    kind = {} if t.layout == "strided" else {"layout": t.layout}
+    return {**kind, "qscheme": t.qscheme} if t.qscheme else kind
 
 
 def _leaf(obj: Any) -> dict[str, Any]:
@@ -298,7 +196,8 @@ def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
     if isinstance(obj, float):
         return obj if isfinite(obj) else str(obj)  # JSON has no NaN or Infinity
     if isinstance(obj, TensorInfo):
-        return f"tensor({obj.dtype}, {list(obj.shape)})"
+        kind = "".join(f", {v}" for v in _kind(obj).values())
+        return f"tensor({obj.dtype}, {list(obj.shape)}{kind})"
     if isinstance(obj, DType):
         return f"torch.{obj.name}"
     if isinstance(obj, bytes | bytearray):
@@ -367,7 +266,7 @@ def _progress(root: Any) -> dict[str, Any]:
         nxt = []
         for obj in level:
             # An optimizer's "step" counts its updates, not the run's: never look inside.
-            if id(obj) in seen or is_optimizer(obj) or _is_state_dict(obj):
+            if id(obj) in seen or is_optimizer(obj) or is_state_dict(obj):
                 continue
             seen.add(id(obj))
             for key, value in children(obj):

@@ -2,9 +2,10 @@
 
 Every global the pickle names resolves either to a small allow-list of harmless callables
 (allowed.py: tensor rebuilds become `TensorInfo` descriptions, storages become `Storage` records
-sized from the zip's central directory) or to an inert `Stub` class that only records its name,
-arguments and state (inert.py). Tensor data is never touched. Run it on a pickle that scan.py
-has passed: the unpickler's own opcodes are bounded there, the calls it makes are bounded here.
+sized from the zip's central directory or, in a plain pickle, from the header of each storage's
+blob: rawstorage.py) or to an inert `Stub` class that only records its name, arguments and
+state (inert.py). Tensor data is never touched. Run it on a pickle that scan.py has passed: the
+unpickler's own opcodes are bounded there, the calls it makes are bounded here.
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import IO, Any
 
-from envlock.checkpoint.allowed import Work, allowed
-from envlock.checkpoint.inert import DTYPE_ITEMSIZE, DType, Storage, StorageType, Stub
+from envlock.checkpoint.allowed import Safe, Work, allowed
+from envlock.checkpoint.inert import (
+    DTYPE_ITEMSIZE,
+    QSCHEMES,
+    DType,
+    QScheme,
+    Storage,
+    StorageType,
+    Stub,
+)
 from envlock.checkpoint.limits import MAX_GLOBAL_NAME, MAX_GLOBALS, Refused, brief, shown
+from envlock.checkpoint.rawstorage import MAX_HEADER_OPCODES, storage_from_bytes
 
 _DTYPE_ALIASES = {
     "float": "float32", "double": "float64", "half": "float16", "cfloat": "complex64",
@@ -73,8 +83,12 @@ class RestrictedUnpickler(pickle.Unpickler):
         safe = allowed(module, name, self._work)
         if safe is not None:
             return safe
+        if (module, name) == ("torch.storage", "_load_from_bytes"):  # a plain pickle's storage
+            return Safe(self._storage_from_bytes)
         if module == "torch" and (name in DTYPE_ITEMSIZE or name in _DTYPE_ALIASES):
             return DType(_DTYPE_ALIASES.get(name, name))
+        if module == "torch" and name in QSCHEMES:
+            return QScheme(name)
         if module in ("torch", "torch.storage") and name in _STORAGE_DTYPES:
             return StorageType(_STORAGE_DTYPES[name])
         return self._stub_class(module, name)
@@ -87,6 +101,10 @@ class RestrictedUnpickler(pickle.Unpickler):
             self._stub_classes[key] = type(name, (Stub,), {"module": module, "qualname": name})
         self.stubbed[f"{module}.{name}"] += 1
         return self._stub_classes[key]
+
+    def _storage_from_bytes(self, blob: Any) -> Storage:
+        self._work.spend(MAX_HEADER_OPCODES)  # one blob may be handed to many calls
+        return storage_from_bytes(blob, self._source, _STORAGE_DTYPES)
 
     def persistent_load(self, pid: Any) -> Storage:
         if not (type(pid) is tuple and len(pid) == 5 and pid[0] == "storage"):

@@ -167,15 +167,28 @@ def _dtype_table(dtypes: dict[str, dict[str, int]]) -> Table:
 def _tensor_table(title: str, rows: list[dict[str, Any]]) -> Table:
     table = _table(title, "key", "dtype", "shape", "numel", "bytes")
     for r in rows:
-        shape = "[" + ", ".join(map(str, r["shape"])) + "]"
-        key, dtype = ui.untrusted(r["key"]), ui.untrusted(r["dtype"])
-        table.add_row(key, dtype, shape, _count(r["numel"]), ui.size(r["bytes"]))
+        key, dtype = ui.untrusted(r["key"]), ui.untrusted(_dtype(r))
+        table.add_row(key, dtype, _shape(r["shape"]), _count(r["numel"]), ui.size(r["bytes"]))
     return table
+
+
+def _dtype(tensor: dict[str, Any]) -> str:
+    """A tensor's dtype, with its layout and quantization when it is not a plain one."""
+    kind = [tensor[k] for k in ("layout", "qscheme") if tensor.get(k) not in (None, "strided")]
+    return f"{tensor['dtype']} ({', '.join(kind)})" if kind else tensor["dtype"]
+
+
+def _shape(shape: list[int | None]) -> str:
+    # None: a dim that varies per component of a nested tensor.
+    return "[" + ", ".join("*" if d is None else str(d) for d in shape) + "]"
 
 
 def _shared_table(shared: list[dict[str, Any]]) -> Table:
     table = _table(
-        "storages shared by several keys (tied weights; bytes counted once)", "keys", "bytes"
+        "storages shared by several keys (tied weights or views of one tensor; elements and "
+        "bytes counted once)",
+        "keys",
+        "bytes",
     )
     for s in shared:
         table.add_row(_listed(s["keys"]), ui.size(s["bytes"]))
@@ -224,7 +237,8 @@ def _structure_tree(node: dict[str, Any]) -> Tree:
 
 def _add_node(parent: Tree, key: str, node: dict[str, Any]) -> None:
     if node["type"] == "tensor":
-        parent.add(f"{ui.untrusted(key)}: tensor {ui.untrusted(node['dtype'])} {node['shape']}")
+        dtype = ui.untrusted(_dtype(node))
+        parent.add(f"{ui.untrusted(key)}: tensor {dtype} {_shape(node['shape'])}")
         return
     if "value" in node:
         value = ui.untrusted(json.dumps(node["value"]))

@@ -310,3 +310,96 @@ def raw_pickle_hash_bomb(d: Path) -> Case:
     path = d / "raw_bomb.pt"
     path.write_bytes(PROTO + shared_pairs(60, b")") + b"}" + get(60) + num(1) + b"s.")
     return Case("", path, 3, "refusing")
+
+
+# --- tensors of other kinds, plain pickles' storages, views of one storage ---------------------
+
+
+def _sparse(layout: str, data: bytes) -> bytes:
+    """`_rebuild_sparse_tensor(_get_layout(layout), data)` with raw data opcodes."""
+    get_layout = glob("torch.serialization", "_get_layout") + uni(layout) + b"\x85R"
+    return glob("torch._utils", "_rebuild_sparse_tensor") + b"(" + get_layout + data + b"tR"
+
+
+_SIZE_5X5 = num(5) + num(5) + b"\x86"
+
+
+@case
+def sparse_unknown_layout(d: Path) -> Case:
+    coo = _sparse("torch.strided", b"(" + tensor() + tensor("1") + _SIZE_5X5 + b"t")
+    pkl = PROTO + state_dict({"s": coo}) + b"."
+    return Case("", zipped(d / "sparse_layout.pt", pkl, 2), 3, "sparse tensor of layout")
+
+
+@case
+def sparse_of_sparse(d: Path) -> Case:
+    # torch's parts are plain tensors: values that are themselves sparse are no torch file's.
+    inner = _sparse("torch.sparse_coo", b"(" + tensor() + tensor("1") + _SIZE_5X5 + b"t")
+    outer = _sparse("torch.sparse_coo", b"(" + tensor() + inner + _SIZE_5X5 + b"t")
+    pkl = PROTO + state_dict({"s": outer}) + b"."
+    return Case("", zipped(d / "sparse_nested.pt", pkl, 2), 3, "not a plain tensor")
+
+
+@case
+def nested_sizes_of_many_dims(d: Path) -> Case:
+    # The components' dims come from the sizes tensor's shape: [2, 100000] would be 100,000.
+    sizes = tensor("1", shape=num(2) + num(100_000) + b"\x86", stride=num(1) + num(1) + b"\x86")
+    nested = glob("torch._utils", "_rebuild_nested_tensor") + b"(" + tensor()
+    nested += sizes + tensor("1") + tensor("1") + b"tR"
+    pkl = PROTO + state_dict({"n": nested}) + b"."
+    return Case("", zipped(d / "nested_dims.pt", pkl, 2), 3, "nested tensor's sizes")
+
+
+@case
+def quantized_bad_parameters(d: Path) -> Case:
+    pid = b"(" + uni("storage") + glob("torch", "QInt8Storage") + uni("0") + uni("cpu")
+    params = b"(" + glob("torch", "per_channel_affine") + num(1) + b"t"  # no scales, no axis
+    qtensor = glob("torch._utils", "_rebuild_qtensor") + b"(" + pid + num(4) + b"tQ" + num(0)
+    qtensor += num(4) + b"\x85" + num(1) + b"\x85" + params + b"\x89}tR"
+    pkl = PROTO + state_dict({"q": qtensor}) + b"."
+    return Case("", zipped(d / "qtensor.pt", pkl), 3, "per-channel parameters")
+
+
+def _storage_blob() -> bytes:
+    """What `_load_from_bytes` is handed: a legacy torch.save stream's header pickles."""
+    magic = pickle.dumps(0x1950A86A20F9469CFC6C, 2) + pickle.dumps(1001, 2)
+    info = pickle.dumps({"protocol_version": 1001, "little_endian": True}, 2)
+    pid = PROTO + b"(" + STORAGE + uni("7") + uni("cpu") + num(4) + b"NtQ."
+    return magic + info + pid + pickle.dumps(["7"], 2) + struct.pack("<q", 4) + b"\0" * 16
+
+
+def _bytes(data: bytes) -> bytes:
+    return b"B" + struct.pack("<I", len(data)) + data  # BINBYTES
+
+
+@case
+def storage_blob_handed_to_many_calls(d: Path) -> Case:
+    # One memoized blob, 30,000 calls: each decodes its header again; the work is charged.
+    blob = _storage_blob()
+    load = glob("torch.storage", "_load_from_bytes") + put(0) + b"0"
+    memo = _bytes(blob) + put(1) + b"0"
+    calls = (get(0) + get(1) + b"\x85R0") * 30_000
+    path = d / "blob_calls.pt"
+    path.write_bytes(PROTO + load + memo + calls + b"N.")
+    return Case("", path, 3, "refusing")
+
+
+@case
+def storage_blob_described(d: Path) -> Case:
+    # A plain pickle.dump of a tensor: its storage blob read for type and size, never loaded.
+    blob = _storage_blob()
+    storage = glob("torch.storage", "_load_from_bytes") + _bytes(blob)
+    rebuilt = glob("torch._utils", "_rebuild_tensor_v2") + b"(" + storage + b"\x85R"
+    rebuilt += num(0) + num(4) + b"\x85" + num(1) + b"\x85\x89}tR"
+    path = d / "blob.pt"
+    path.write_bytes(PROTO + state_dict({"w": rebuilt}) + b".")
+    return Case("", path, 0, present=("raw pickle, not a torch zip archive", "float32"))
+
+
+@case
+def views_interleaved_past_budget(d: Path) -> Case:
+    # Ten views of one storage cut into 100,000 runs each: counted whole past the budget.
+    view = tensor(shape=num(100_000) + num(2) + b"\x86", stride=num(4) + num(1) + b"\x86")
+    items = {f"v{i}": view.replace(num(100_000), num(100_000 - i)) for i in range(10)}
+    pkl = PROTO + state_dict(items) + b"."
+    return Case("", zipped(d / "views.pt", pkl), 0, present=("interleave too finely",))
