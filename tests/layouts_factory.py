@@ -80,10 +80,13 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": torch.arange(8) + i, "labels": torch.arange(8) + i}
 
 
-for name, lr in (("trainer_a", 1e-3), ("trainer_same", 1e-3), ("trainer_b", 2e-3)):
+# trainer_moved: trainer_a's settings, another output_dir (absolute, as schedulers pass it).
+for name, lr, output in (("trainer_a", 1e-3, "run"), ("trainer_same", 1e-3, "run"),
+                         ("trainer_b", 2e-3, "run"),
+                         ("trainer_moved", 1e-3, str(out / "trainer_moved" / "elsewhere"))):
     (out / name).mkdir()
     os.chdir(out / name)
-    args = TrainingArguments(output_dir="run", max_steps=2, per_device_train_batch_size=4,
+    args = TrainingArguments(output_dir=output, max_steps=2, per_device_train_batch_size=4,
                              learning_rate=lr, save_steps=2, report_to=[], use_cpu=True,
                              seed=0, logging_steps=1, disable_tqdm=True)
     Trainer(model=tiny(), args=args, train_dataset=Tokens()).train()
@@ -91,6 +94,9 @@ ckpt = out / "trainer_a" / "run" / "checkpoint-2"
 views["trainer"] = {
     "rng": describe({"cpu": torch.load(ckpt / "rng_state.pth", weights_only=False)["cpu"]}),
     "lr": torch.load(ckpt / "training_args.bin", weights_only=False).learning_rate,
+    "moved_output_dir": torch.load(
+        out / "trainer_moved" / "elsewhere" / "checkpoint-2" / "training_args.bin",
+        weights_only=False).output_dir,
 }
 
 

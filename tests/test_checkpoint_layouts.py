@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from envlock.checkpoint.runfiles import split_run_paths
 from envlock.commands.inspect import inspect_cmd
 from tests import layouts_factory
 from tests.conftest import Envlock
@@ -177,3 +178,79 @@ def test_diff_run_files_go_through_the_limits(
     result = envlock("diff", layouts["root"] / "pretrained_a", side)
     assert result.returncode == 3, result.stderr
     assert "refusing" in result.stderr and name in result.stderr
+
+
+def test_diff_trainer_runs_in_other_output_dirs(layouts: dict[str, Any], envlock: Envlock) -> None:
+    # trainer_moved: trainer_a's settings, written to another (absolute) output_dir.
+    root = layouts["root"]
+    a, moved = root / "trainer_a" / "run", root / "trainer_moved" / "elsewhere"
+    result = envlock("diff", "--json", a, moved)
+    assert result.returncode == 0, result.stdout
+    data = json.loads(result.stdout)
+    assert data["identical"] is True
+    assert data["groups"] == [
+        {
+            "name": "run paths",
+            "note": "where each run wrote its files, not how it trained: not counted",
+            "counted": False,
+            "changes": [
+                {
+                    "key": "training_args.bin: output_dir",
+                    "a": "run",
+                    "b": layouts["trainer"]["moved_output_dir"],
+                    "kind": "changed",
+                }
+            ],
+        }
+    ]
+    human = envlock("diff", a, moved)
+    assert human.returncode == 0
+    assert human.stdout.startswith(f"✓ no differences between {a} and {moved}")
+    assert "run paths (where each run wrote its files" in human.stdout
+    assert "training_args.bin: output_dir" in human.stdout and "difference(s)" not in human.stdout
+
+
+def test_diff_output_dir_is_no_hyperparameter(layouts: dict[str, Any], envlock: Envlock) -> None:
+    root = layouts["root"]
+    moved, b = root / "trainer_moved" / "elsewhere", root / "trainer_b" / "run"
+    code, changes = hyperparameters(envlock, moved, b)
+    assert code == 1
+    assert changes["training_args.bin: learning_rate"] == (1e-3, 2e-3)
+    assert not [k for k in changes if "output_dir" in k]
+    human = envlock("diff", moved, b).stdout
+    counted = sum(len(g["changes"]) for g in _groups(envlock, moved, b) if g["counted"])
+    assert f"{counted} difference(s) between" in human
+    assert "run paths (where each run wrote" in human and "training_args.bin: output_dir" in human
+
+
+def _groups(envlock: Envlock, a: Path, b: Path) -> list[dict[str, Any]]:
+    return json.loads(envlock("diff", "--json", a, b).stdout)["groups"]
+
+
+def test_run_paths_split_from_settings() -> None:
+    # transformers 4.x also wrote logging_dir and defaulted run_name to output_dir.
+    found = {
+        "training_args.bin": {
+            "output_dir": "out/a", "logging_dir": "out/a/runs/May01_host", "run_name": "out/a",
+            "learning_rate": 1e-3, "seed": 0,
+        },
+        "trainer_state.json": {"best_model_checkpoint": "out/a/checkpoint-2", "global_step": 2},
+        "config.json": {"output_dir": "not a run path here", "rope_theta": 1e4},
+    }  # fmt: skip
+    settings, paths = split_run_paths(found)
+    assert paths == {
+        "training_args.bin": {
+            "output_dir": "out/a", "logging_dir": "out/a/runs/May01_host", "run_name": "out/a",
+        },
+        "trainer_state.json": {"best_model_checkpoint": "out/a/checkpoint-2"},
+    }  # fmt: skip
+    assert settings == {
+        "training_args.bin": {"learning_rate": 1e-3, "seed": 0},
+        "trainer_state.json": {"global_step": 2},
+        "config.json": {"output_dir": "not a run path here", "rope_theta": 1e4},
+    }
+    named = {"training_args.bin": {"output_dir": "out/a", "run_name": "sweep-lr-1e-3"}}
+    assert split_run_paths(named) == (
+        {"training_args.bin": {"run_name": "sweep-lr-1e-3"}},
+        {"training_args.bin": {"output_dir": "out/a"}},
+    )

@@ -26,6 +26,13 @@ OPTIMIZERS = ("optimizer.pt", "optimizer.bin")
 _PICKLED = re.compile(r"^(training_args\.bin|custom_checkpoint_\d+\.pkl)$")
 # Measurements of the run, not its configuration: every two runs differ in them.
 _MEASURED = {"trainer_state.json": ("log_history",)}
+# Where a run wrote, not how it trained: two runs differ in them by construction. run_name is
+# one too when it is only the output path (transformers 4.x defaulted it to output_dir).
+_RUN_PATHS = {
+    "training_args.bin": ("output_dir", "logging_dir"),
+    "trainer_state.json": ("best_model_checkpoint",),
+}
+_NAMED_BY_PATH = ("run_name",)
 
 
 def is_run_file(name: str) -> bool:
@@ -68,6 +75,27 @@ def hyperparameters(directory: Path, follow_links: bool = False) -> dict[str, di
         if fields:
             found[path.name] = fields
     return found
+
+
+def split_run_paths(
+    found: dict[str, dict[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """`hyperparameters()` split into (settings, run paths): output_dir, logging_dir, the best
+    checkpoint's path, and a run_name that only repeats one of them."""
+    settings: dict[str, dict[str, Any]] = {}
+    paths: dict[str, dict[str, Any]] = {}
+    for name, fields in found.items():
+        path_keys = set(_RUN_PATHS.get(name, ())) & set(fields)
+        written = {fields[k] for k in path_keys if isinstance(fields[k], str)}
+        path_keys |= {
+            k for k in _NAMED_BY_PATH if isinstance(fields.get(k), str) and fields[k] in written
+        }
+        if path_keys:
+            paths[name] = {k: v for k, v in fields.items() if k in path_keys}
+        rest = {k: v for k, v in fields.items() if k not in path_keys}
+        if rest:
+            settings[name] = rest
+    return settings, paths
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -26,20 +26,21 @@ def command(a: str, b: str, as_json: bool) -> None:
     """
     side_a, side_b = load_side(a), load_side(b)
     groups = compare(side_a, side_b)
+    differ = any(g.counted for g in groups)  # run paths alone are no difference
     if as_json:
         ui.emit_json(
             {
                 "a": side_a.label,
                 "b": side_b.label,
-                "identical": not groups,
+                "identical": not differ,
                 "groups": [g.to_json() for g in groups],
             }
         )
-    elif not groups:
-        ui.out.print(f"[green]✓[/] no differences between {ui.escape(a)} and {ui.escape(b)}")
     else:
+        if not differ:
+            ui.out.print(f"[green]✓[/] no differences between {ui.escape(a)} and {ui.escape(b)}")
         print_groups(a, b, groups)
-    sys.exit(EXIT_DRIFT if groups else 0)
+    sys.exit(EXIT_DRIFT if differ else 0)
 
 
 def show(value: Any) -> str:
@@ -51,12 +52,14 @@ def show(value: Any) -> str:
 
 
 def print_groups(a: str, b: str, groups: list[Group]) -> None:
-    total = sum(len(g.changes) for g in groups)
-    ui.out.print(
-        f"[bold]{total} difference(s)[/] between A = {ui.escape(a)} and B = {ui.escape(b)}"
-    )
+    total = sum(len(g.changes) for g in groups if g.counted)
+    if total:
+        ui.out.print(
+            f"[bold]{total} difference(s)[/] between A = {ui.escape(a)} and B = {ui.escape(b)}"
+        )
     for group in groups:
-        ui.out.print(f"\n[bold]{group.name}[/]")
+        note = "" if group.counted else f" [dim]({ui.escape(group.note)})[/]"
+        ui.out.print(f"\n[bold]{group.name}[/]{note}")
         table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 2))
         table.add_column("key", no_wrap=True)
         table.add_column("change", overflow="fold")

@@ -12,7 +12,7 @@ from typing import Any
 
 from envlock import ui
 from envlock.checkpoint.reader import CHECKPOINT_SUFFIXES, read_checkpoint_config
-from envlock.checkpoint.runfiles import hyperparameters, newest_run_dir
+from envlock.checkpoint.runfiles import hyperparameters, newest_run_dir, split_run_paths
 from envlock.cuda import is_cuda_library
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
@@ -29,6 +29,8 @@ class Side:
     checkpoint_config: dict[str, Any] | None = None
     # {file: {field: value}} from config.json, training_args.bin, optimizer param_groups, ...
     run_files: dict[str, Any] | None = None
+    # {file: {field: path}}: where the run wrote (training_args.bin's output_dir, ...)
+    run_paths: dict[str, Any] | None = None
 
     def packages(self) -> dict[str, str]:
         if self.snapshot is not None:
@@ -69,6 +71,12 @@ class Side:
             flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
         return flat
 
+    def paths(self) -> dict[str, Any]:
+        flat: dict[str, Any] = {}
+        for name, fields in (self.run_paths or {}).items():
+            flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
+        return flat
+
     def cache(self) -> dict[str, Any] | None:
         return (self.snapshot or {}).get("cache")
 
@@ -106,11 +114,13 @@ class Group:
     name: str
     changes: tuple[Change, ...] = field(default_factory=tuple)
     note: str = ""
+    counted: bool = True  # False: shown, but the sides do not differ for it (run paths)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "note": self.note,
+            "counted": self.counted,
             "changes": [{"key": c.key, "a": c.a, "b": c.b, "kind": c.kind} for c in self.changes],
         }
 
@@ -121,14 +131,14 @@ def load_side(path: str) -> Side:
     if target.is_dir():
         snapshot = load_snapshot(target) if (target / SNAPSHOT_FILE).exists() else None
         config = checkpoint_config(target)
-        run = run_hyperparameters(target)
-        if snapshot is None and config is None and run is None:
+        run, paths = run_hyperparameters(target)
+        if snapshot is None and config is None and run is None and paths is None:
             raise UsageError(
                 f"{target}: holds neither {SNAPSHOT_FILE} nor a checkpoint",
                 hint="pass a snapshot file, a checkpoint dir or a lock",
             )
         lock = snapshot_lock(snapshot, target) if snapshot is not None else None
-        return Side(str(target), lock, snapshot, config, run)
+        return Side(str(target), lock, snapshot, config, run, paths)
     if not target.is_file():
         raise UsageError(f"{target}: no such file or directory")
     if target.name.startswith("pylock.") and target.suffix == ".toml":
@@ -173,13 +183,16 @@ def checkpoint_config(directory: Path) -> dict[str, Any] | None:
     return None
 
 
-def run_hyperparameters(directory: Path) -> dict[str, Any] | None:
+def run_hyperparameters(directory: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """config.json, training_args.bin, optimizer param_groups, ... of `directory` or of its
-    newest checkpoint-N/ (read without torch, never executed), or None if it has none."""
+    newest checkpoint-N/ (read without torch, never executed), and apart from them the paths
+    the run wrote to (output_dir, ...); None for either it has none of."""
     run_dir = newest_run_dir(directory)
     if run_dir is None:
-        return None
-    return redact_config(hyperparameters(run_dir)) or None  # training args may hold a token
+        return None, None
+    found = redact_config(hyperparameters(run_dir))  # training args may hold a token
+    settings, paths = split_run_paths(found)
+    return settings or None, paths or None
 
 
 # -- comparing ----------------------------------------------------------------------------
@@ -251,6 +264,10 @@ def compare(a: Side, b: Side) -> list[Group]:
     ]
     if a.config() and b.config():  # a lock, or a run that passed none, has no config
         groups.append(Group("hyperparameters", mapping_changes(a.config(), b.config())))
+    if a.paths() and b.paths():
+        # Every two runs write to different places: shown, never a difference by itself.
+        changes = mapping_changes(a.paths(), b.paths())
+        groups.append(Group("run paths", changes, RUN_PATHS_NOTE, counted=False))
     if a.snapshot is not None and b.snapshot is not None:
         # Observed facts exist only in snapshots; a lock side has none to compare.
         groups += [
@@ -259,6 +276,9 @@ def compare(a: Side, b: Side) -> list[Group]:
             Group("hardware and driver", mapping_changes(a.hardware(), b.hardware())),
         ]
     return [g for g in groups if g.changes]
+
+
+RUN_PATHS_NOTE = "where each run wrote its files, not how it trained: not counted"
 
 
 # Set by envlock run from the build fingerprint: reported under "compile cache" instead.
