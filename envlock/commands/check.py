@@ -19,8 +19,7 @@ from envlock.errors import EXIT_DRIFT
 from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import (
     Context,
-    check,
-    check_container,
+    check_all,
     held_context,
     hold_notice,
 )
@@ -34,12 +33,9 @@ def check_member(
     ctx: Context, progress: Progress, *, deep: bool, strict: bool, as_json: bool
 ) -> MemberResult:
     """check on one fleet member: its generation, lock, hold and drift."""
-    container = check_container(ctx)
-    if container is not None and not container.running:
-        drifts = list(container.drifts)
+    _container, state, drifts = check_all(ctx, deep=deep)
+    if state is None:
         return MemberResult(EXIT_DRIFT, "drift", drift=len(drifts), note="container not running")
-    state, drifts = check(ctx, deep=deep)
-    drifts = list(container.drifts if container else ()) + drifts
     held = held_context(ctx, state)
     gen = state.current_generation
     for d in drifts:
@@ -71,13 +67,9 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
 
     After `envlock rollback`, the active generation is judged against its own lock: the
     rollback itself is a notice (exit 0, or 1 with --strict)."""
-    container = check_container(ctx)
     with ui.status("checking", quiet=as_json or not deep):
-        if container is not None and not container.running:
-            state, drifts = None, list(container.drifts)  # nothing inside can be reached
-        else:
-            state, drifts = check(ctx, deep=deep, meanwhile=ui.prepare)
-            drifts = list(container.drifts if container else ()) + drifts
+        # state is None when the container does not run: nothing inside can be reached.
+        _container, state, drifts = check_all(ctx, deep=deep, meanwhile=ui.prepare)
     checked = state.files.checked if state and state.files else 0
     notice = hold_notice(ctx, state) if state else None
     held = held_context(ctx, state) if state else None

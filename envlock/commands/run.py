@@ -11,7 +11,7 @@ import click
 from envlock import ui
 from envlock.commands.common import across_fleet, drift_table, print_fixes, with_context
 from envlock.errors import UsageError
-from envlock.reconcile.context import Context, check, check_container, hold_notice
+from envlock.reconcile.context import Context, check_all, hold_notice
 from envlock.reconcile.kinds import Drift, blocking
 from envlock.runs.environment import (
     SCRUBBED,
@@ -65,11 +65,12 @@ def command(
         raise UsageError("no command given", hint="envlock run PROFILE -- python train.py")
     # A snapshot records the cache's warmth and the active generation's own lock.
     wanted = bool(snapshot_dir)
-    container = check_container(ctx)  # the container's drift refuses a run like any other
-    if container is not None and not container.running:
-        refuse(ctx, "the container is not running", list(container.drifts))
-    state, drifts = check(ctx, deep=deep, warmth=wanted, lock=wanted, meanwhile=ui.prepare)
-    drifts = [*(container.drifts if container else ()), *drifts]
+    # The container's drift refuses a run like any other.
+    _container, state, drifts = check_all(
+        ctx, deep=deep, warmth=wanted, lock=wanted, meanwhile=ui.prepare
+    )
+    if state is None:
+        refuse(ctx, "the container is not running", drifts)
     refusing = blocking(drifts)
     if state.current is None or not state.in_generation:
         refuse(ctx, "no working environment on the target", drifts)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envlock.errors import OperationError
 from envlock.lock import Lock, load_fresh_lock, parse_lock, read_lock, stale_reasons
 from envlock.profile import Profile, load_profile
 from envlock.reconcile.agentcall import call_agent
@@ -188,6 +189,41 @@ def hold_notice(ctx: Context, state: State) -> str | None:
         f"rolled back: generation {gen.number} (lock {held.lock.short_hash}) is active; "
         f"the profile's lock is {ctx.lock.short_hash} — `envlock apply` returns to it"
     )
+
+
+def check_all(
+    ctx: Context,
+    *,
+    deep: bool = False,
+    warmth: bool = False,
+    lock: bool = False,
+    meanwhile: Callable[[], object] | None = None,
+) -> tuple[ContainerCheck | None, State | None, list[Drift]]:
+    """The container's drift (its provisioner asks the API) and the probe inside it, asked at
+    once: each is a round trip and neither needs the other. The state is None when the
+    container does not run (the probe's failure is then the expected one); the drift is the
+    container's first, then the environment's."""
+    provisioner = ctx.provisioner
+    if provisioner is None:
+        state, drifts = check(ctx, deep=deep, warmth=warmth, lock=lock, meanwhile=meanwhile)
+        return None, state, drifts
+    found: list[ContainerCheck] = []
+
+    def ask_api() -> None:
+        found.append(provisioner.check())
+        if meanwhile is not None:
+            meanwhile()
+
+    try:
+        state, drifts = check(ctx, deep=deep, warmth=warmth, lock=lock, meanwhile=ask_api)
+    except OperationError:
+        if found and not found[0].running:
+            return found[0], None, list(found[0].drifts)
+        raise
+    container = found[0]
+    if not container.running:
+        return container, None, list(container.drifts)
+    return container, state, [*container.drifts, *drifts]
 
 
 def check_container(ctx: Context) -> ContainerCheck | None:
