@@ -20,8 +20,6 @@ from envlock.runs.environment import (
     generation_dir,
 )
 from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remote
-from envlock.runs.snapshot import build_snapshot
-from envlock.runs.snapshot_file import write_snapshot
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True})
@@ -92,6 +90,10 @@ def command(
             )
         env.update(compile_artifacts_env(os.path.abspath(artifacts)))
     if snapshot_dir:
+        # Imported here: every run pays start-up before the command starts; few snapshot.
+        from envlock.runs.snapshot import build_snapshot
+        from envlock.runs.snapshot_file import write_snapshot
+
         data = build_snapshot(ctx, state, environ=env, command=argv)
         ui.info(f"envlock: snapshot written to {write_snapshot(snapshot_dir, data)}")
     gen = generation_dir(ctx.profile, state)
