@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace `path` with `data` so readers see the old or the new file, never a part."""
+    import tempfile  # here: commands that only read (check, run) do not load it
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -397,6 +396,8 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
     """Run uv to resolve the profile; returns the full lock text. `extra_args` go to
     `uv pip compile` as they are (`envlock add` asks for `--no-deps` to find a newest)."""
     links = find_links_for(profile)
+    import tempfile  # resolving only: checks and runs read a lock, never resolve
+
     with tempfile.TemporaryDirectory(prefix="envlock-lock-") as tmp:
         input_file = Path(tmp) / "pyproject.toml"
         input_file.write_text(resolver_input(profile, links))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,6 +124,8 @@ def ask_index(
     env.pop("UV_FIND_LINKS", None)  # the index alone
     # A best-effort question: an unreachable index answers at once, not after retries.
     env.setdefault("UV_HTTP_RETRIES", "0")
+    import tempfile  # resolving only
+
     with tempfile.TemporaryDirectory(prefix="envlock-index-") as tmp:
         project_file = Path(tmp) / "pyproject.toml"
         project_file.write_text(project)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -80,6 +79,8 @@ def communicate(
         if isinstance(stdin, bytes):
             proc.stdin.write(stdin)
         elif stdin is not None:
+            import shutil  # only for streamed input (cache restore): not every command's
+
             shutil.copyfileobj(stdin, proc.stdin, 1 << 20)  # streamed: no copy in memory
         proc.stdin.close()
     except BrokenPipeError:
