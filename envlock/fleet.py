@@ -9,15 +9,25 @@ and a table with the members that differ first.
 
 Ctrl-C stops scheduling: members in flight finish (the agent on a target runs under its
 root's lock and either finishes or leaves the root as it was), the rest are "not started".
+Their ssh clients run in sessions of their own, so the Ctrl-C a terminal sends to its whole
+foreground process group does not cut them. A second Ctrl-C stops waiting for them: their
+local ssh clients end, their agents finish on their own.
+
+`--json` prints one document (schema FLEET_SCHEMA): {"schema", "members": [one object per
+member: member, vmid, node, name, status, exit, result, generation, lock, hold, drift, note,
+seconds, and the command's own fields], "fleet": {profile, lock, members, summary, exit,
+interrupted}}.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import queue
+import signal
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -27,10 +37,12 @@ from envlock import ui
 from envlock.errors import EXIT_FAILED, EXIT_INTERRUPTED, EnvlockError, UsageError
 from envlock.proxmox.fleet import Member, list_members, restrict
 from envlock.reconcile.context import Context
-from envlock.targets.pct import ContainerNotRunning
+from envlock.targets.pct import ContainerNotRunning, PctTransport
+from envlock.targets.ssh import Sessions
 
 Progress = Callable[[str], None]
 DEFAULT_JOBS = 4
+FLEET_SCHEMA = 1  # the --json document's; raised when a field changes meaning
 # The exit codes from best to worst: a fleet exits with its worst member's.
 SEVERITY = (0, 1, 2, 3)
 
@@ -57,14 +69,18 @@ def is_fleet(ctx: Context) -> bool:
     return getattr(ctx.profile.target.settings, "fleet", None) is not None
 
 
-def member_context(ctx: Context, member: Member) -> Context:
-    """The fleet's context narrowed to one member: same profile and lock, its own target."""
+def member_context(ctx: Context, member: Member, sessions: Sessions | None = None) -> Context:
+    """The fleet's context narrowed to one member: same profile and lock, its own target
+    (its ssh clients in `sessions`, when given)."""
     target = ctx.profile.target
     settings = target.settings.member(member.vmid, member.node)
     profile = dataclasses.replace(
         ctx.profile, target=dataclasses.replace(target, settings=settings)
     )
-    return Context(profile, ctx.lock, profile.target.transport(), ctx.stale)
+    transport = profile.target.transport()
+    if sessions is not None and isinstance(transport, PctTransport):
+        transport.node.sessions = sessions
+    return Context(profile, ctx.lock, transport, ctx.stale)
 
 
 def members_of(ctx: Context, on: tuple[str, ...]) -> list[Member]:
@@ -102,6 +118,13 @@ class Fleet:
         self.members = members
         self.quiet = quiet
         self.stop = threading.Event()
+        self.fail_fast = False
+        self.failed_first: Member | None = None  # what --fail-fast stopped after
+        self.sessions = Sessions()
+        self.results: dict[Member, MemberResult] = {}
+        self.in_flight: dict[Member, float] = {}  # when each started
+        self.finished: queue.SimpleQueue[Member | None] = queue.SimpleQueue()
+        self.interrupts = 0
         self.node_locks = {m.node: threading.Lock() for m in members}
         self.node_ready: dict[str, EnvlockError | None] = {}
 
@@ -127,12 +150,12 @@ class Fleet:
     def run_member(self, member: Member, work: Work, include_stopped: bool) -> MemberResult:
         if self.stop.is_set():
             return MemberResult(0, "not started", note="interrupted before it started")
-        started = time.perf_counter()
+        started = self.in_flight[member] = time.perf_counter()
         progress = self.progress(member)
         try:
             if not member.running and not include_stopped:
                 raise ContainerNotRunning(f"container {member.vmid} is {member.status}")
-            mctx = member_context(self.ctx, member)
+            mctx = member_context(self.ctx, member, self.sessions)
             self.open_node(member, mctx)
             result = work(mctx, progress)
         except ContainerNotRunning as exc:
@@ -141,45 +164,111 @@ class Fleet:
             result = MemberResult(exc.exit_code, "failed", note=exc.message)
         except Exception as exc:  # one member's bug must not hide the others' results
             result = MemberResult(EXIT_FAILED, "failed", note=f"{type(exc).__name__}: {exc}")
+        if self.fail_fast and result.code >= 2 and not self.stop.is_set():
+            # Set before this worker takes the next member: none starts after a failure.
+            self.failed_first = member
+            self.stop.set()
         result.seconds = time.perf_counter() - started
         progress(f"{result.result}" + (f": {result.note}" if result.note else ""))
         return result
 
+    def worker(self, todo: queue.SimpleQueue[Member], work: Work, include_stopped: bool) -> None:
+        while True:
+            try:
+                member = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                result = self.run_member(member, work, include_stopped)
+            except Exception as exc:  # the summary must come, whatever went wrong here
+                result = MemberResult(EXIT_FAILED, "failed", note=f"{type(exc).__name__}: {exc}")
+            self.results[member] = result
+            self.in_flight.pop(member, None)
+            self.finished.put(member)
+
     def run(
         self, work: Work, *, jobs: int, fail_fast: bool, include_stopped: bool
     ) -> tuple[dict[Member, MemberResult], bool]:
-        """Every member's result, and whether an interrupt stopped the scheduling."""
-        results: dict[Member, MemberResult] = {}
+        """Every member's result, and whether an interrupt stopped the scheduling.
+
+        The workers are daemon threads: after a second Ctrl-C, envlock stops waiting for
+        the members in flight and may exit while their agents finish on their own."""
+        if jobs < 1:
+            raise UsageError(f"--jobs expects at least 1, found {jobs}")
+        self.fail_fast = fail_fast
+        todo: queue.SimpleQueue[Member] = queue.SimpleQueue()
+        for member in self.members:
+            todo.put(member)
+        for n in range(min(jobs, len(self.members))):
+            worker = threading.Thread(
+                target=self.worker,
+                args=(todo, work, include_stopped),
+                name=f"envlock-member-{n}",
+                daemon=True,
+            )
+            worker.start()
         interrupted = False
-        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="envlock-member")
-        futures: dict[Future[MemberResult], Member] = {
-            pool.submit(self.run_member, m, work, include_stopped): m for m in self.members
-        }
-        pending = set(futures)
-        while pending:
-            try:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            except KeyboardInterrupt:
-                if interrupted:
-                    raise  # a second Ctrl-C: stop waiting
-                interrupted = True
-                self.stop.set()
-                ui.error(
-                    "interrupted: no new member starts; waiting for those in flight to "
-                    "finish (Ctrl-C again to stop waiting)"
-                )
-                continue
-            for future in done:
-                result = future.result()
-                results[futures[future]] = result
-                if fail_fast and result.code >= 2 and result.result != "not started":
+        with self.interrupts_counted():
+            while len(self.results) < len(self.members):
+                with contextlib.suppress(queue.Empty):
+                    self.finished.get(timeout=0.2)
+                if self.interrupts and not interrupted:
+                    interrupted = True
                     self.stop.set()
-        pool.shutdown(wait=True)
-        if fail_fast:
+                    ui.error(
+                        "interrupted: no new member starts; waiting for those in flight to "
+                        "finish (Ctrl-C again to stop waiting)"
+                    )
+                if self.interrupts > 1:
+                    self.abandon()
+                    break
+        results = {m: self.results.get(m) or self.left(m) for m in self.members}
+        if self.failed_first is not None and not interrupted:
             for result in results.values():
-                if result.result == "not started" and not interrupted:
-                    result.note = "--fail-fast: a member failed before it started"
+                if result.result == "not started":
+                    result.note = f"--fail-fast: {self.failed_first.label} failed"
         return results, interrupted
+
+    @contextlib.contextmanager
+    def interrupts_counted(self) -> Iterator[None]:
+        """Ctrl-C (or SIGTERM) counted rather than raised while the members run, so that
+        one arriving anywhere in the waiting loop is handled the same way."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def count(signum: int, frame: object) -> None:
+            self.interrupts += 1
+            self.finished.put(None)  # wakes the loop (SimpleQueue.put is reentrant)
+
+        previous = {sig: signal.signal(sig, count) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+    def abandon(self) -> None:
+        """Stop waiting for the members in flight: their local ssh clients end, their agents
+        finish on their own (under their roots' locks)."""
+        self.sessions.end()
+        shown = ", ".join(m.label for m in self.members if m in self.in_flight) or "none"
+        ui.error(f"interrupted again: not waiting for the members in flight ({shown})")
+
+    def left(self, member: Member) -> MemberResult:
+        """The result of a member that a second Ctrl-C stopped waiting for, or never ran."""
+        started = self.in_flight.get(member)
+        if started is not None:
+            seconds = time.perf_counter() - started
+            return MemberResult(EXIT_FAILED, "interrupted", note=NOT_WAITED, seconds=seconds)
+        return MemberResult(0, "not started", note="interrupted before it started")
+
+
+# A member in flight that a second Ctrl-C stopped waiting for.
+NOT_WAITED = (
+    "not waited for after a second Ctrl-C: its agent finishes or leaves the root as it was "
+    "(`envlock check` shows where it ended)"
+)
 
 
 def run_fleet(
@@ -192,11 +281,12 @@ def run_fleet(
     fail_fast: bool = False,
     include_stopped: bool = False,
     command: str = "",
+    members: list[Member] | None = None,
 ) -> NoReturn:
-    """Run `work` on every selected member, print the summary and exit with the worst code."""
-    if jobs < 1:
-        raise UsageError(f"--jobs expects at least 1, found {jobs}")
-    members = members_of(ctx, on)
+    """Run `work` on every selected member (or on `members`, already selected), print the
+    summary and exit with the worst code."""
+    if members is None:
+        members = members_of(ctx, on)
     fleet = Fleet(ctx, members, quiet=as_json)
     if not as_json:
         ui.info(f"{command}: {len(members)} container(s), {min(jobs, len(members))} at a time")
@@ -209,6 +299,7 @@ def run_fleet(
     if as_json:
         ui.emit_json(
             {
+                "schema": FLEET_SCHEMA,
                 "members": [member_json(m, r) for m, r in ordered],
                 "fleet": {
                     "profile": ctx.profile.name,

@@ -28,7 +28,8 @@ from envlock.commands.common import (
     refuse_on,
 )
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE, INTERRUPTED, UsageError
-from envlock.fleet import MemberResult, Progress, is_fleet, run_fleet
+from envlock.fleet import Fleet, MemberResult, Progress, is_fleet, members_of, run_fleet
+from envlock.proxmox.fleet import Member
 from envlock.reconcile.context import Context, check, check_container, open_context
 from envlock.reconcile.execute import execute, verify_after
 from envlock.reconcile.kinds import Drift
@@ -93,7 +94,9 @@ def command(
             raise UsageError("--from-snapshot acts on one container: not across a fleet")
         if restart and ctx.profile.container is None:
             raise UsageError("--restart needs a proxmox-lxc target with a [container] table")
-        confirm(yes)
+        members = members_of(ctx, on)
+        if not yes:
+            confirm_fleet(ctx, members, jobs=jobs, deep=deep, restart=restart, as_json=as_json)
         work = functools.partial(apply_member, deep=deep, restart=restart, no_wait=no_wait)
         run_fleet(
             ctx,
@@ -104,6 +107,7 @@ def command(
             fail_fast=fail_fast,
             include_stopped=ctx.profile.container is not None,  # apply starts them
             command="apply",
+            members=members,  # those whose plans were shown
         )
     refuse_on(on, fail_fast)
     progress = progress_printer(as_json)
@@ -256,13 +260,73 @@ def apply_member(
     )
 
 
-def confirm(yes: bool) -> None:
+class Previewed(Exception):
+    """Raised by a preview's gate: what apply would change, before it changes anything."""
+
+    def __init__(self, steps: list[Drift], plan: Plan | None) -> None:
+        self.steps = steps
+        self.plan = plan
+
+
+def preview_member(ctx: Context, progress: Progress, *, deep: bool, restart: bool) -> MemberResult:
+    """What apply would do on one fleet member: apply's own path, stopped at its gate."""
+
+    def stop(steps: list[Drift], plan: Plan | None) -> None:
+        raise Previewed(steps, plan)
+
+    try:
+        done = converge(
+            ctx,
+            deep=deep,
+            restart=restart,
+            no_wait=True,
+            snapshot_dir=None,
+            progress=None,
+            gate=stop,
+        )
+    except Previewed as seen:
+        lines = [f"container: {d.kind} {d.subject}: {d.expected} → {d.actual}" for d in seen.steps]
+        counts = [f"{len(seen.steps)} container change(s)"] if seen.steps else []
+        if seen.plan is None:
+            lines.append("then: converge the environment inside once the container runs")
+        else:
+            lines += [f"{n}. {a.description}" for n, a in enumerate(seen.plan.actions, 1)]
+            counts += [f"{len(seen.plan.actions)} action(s)"] if seen.plan.actions else []
+        return MemberResult(EXIT_DRIFT, "to do", note=", ".join(counts), data={"lines": lines})
+    return MemberResult(0, "nothing to do", note=done.plan.reason or "in sync")
+
+
+def confirm_fleet(
+    ctx: Context, members: list[Member], *, jobs: int, deep: bool, restart: bool, as_json: bool
+) -> None:
+    """Every member's plan, prefixed by node/vmid, then one question for the whole fleet
+    (none when no member has anything to do)."""
+    if not as_json:
+        ui.info(f"apply: planning {len(members)} container(s), {min(jobs, len(members))} at a time")
+    work = functools.partial(preview_member, deep=deep, restart=restart)
+    results, interrupted = Fleet(ctx, members, quiet=True).run(
+        work, jobs=jobs, fail_fast=False, include_stopped=ctx.profile.container is not None
+    )
+    if interrupted:
+        raise KeyboardInterrupt  # nothing changed yet
+    console = ui.err if as_json else ui.out  # --json keeps stdout for its document
+    for member in members:
+        result = results[member]
+        head = result.result + (f": {result.note}" if result.note else "")
+        for line in [head, *(f"  {line}" for line in result.data.get("lines", []))]:
+            console.print(ui.untrusted(f"{member.label}: {line}"))
+    pending = sum(results[m].result == "to do" for m in members)
+    if pending:
+        confirm(False, f"apply these plans to {pending} container(s)?")
+
+
+def confirm(yes: bool, question: str = "apply this plan?") -> None:
     if yes:
         return
     if not sys.stdin.isatty():
         ui.error("refusing to act without confirmation: pass -y (stdin is not a terminal)")
         sys.exit(EXIT_USAGE)
-    if not click.confirm("apply this plan?", err=True):
+    if not click.confirm(question, err=True):
         # The plan stays pending, as `envlock plan` would report it.
         ui.info("nothing changed")
         sys.exit(EXIT_DRIFT)

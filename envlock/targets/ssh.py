@@ -14,7 +14,9 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -39,10 +41,49 @@ def control_dir() -> Path:
     return path
 
 
+class Sessions:
+    """ssh clients started in sessions of their own, for a fleet's members: a terminal's
+    Ctrl-C goes to its whole foreground process group, and the fleet lets the members in
+    flight finish rather than lose their connections. `end()` ends the local clients still
+    running (when a second Ctrl-C stops waiting for them) and refuses new ones."""
+
+    def __init__(self) -> None:
+        self.live: set[subprocess.Popen[bytes]] = set()
+        self.lock = threading.Lock()
+        self.ended = False
+
+    @contextmanager
+    def started(self, argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+        with self.lock:
+            if self.ended:
+                raise OperationError("interrupted: no new connection starts")
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            self.live.add(proc)
+        try:
+            yield proc
+        finally:
+            with self.lock:
+                self.live.discard(proc)
+
+    def end(self) -> None:
+        with self.lock:
+            self.ended = True
+            for proc in self.live:
+                proc.terminate()  # a no-op once it has exited
+
+
 class SshTransport:
     """Runs argv on a host over ssh; also the first hop of the pct transport."""
 
     system_python = "python3"
+    # None: ssh runs in envlock's own process group (it gets the terminal's Ctrl-C).
+    sessions: Sessions | None = None
 
     def __init__(
         self,
@@ -104,10 +145,14 @@ class SshTransport:
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:
         full = [*self.ssh_argv(), self.remote_command(argv, env)]
-        proc = subprocess.Popen(
-            full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        result = communicate(proc, argv, stdin, on_stderr_line)
+        if self.sessions is not None:
+            with self.sessions.started(full) as proc:
+                result = communicate(proc, argv, stdin, on_stderr_line)
+        else:
+            proc = subprocess.Popen(
+                full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            result = communicate(proc, argv, stdin, on_stderr_line)
         if result.exit_code == SSH_FAILED:
             self.raise_for_connection(result)
         return result
