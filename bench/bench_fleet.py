@@ -1,0 +1,210 @@
+"""Benchmark `envlock check` across a fleet: 3 containers on 2 nodes, --jobs 3 vs --jobs 1.
+
+    python -m pytest bench/bench_fleet.py -p tests.remote.fixtures -q -s
+
+It needs what the remote tests need (root, lxc, debootstrap, sshd; `make test` installs them)
+and builds the fleet of tests/test_fleet.py: the fake Proxmox API lists three real LXC
+containers behind the test `pct`, two on pve1 and one on pve2, and both node names reach the
+test sshd on loopback (127.0.0.1 and localhost: two ways of connecting, so two ssh masters).
+Measured, each as a median of fresh `envlock` processes, --jobs 1 and --jobs 3 interleaved:
+  * check with cold masters (a fresh control directory): time, new ssh connections (sshd's
+    log) per node, master sockets, ssh processes (round trips) per node
+  * check with the masters warm (the next command within ControlPersist)
+  * the ratio --jobs 3 / --jobs 1 of each
+Then one member is rolled back and the human summary of a check is kept as a transcript.
+Results: bench/results/fleet.json and a table on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests.remote.fixtures import Node
+from tests.test_fleet import fleet_target
+from tests.test_remote import envlock_env, write_profile
+from tests.wheelhouse import build_wheelhouse
+
+RESULTS = Path(__file__).resolve().parent / "results" / "fleet.json"
+RUNS = 5
+NODES = {"127.0.0.1": "pve1", "localhost": "pve2"}  # ssh host -> Proxmox node
+
+
+def ssh_shim(directory: Path) -> tuple[dict[str, str], Path]:
+    """An `ssh` first on PATH that logs each invocation's host, then runs the real one."""
+    directory.mkdir()
+    log = directory / "hosts"
+    real = shutil.which("ssh")
+    shim = directory / "ssh"
+    # The host is the argument before "--" (SshTransport.ssh_argv ends with HOST --).
+    shim.write_text(
+        "#!/bin/sh\n"
+        'prev=""\n'
+        'for a in "$@"; do [ "$a" = "--" ] && break; prev="$a"; done\n'
+        f'echo "$prev" >> "{log}"\n'
+        f'exec {real} "$@"\n'
+    )
+    shim.chmod(0o755)
+    env = envlock_env(PATH=f"{directory}:{os.environ['PATH']}")
+    return env, log
+
+
+def accepted(node: Node) -> int:
+    return node.sshd_log.read_text(errors="replace").count("Accepted publickey")
+
+
+def sockets(runtime: Path) -> list[Path]:
+    found = runtime / f"envlock-ssh-{os.getuid()}"
+    return [p for p in found.iterdir() if p.is_socket()] if found.is_dir() else []
+
+
+def close_masters(runtime: Path) -> None:
+    for socket in sockets(runtime):
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "fleet-master"],
+            capture_output=True,
+            check=False,
+        )
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+def measure(
+    argv: list[str], env: dict[str, str], log: Path, node: Node, runtime: Path
+) -> dict[str, Any]:
+    log.write_text("")
+    connections = accepted(node)
+    started = time.perf_counter()
+    done = subprocess.run(
+        argv, env={**env, "XDG_RUNTIME_DIR": str(runtime)}, capture_output=True, text=True
+    )
+    elapsed = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr
+    time.sleep(0.2)  # sshd writes its log line after the session
+    hosts = Counter(log.read_text().split())
+    return {
+        "seconds": elapsed,
+        "connections": accepted(node) - connections,
+        "masters": len(sockets(runtime)),
+        "round_trips": {NODES[h]: n for h, n in sorted(hosts.items())},
+        "member_seconds": [m["seconds"] for m in json.loads(done.stdout)["members"]],
+    }
+
+
+def median(samples: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(s[key] for s in samples)
+
+
+def check_pair(
+    check: list[str], env: dict[str, str], log: Path, node: Node
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One check with cold masters, then one with the same masters warm."""
+    runtime = Path(tempfile.mkdtemp(prefix="fleet-"))  # a socket path must stay short
+    try:
+        cold = measure(check, env, log, node, runtime)
+        warm = measure(check, env, log, node, runtime)
+    finally:
+        close_masters(runtime)
+    return cold, warm
+
+
+def test_bench_fleet(
+    tmp_path: Path,
+    node_sshd: Node,
+    lxc_container: Any,
+    fakepve: Any,
+    fakepve_url: str,
+    fakepve_cafile: str,
+) -> None:
+    wheels = build_wheelhouse(tmp_path / "wheels")
+    a, b, c = (lxc_container(mounts=[(wheels, str(wheels))]) for _ in range(3))
+    for vmid, node in ((a, "pve1"), (b, "pve1"), (c, "pve2")):
+        fakepve.add_ct(vmid, node=node, status="running", config={"tags": "train"})
+    select = 'select = { tags = ["train"] }'
+    target = fleet_target(node_sshd, tmp_path, fakepve_url, fakepve_cafile, select)
+    base = tmp_path / "fleet"
+    profile = write_profile(base, wheels, target).rename(base / "fleet.toml")
+    env, log = ssh_shim(tmp_path / "shim")
+    envlock = [sys.executable, "-m", "envlock"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([*envlock, *args], env=env, capture_output=True, text=True, cwd=base)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    run("lock", "fleet.toml")
+    run("apply", "-y", "--jobs", "3", "fleet.toml")
+    samples: dict[int, dict[str, list[dict[str, Any]]]] = {
+        jobs: {"cold": [], "warm": []} for jobs in (1, 3)
+    }
+    for _ in range(RUNS):
+        for jobs in (1, 3):
+            check = [*envlock, "check", "--json", "--jobs", str(jobs), str(profile)]
+            cold, warm = check_pair(check, env, log, node_sshd)
+            samples[jobs]["cold"].append(cold)
+            samples[jobs]["warm"].append(warm)
+
+    results: dict[str, Any] = {"runs": RUNS, "containers": 3, "nodes": len(NODES)}
+    for jobs in (1, 3):
+        for mode in ("cold", "warm"):
+            got = samples[jobs][mode]
+            results[f"check_{mode}_jobs{jobs}_s"] = median(got, "seconds")
+            results[f"check_{mode}_jobs{jobs}_connections"] = median(got, "connections")
+            results[f"check_{mode}_jobs{jobs}_member_s"] = statistics.median(
+                s for sample in got for s in sample["member_seconds"]
+            )
+        colds = samples[jobs]["cold"]
+        results[f"check_cold_jobs{jobs}_masters"] = median(colds, "masters")
+        results[f"check_cold_jobs{jobs}_round_trips"] = {
+            node: statistics.median(s["round_trips"].get(node, 0) for s in colds)
+            for node in NODES.values()
+        }
+    for mode in ("cold", "warm"):
+        results[f"ratio_{mode}_jobs3_vs_jobs1"] = (
+            results[f"check_{mode}_jobs3_s"] / results[f"check_{mode}_jobs1_s"]
+        )
+    for jobs in (1, 3):
+        results[f"connections_per_node_jobs{jobs}"] = (
+            results[f"check_cold_jobs{jobs}_connections"] / results["nodes"]
+        )
+
+    # The summary a user reads: one member rolled back to the previous lock.
+    fleet_toml = profile.read_text()
+    profile.write_text(fleet_toml.replace('"tinydep==1.0"', '"tinydep==0.9"'))
+    run("lock", "fleet.toml")
+    run("apply", "-y", "--jobs", "3", "fleet.toml")
+    run("rollback", "--on", str(c), "fleet.toml")
+    shown = ["check", "fleet.toml"]
+    summary = run(*shown)
+    results["transcript"] = (
+        f"$ envlock {' '.join(shown)}\n{summary.stderr}{summary.stdout}".splitlines()
+    )
+
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nenvlock check across a fleet: 3 containers, 2 nodes (median of {RUNS})")
+    for mode, words in (("cold", "cold masters"), ("warm", "warm masters")):
+        print(
+            f"  {words:12}: --jobs 1 {results[f'check_{mode}_jobs1_s']:.2f} s, "
+            f"--jobs 3 {results[f'check_{mode}_jobs3_s']:.2f} s "
+            f"(ratio {results[f'ratio_{mode}_jobs3_vs_jobs1']:.2f}); a member "
+            f"{results[f'check_{mode}_jobs1_member_s']:.2f} s / "
+            f"{results[f'check_{mode}_jobs3_member_s']:.2f} s"
+        )
+    for jobs in (1, 3):
+        print(
+            f"  --jobs {jobs}, cold: {results[f'check_cold_jobs{jobs}_connections']:.0f} "
+            f"connection(s) for {results['nodes']} nodes "
+            f"({results[f'connections_per_node_jobs{jobs}']:.1f} per node), "
+            f"{results[f'check_cold_jobs{jobs}_masters']:.0f} master(s), round trips "
+            f"{results[f'check_cold_jobs{jobs}_round_trips']}"
+        )
+    print("\n" + "\n".join(results["transcript"]))
