@@ -29,9 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from envlock import ui
 from envlock.errors import EXIT_FAILED, EXIT_INTERRUPTED, EnvlockError, UsageError
@@ -39,6 +37,11 @@ from envlock.proxmox.fleet import Member, list_members, restrict
 from envlock.reconcile.context import Context
 from envlock.targets.pct import ContainerNotRunning, PctTransport
 from envlock.targets.ssh import Sessions
+
+if TYPE_CHECKING:
+    # Imported where a summary is drawn: every command imports this module for
+    # MemberResult, few draw a fleet's table.
+    from rich.table import Table
 
 Progress = Callable[[str], None]
 DEFAULT_JOBS = 4
@@ -374,6 +377,8 @@ def note_of(result: MemberResult) -> str:
 
 
 def summary_table(ordered: list[tuple[Member, MemberResult]]) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("member", "node", "generation", "lock", "hold", "drift", "result", "time"):
         table.add_column(column)

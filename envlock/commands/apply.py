@@ -35,8 +35,6 @@ from envlock.reconcile.execute import execute, verify_after
 from envlock.reconcile.kinds import Drift
 from envlock.reconcile.plan import Plan, make_plan
 from envlock.reconcile.state import State
-from envlock.runs.snapshot import context_from_snapshot, snapshot_compatibility
-from envlock.runs.snapshot_file import load_snapshot
 from envlock.targets.base import ContainerCheck
 
 
@@ -86,6 +84,8 @@ def command(
     if force and not snapshot_dir:
         raise UsageError("--force goes with --from-snapshot", hint="drop --force")
     if snapshot_dir:
+        from envlock.runs.snapshot import context_from_snapshot  # --from-snapshot only
+
         ctx = context_from_snapshot(profile, snapshot_dir, force=force)
     else:
         ctx = open_context(profile)
@@ -393,6 +393,9 @@ def show_container_steps(drifts: list[Drift], as_json: bool) -> None:
 
 
 def refuse_incompatible(ctx: Context, snapshot_dir: str, state: State) -> None:
+    from envlock.runs.snapshot import snapshot_compatibility
+    from envlock.runs.snapshot_file import load_snapshot
+
     problems = snapshot_compatibility(ctx, load_snapshot(snapshot_dir), state)
     if problems:
         raise UsageError(

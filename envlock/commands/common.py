@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.table import Table
 
 from envlock import ui
 from envlock.errors import UsageError
@@ -15,6 +14,9 @@ from envlock.fleet import DEFAULT_JOBS, MemberResult, is_fleet, one_member, run_
 from envlock.reconcile.context import Context, open_context
 from envlock.reconcile.kinds import Drift
 from envlock.reconcile.plan import Plan
+
+if TYPE_CHECKING:
+    from rich.table import Table  # imported where a table is drawn (see ui: rich is lazy)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -112,6 +114,8 @@ def progress_printer(quiet: bool) -> Callable[[str], None] | None:
 
 def drift_table(drifts: list[Drift]) -> Table:
     """Kind in one column; "subject: expected → actual" and the detail (dim) in the other."""
+    from rich.table import Table
+
     table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 0))
     table.add_column("kind", style="bold", no_wrap=True)
     table.add_column("what", overflow="fold")

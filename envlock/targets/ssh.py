@@ -13,7 +13,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -33,6 +32,8 @@ CONTROL_PERSIST = "60"
 
 def control_dir() -> Path:
     """A private directory for ControlMaster sockets (mode 0700, short path)."""
+    import tempfile  # here: every profile loads this module, few open an ssh connection
+
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     path = Path(base) / f"envlock-ssh-{os.getuid()}"
     path.mkdir(mode=0o700, exist_ok=True)
