@@ -180,7 +180,7 @@ def measure_main(work: Path, runs: int, results: dict[str, Any]) -> Path:
     samples = []
     rollback_to(profile, 1)
     for i in range(runs):
-        samples.append(rollback_to(profile, 1 + (i % 2)))
+        samples.append(rollback_to(profile, 2 - (i % 2)))
     results["rollback_s"] = statistics.median(s[0] for s in samples)
     results["switch_s"] = statistics.median(s[1] for s in samples)
     results["rename_s"] = median_of(runs, lambda: rename_once(work))

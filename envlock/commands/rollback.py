@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import click
 
@@ -60,17 +61,22 @@ def rollback_member(
 
 
 def rollback_plan(
-    ctx: Context, *, to: int | None, resync: bool, deep: bool
+    ctx: Context,
+    *,
+    to: int | None,
+    resync: bool,
+    deep: bool,
+    meanwhile: Callable[[], object] | None = None,
 ) -> tuple[Plan, State, Context]:
     """The plan of a generation switch or a --resync, the state it starts from, and the
     context that judges the result (the active generation's own lock for a resync)."""
     if resync:
         # The active generation is re-synced to its own lock, whichever the profile names.
-        state = gather_state(ctx, deep=deep, lock=True)
+        state = gather_state(ctx, deep=deep, lock=True, meanwhile=meanwhile)
         own = own_context(ctx, state)
         return resync_plan(state, compute_drift(own.expectation(), state)), state, own
     # A switch needs only the generations and their history: no file verification.
-    state = gather_state(ctx, verify=False)
+    state = gather_state(ctx, verify=False, meanwhile=meanwhile)
     if not any(g.complete for g in state.generations):
         raise UsageError(
             "nothing applied yet: no generation to roll back to",
@@ -128,7 +134,7 @@ def command(
         else:
             ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
         return
-    plan, state, own = rollback_plan(ctx, to=to, resync=resync, deep=deep)
+    plan, state, own = rollback_plan(ctx, to=to, resync=resync, deep=deep, meanwhile=ui.prepare)
     answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
     if resync and not plan.empty:
         verify_after(own, deep=deep)
