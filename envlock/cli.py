@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import traceback
 from importlib import import_module
 
 import click
@@ -50,6 +49,8 @@ class EnvlockGroup(click.Group):
             return super().invoke(ctx)
         except EnvlockError as exc:
             if ctx.obj and ctx.obj.get("verbose"):
+                import traceback
+
                 traceback.print_exc()  # -v shows where; the exit code stays the contract's
             ui.error(str(exc))
             sys.exit(exc.exit_code)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 
 from envlock.errors import OperationError
 
@@ -20,6 +19,8 @@ def uv_path() -> str:
 
         return find_uv_bin()
     except (ImportError, FileNotFoundError):
+        import shutil
+
         found = shutil.which("uv")
         if found:
             return found
