@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 Progress = Callable[[str], None]
-DEFAULT_JOBS = 4
 FLEET_SCHEMA = 1  # the --json document's; raised when a field changes meaning
 # The exit codes from best to worst: a fleet exits with its worst member's.
 SEVERITY = (0, 1, 2, 3)

@@ -10,13 +10,19 @@ import click
 
 from envlock import ui
 from envlock.errors import UsageError
-from envlock.fleet import DEFAULT_JOBS, MemberResult, is_fleet, one_member, run_fleet
-from envlock.reconcile.context import Context, open_context
-from envlock.reconcile.kinds import Drift
-from envlock.reconcile.plan import Plan
 
 if TYPE_CHECKING:
-    from rich.table import Table  # imported where a table is drawn (see ui: rich is lazy)
+    # Imported where used: `inspect` and `diff` need none of the reconciler, and a table
+    # is drawn by few commands (ui: rich is lazy).
+    from rich.table import Table
+
+    from envlock.fleet import MemberResult
+    from envlock.reconcile.context import Context
+    from envlock.reconcile.kinds import Drift
+    from envlock.reconcile.plan import Plan
+
+# How many fleet members a command works on at a time (--jobs).
+DEFAULT_JOBS = 4
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,6 +38,8 @@ def with_context(*, allow_stale: bool = False) -> Callable[[Callable[..., Any]],
     def decorate(func: Callable[..., Any]) -> Any:
         @functools.wraps(func)
         def wrapper(profile: str, **kwargs: Any) -> Any:
+            from envlock.reconcile.context import open_context
+
             return func(open_context(profile, allow_stale=allow_stale), **kwargs)
 
         return profile_argument(wrapper)
@@ -81,6 +89,8 @@ def across_fleet(
     def decorate(func: Callable[..., Any]) -> Any:
         @functools.wraps(func)
         def wrapper(ctx: Context, *, jobs: int, on: tuple[str, ...], **kwargs: Any) -> Any:
+            from envlock.fleet import is_fleet, one_member, run_fleet
+
             if is_fleet(ctx):
                 if work is None or (one(kwargs) if callable(one) else one):
                     return func(one_member(ctx, on, command), **kwargs)
