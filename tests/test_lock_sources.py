@@ -189,7 +189,7 @@ def test_an_offline_lock_asks_no_index(tmp_path: Path, machine: Path, server: In
 
 # -- the pure part, on hand-written uv output ---------------------------------------------
 HERE = Path("/project")
-LOCAL = "file:///opt/wheels/a-1.0-py3-none-any.whl"
+LOCAL = "file:///mnt/wheelhouse/a-1.0-py3-none-any.whl"
 SERVED = "https://index.test/files/a-1.0-py3-none-any.whl"
 
 
@@ -217,7 +217,7 @@ def urls(text: str) -> list[str]:
         ([(LOCAL, "s1")], [(SERVED, "s2")], [LOCAL]),
         ([(LOCAL, "s1")], [], [LOCAL]),
         # two find-links directories with the same file: the index's entry, once
-        ([(LOCAL, "s1"), (LOCAL.replace("opt", "srv"), "s1")], [(SERVED, "s1")], [SERVED]),
+        ([(LOCAL, "s1"), (LOCAL.replace("mnt", "srv"), "s1")], [(SERVED, "s1")], [SERVED]),
         # a wheel under the profile's directory is portable already
         ([("file:///project/w/a-1.0-py3-none-any.whl", "s1")], [(SERVED, "s1")], None),
     ],
