@@ -38,10 +38,11 @@ AGENT_BASE = ("core.py", "statindex.py", "files.py", "gpu.py", "probe.py")
 AGENT_EXTRA = {"apply": ("apply.py",), "cache": ("cache.py",)}
 
 # Unpacks and compiles the agent's modules into one namespace and runs it. The compiled code
-# is kept per envlock build and interpreter (~/.cache/envlock on the target, 0700, written
+# is kept per envlock build and interpreter (~/.cache/envlock on the target, written
 # atomically; anything unreadable there is compiled afresh), so a probe does not compile
 # 1,700 lines each time. The code is ours: it came in this command line, and the key is its
-# hash.
+# hash. The directory is used only while it is this user's and no one else may write it
+# (`mine`): a file planted there would run as this user.
 BOOTSTRAP = """\
 import binascii,marshal,os,sys,zlib
 g={'__name__':'envlock_agent','__envlock_agent__':True}
@@ -49,10 +50,14 @@ k=%(key)r
 d=os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),'envlock')
 t=sys.implementation.cache_tag and os.path.isabs(d)
 f=os.path.join(d,'agent-%%s-%%s'%%(k,sys.implementation.cache_tag))
+def mine():
+    s=os.lstat(d)
+    return s.st_uid==os.getuid() and not s.st_mode&0o022 and os.path.isdir(d)
 c=None
 if t:
     try:
-        with open(f,'rb') as h: c=marshal.loads(h.read())
+        if mine():
+            with open(f,'rb') as h: c=marshal.loads(h.read())
     except Exception: c=None
 if not isinstance(c,list):
     s=%(packed)r
@@ -60,9 +65,10 @@ if not isinstance(c,list):
     if t:
         try:
             os.makedirs(d,0o700,exist_ok=True)
-            w='%%s.%%d.tmp'%%(f,os.getpid())
-            with open(w,'wb') as h: h.write(marshal.dumps(c))
-            os.replace(w,f)
+            if mine():
+                w='%%s.%%d.tmp'%%(f,os.getpid())
+                with open(w,'wb') as h: h.write(marshal.dumps(c))
+                os.replace(w,f)
         except OSError: pass
 for x in c: exec(x,g)
 sys.exit(g['main']())
