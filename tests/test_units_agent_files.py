@@ -318,3 +318,13 @@ def test_do_switch_moves_current_and_records_history(tmp_path: Path) -> None:
     assert not (root / "hold.json").exists()
     history = (root / "history.jsonl").read_text().splitlines()
     assert len(history) == 3 and '"from": "2-000000000002"' in history[2]
+
+
+def test_every_agent_module_is_python_3_8_syntax() -> None:
+    """The agent runs on the target's interpreter, which may be as old as 3.8: no syntax
+    newer than that, as far as ast's feature_version check sees (walrus, match, …)."""
+    import ast
+
+    agent = Path(__file__).resolve().parents[1] / "envlock" / "agent"
+    for module in sorted(agent.glob("*.py")):
+        ast.parse(module.read_text(), filename=str(module), feature_version=(3, 8))
