@@ -254,6 +254,21 @@ def test_directories_as_young_as_the_index_are_always_listed(tmp_path: Path) -> 
     assert observed(verify_files(str(venv)))["added"] == ["share/empty/dropped.so"]
 
 
+def test_an_index_whose_directories_do_not_add_up_is_not_read(tmp_path: Path) -> None:
+    venv = make_tree(tmp_path)
+    pollute(venv)
+    _header, dirs, _names, numbers = read_stat_index(str(venv)) or ({}, [], [], [])
+    data = (venv / STAT_INDEX).read_bytes()
+    body = data[: len(data) - len(numbers) * 8]
+    for k, field, value in ((1, 0, 7), (0, 1, 99), (2, 1, -1)):
+        forged = type(numbers)("q", numbers)
+        forged[5 * k + field] = value  # a directory's first file or file count
+        (venv / STAT_INDEX).write_bytes(body + forged.tobytes())
+        assert read_stat_index(str(venv)) is None
+        assert observed(verify_files(str(venv))) == POLLUTED
+    assert len(dirs) > 2
+
+
 def test_an_index_from_another_byte_order_is_not_read(tmp_path: Path) -> None:
     venv = make_tree(tmp_path)
     rewrite_header(venv, byteorder="big" if sys.byteorder == "little" else "little")

@@ -107,8 +107,20 @@ def read_stat_index(venv):
         len(dirs) == header["dirs"]
         and len(names) == header["files"]
         and len(numbers) == DIR_FIELDS * len(dirs) + FILE_FIELDS * len(names)
+        and contiguous(numbers, len(dirs), len(names))
     )
     return (header, dirs, names, numbers) if sizes_ok else None
+
+
+def contiguous(numbers, dir_count, name_count):
+    """Each directory's files follow the previous directory's, and together they are all."""
+    expected = 0
+    for k in range(dir_count):
+        first, count = numbers[DIR_FIELDS * k], numbers[DIR_FIELDS * k + 1]
+        if first != expected or count < 0:
+            return False
+        expected += count
+    return expected == name_count
 
 
 def fast_scan(venv, index):
