@@ -34,7 +34,11 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         "uv": ctx.uv,
         "python_version": ctx.python_version,
         "cache_dir": profile.cache_dir,
-        "lock_text": install_text_for(ctx.lock, profile),
+        # Only a build writes the lock into a generation; working it out may hash the local
+        # copies of wheels (the install cache), which a switch or a rollback must not pay.
+        "lock_text": install_text_for(ctx.lock, profile)
+        if any(action["kind"] == "build" for action in actions)
+        else "",
         "lock_sha256": ctx.lock.sha256,
         "package_count": len(ctx.lock.packages),
         "offline": profile.dependencies.offline,
