@@ -1,4 +1,5 @@
-"""The README's exit-code table is the code's: every status envlock uses, and no other."""
+"""The README agrees with the code and the benchmarks: its exit-code table is the code's (every
+status envlock uses, and no other), and its speed table is what bench/results/ says."""
 
 from __future__ import annotations
 
@@ -25,3 +26,13 @@ def test_the_exit_code_table_matches_the_code() -> None:
         0,
     }
     assert documented == used
+
+
+def test_the_speed_table_is_the_one_the_benchmark_results_give() -> None:
+    """`make bench` writes bench/results/*.json; the README's table is rendered from them."""
+    import subprocess
+    import sys
+
+    bench = README.parent / "bench" / "readme_table.py"
+    done = subprocess.run([sys.executable, str(bench), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, "run `python bench/readme_table.py` after a benchmark run"
