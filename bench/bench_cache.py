@@ -1,6 +1,6 @@
 """Benchmark the first compiled step: cold vs warm vs restored archive vs loaded mega-cache.
 
-    python bench/bench_cache.py [--runs 3] [--torch 2.13.0] [--backend auto]
+    python bench/bench_cache.py [--runs 3] [--torch 2.13.0] [--backend auto] [--find-links DIR]
 
 One environment is locked and applied into a temporary root (CPU torch from this machine's
 find-links, or a CUDA build where `nvidia-smi` finds a GPU; --backend and --torch override).
@@ -139,7 +139,15 @@ def main() -> None:
     parser.add_argument(
         "--backend",
         default=os.environ.get("ENVLOCK_BENCH_BACKEND", "auto"),
-        help="cpu, cuXYZ, …; auto: cu128 where nvidia-smi finds a GPU, else cpu",
+        help="cpu, cuXYZ, pypi, …; auto: cu128 where nvidia-smi finds a GPU, else cpu",
+    )
+    parser.add_argument(
+        "--find-links",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a wheel directory for the profile (repeatable): e.g. a CUDA torch built "
+        "offline with ../shared/cuda-offline",
     )
     args = parser.parse_args()
     backend = args.backend if args.backend != "auto" else ("cu128" if has_gpu() else "cpu")
@@ -149,7 +157,14 @@ def main() -> None:
     results: dict[str, Any] = {"runs": args.runs, "backend": backend}
     try:
         profile = work / "benchcache.toml"
-        profile.write_text(torch_profile_text("benchcache", torch=args.torch, backend=backend))
+        profile.write_text(
+            torch_profile_text(
+                "benchcache",
+                torch=args.torch,
+                backend=backend,
+                find_links=tuple(os.path.abspath(d) for d in args.find_links),
+            )
+        )
         script = work / "compile_step.py"
         script.write_text(SCRIPT)
         artifacts, archive = work / "artifacts.bin", work / "cache.tar.gz"
