@@ -146,8 +146,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="a wheel directory for the profile (repeatable): e.g. a CUDA torch built "
-        "offline with ../shared/cuda-offline",
+        help="a wheel directory for the profile (repeatable): e.g. a CUDA torch built offline",
     )
     args = parser.parse_args()
     backend = args.backend if args.backend != "auto" else ("cu128" if has_gpu() else "cpu")
