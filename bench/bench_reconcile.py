@@ -66,9 +66,7 @@ def median_of(runs: int, fn: Callable[[], float]) -> float:
 
 def write_profile(work: Path, name: str, packages: list[str], *, torch: bool = True) -> Path:
     profile = work / f"{name}.toml"
-    text = torch_profile_text(name, packages=tuple(packages))
-    if not torch:
-        text = text.replace('[torch]\nversion = "2.13.0"\nbackend = "cpu"\n', "")
+    text = torch_profile_text(name, packages=tuple(packages), torch="2.13.0" if torch else None)
     profile.write_text(
         text.replace('root = "root"', f'root = "{name}-root"').replace(
             'venv = "venv"', f'venv = "{name}-venv"'

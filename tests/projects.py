@@ -55,15 +55,16 @@ def write_seed_project(
 def torch_profile_text(
     name: str,
     *,
-    torch: str = "2.13.0",
+    torch: str | None = "2.13.0",
     backend: str = "cpu",
     packages: tuple[str, ...] = (),
     find_links: tuple[str, ...] = (),
     offline: bool = False,
     extra: str = "",
 ) -> str:
-    """A local-target profile with torch, root and venv beside the profile. Without
-    find-links, real torch comes through the machine's find-links or the backend's index."""
+    """A local-target profile with torch (none when `torch` is None), root and venv beside
+    the profile. Without find-links, real torch comes through the machine's find-links or
+    the backend's index."""
     dependencies = []
     if packages or find_links:
         dependencies = ["[dependencies]", f"packages = {toml_list(list(packages))}"]
@@ -84,10 +85,7 @@ def torch_profile_text(
             "[python]",
             'version = "3.11"',
             "",
-            "[torch]",
-            f'version = "{torch}"',
-            f'backend = "{backend}"',
-            "",
+            *(["[torch]", f'version = "{torch}"', f'backend = "{backend}"', ""] if torch else []),
             *dependencies,
             extra,
         ]

@@ -118,8 +118,9 @@ def write_manifest(venv):
             path = os.path.join(venv, rel)
             own = "link:" + os.readlink(path) if os.path.islink(path) else sha256_file(path)
         entries[rel] = [size, mtime, ino, dist, own, nlink, ctime]
-    # The directories are stored too: finding added files then needs no path splitting.
-    manifest = {"files": entries, "dirs": sorted(directories_of(entries))}
+    # The directories are stored too (the walk's: empty ones included), so finding added
+    # files needs no path splitting.
+    manifest = {"files": entries, "dirs": sorted(dirs)}
     write_atomic(os.path.join(venv, MANIFEST), json.dumps(manifest).encode())
     write_stat_index(venv, files, dirs)
     # What the venv adds, as du counts it: files no other link holds (uv hardlinks most
@@ -164,11 +165,7 @@ def verify_files(venv, deep=False):
         ):
             suspects.append((rel, entry, st.st_nlink))
     owners = read_records(venv) if suspects else {}
-    changed = []
-    verdicts = judge_all(venv, suspects, owners, deep)
-    for (rel, entry, links), verdict in zip(suspects, verdicts):  # noqa: B905 (py3.8)
-        if verdict is not None:
-            changed.append({"path": rel, "dist": entry[3], "why": verdict, "links": links})
+    changed = changes(venv, suspects, owners, deep)
     added = added_files(venv, expected, manifest.get("dirs"))
     return files_report(venv, changed, missing, added, owners, len(expected), deep)
 
@@ -198,16 +195,23 @@ def verify_from_index(venv, index):
     manifest = read_json(os.path.join(venv, MANIFEST))
     if manifest is None:
         return {"error": "no manifest"}
+    unknown = [0, 0, 0, ""]  # the index names a file the manifest does not: no owner
     expected = manifest["files"]
     owners = read_records(venv) if suspects else {}
+    entries = [(rel, expected.get(rel, unknown), links) for rel, links in suspects]
+    changed = changes(venv, entries, owners, False)
+    missing = [{"path": rel, "dist": expected.get(rel, unknown)[3]} for rel in gone]
+    return files_report(venv, changed, missing, added, owners, checked, False)
+
+
+def changes(venv, suspects, owners, deep):
+    """The suspects ((path, manifest entry, link count)) whose content moved, and why."""
     changed = []
-    for rel, links in suspects:
-        entry = expected.get(rel, [0, 0, 0, ""])
-        verdict = content_verdict(venv, rel, entry, owners)
+    verdicts = judge_all(venv, suspects, owners, deep)
+    for (rel, entry, links), verdict in zip(suspects, verdicts):  # noqa: B905 (py3.8)
         if verdict is not None:
             changed.append({"path": rel, "dist": entry[3], "why": verdict, "links": links})
-    missing = [{"path": rel, "dist": expected.get(rel, [0, 0, 0, ""])[3]} for rel in gone]
-    return files_report(venv, changed, missing, added, owners, checked, False)
+    return changed
 
 
 def judge_all(venv, suspects, owners, deep):

@@ -155,7 +155,8 @@ def fast_scan(venv, index):
                     missing.append(rel_dir + "/" + name if rel_dir else name)
                     i += FILE_FIELDS
                     continue
-                # The same rule as manifest.json's check (files.verify_files says why).
+                # The same rule as manifest.json's check (files.verify_files says why),
+                # inline: a call per file would cost a tenth of this loop.
                 if (
                     st.st_size != numbers[i]
                     or st.st_mtime_ns != numbers[i + 1]
