@@ -130,9 +130,7 @@ def stale_reasons(profile: Profile, lock: Lock) -> list[str]:
     if meta.get("format") != LOCK_FORMAT:
         reasons.append(f"lock format {meta.get('format')!r}, this envlock writes {LOCK_FORMAT}")
     if meta.get("inputs-sha256") != resolution_sha256(profile):
-        reasons.append(
-            f"{profile.path.name}: what the lock is resolved from changed since it was written"
-        )
+        reasons += changed_inputs(profile, meta.get("inputs"))
     scripts = meta.get("scripts", {})
     current = profile.script_hashes()
     for rel in sorted(set(scripts) | set(current)):
@@ -142,27 +140,54 @@ def stale_reasons(profile: Profile, lock: Lock) -> list[str]:
     return reasons
 
 
-def resolution_sha256(profile: Profile) -> str:
-    """The hash of what resolution depends on: Python, platform, torch, dependencies,
-    indexes, find-links, offline. Comments, layout, key order, [env], [target] and
-    [container] never stale a lock; they take effect at the next apply or run."""
+def changed_inputs(profile: Profile, recorded: object) -> list[str]:
+    """Each resolution input whose digest differs from the one the lock recorded; a lock
+    written before inputs were recorded one by one gets the general reason."""
+    name = profile.path.name
+    if isinstance(recorded, dict):
+        now = input_digests(profile)
+        changed = [key for key in now if recorded.get(key) != now[key]]
+        changed += [key for key in recorded if key not in now]
+        if changed:
+            return [f"{name}: {key} changed since the lock was written" for key in changed]
+    return [f"{name}: what the lock is resolved from changed since it was written"]
+
+
+def resolution_inputs(profile: Profile) -> dict[str, Any]:
+    """What resolution depends on, by the profile's own names: Python, platform, torch,
+    dependencies, indexes, find-links, offline. Comments, layout, key order, [env],
+    [target] and [container] never stale a lock; they take effect at the next apply or run."""
     torch = profile.torch
     deps = profile.dependencies
     here = profile.path.parent
-    inputs = {
-        "python": [profile.python_version, profile.python_platform],
-        "torch": [torch.version, torch.backend, torch.index_url, list(torch.packages)]
-        if torch
-        else None,
-        "dependencies": [
-            list(deps.packages),
-            deps.index_url,
-            list(deps.extra_index_urls),
-            # Beside the profile, by their relative path: moving the checkout changes nothing.
-            [_relative(link, here) for link in deps.find_links],
-            deps.offline,
-        ],
+    return {
+        "[python] version": profile.python_version,
+        "[python] platform": profile.python_platform,
+        "[torch] version": torch.version if torch else None,
+        "[torch] backend": torch.backend if torch else None,
+        "[torch] index-url": torch.index_url if torch else None,
+        "[torch] packages": list(torch.packages) if torch else None,
+        "[dependencies] packages": list(deps.packages),
+        "[dependencies] index-url": deps.index_url,
+        "[dependencies] extra-index-urls": list(deps.extra_index_urls),
+        # Beside the profile, by their relative path: moving the checkout changes nothing.
+        "[dependencies] find-links": [_relative(link, here) for link in deps.find_links],
+        "[dependencies] offline": deps.offline,
     }
+
+
+def input_digests(profile: Profile) -> dict[str, str]:
+    """A short digest per resolution input, recorded in the lock so that a stale lock can
+    say which input changed."""
+    return {
+        key: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+        for key, value in resolution_inputs(profile).items()
+    }
+
+
+def resolution_sha256(profile: Profile) -> str:
+    """The hash of all resolution inputs at once: a lock is fresh when it matches."""
+    inputs = resolution_inputs(profile)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -372,6 +397,8 @@ def envlock_table(profile: Profile) -> str:
     }
     lines = ["", "[tool.envlock]"]
     lines += [f"{key} = {_toml_value(value)}" for key, value in entries.items()]
+    lines += ["", "[tool.envlock.inputs]"]
+    lines += [f"{_toml_value(k)} = {_toml_value(v)}" for k, v in input_digests(profile).items()]
     lines += ["", "[tool.envlock.scripts]"]
     lines += [f"{_toml_value(k)} = {_toml_value(v)}" for k, v in profile.script_hashes().items()]
     return "\n".join(lines) + "\n"

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from envlock.lock import (
+    Lock,
+    envlock_table,
     read_lock,
     resolution_sha256,
     resolver_input,
@@ -16,6 +19,7 @@ from envlock.lock import (
     wheel_in_find_links,
 )
 from envlock.profile import load_profile
+from envlock.tomlread import tomllib
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
 from tests.wheelhouse import build_wheelhouse
@@ -114,7 +118,7 @@ def test_stale_lock_is_refused_with_what_to_do(
     profile.write_text(text.replace("[python]", '[python]\nplatform = "x86_64-manylinux_2_34"', 1))
     prof = load_profile(profile)
     assert stale_reasons(prof, read_lock(prof.lock_path)) == [
-        "seed.toml: what the lock is resolved from changed since it was written"
+        "seed.toml: [python] platform changed since the lock was written"
     ]
 
 
@@ -217,3 +221,59 @@ def test_a_lock_tied_to_this_machine_is_said_and_refused_when_portable(
     assert "tied to this machine" in locked.stderr
     refused = envlock("lock", "--portable", profile)
     assert refused.returncode == 2 and str(wheelhouse) in refused.stderr
+
+
+# Each resolution input, changed alone: (the name a stale lock gives, how the profile changes).
+RESOLUTION_INPUT_EDITS = [
+    ("[python] version", lambda t: t.replace('version = "3.11"', 'version = "3.12"', 1)),
+    (
+        "[python] platform",
+        lambda t: t.replace("[python]", '[python]\nplatform = "x86_64-manylinux_2_34"', 1),
+    ),
+    ("[torch] version", lambda t: t.replace('version = "2.11.0"', 'version = "2.10.0"', 1)),
+    ("[torch] backend", lambda t: t.replace('backend = "cu128"', 'backend = "cu130"', 1)),
+    (
+        "[torch] index-url",
+        lambda t: t.replace("[torch]", '[torch]\nindex-url = "https://torch.invalid/cu128"', 1),
+    ),
+    ("[torch] packages", lambda t: t.replace("[torch]", '[torch]\npackages = ["triton"]', 1)),
+    ("[dependencies] packages", lambda t: t.replace('"tinydep==1.0"', '"tinydep==2.0"', 1)),
+    (
+        "[dependencies] index-url",
+        lambda t: t.replace(
+            "[dependencies]", '[dependencies]\nindex-url = "https://mirror.invalid/simple"', 1
+        ),
+    ),
+    (
+        "[dependencies] extra-index-urls",
+        lambda t: t.replace(
+            "[dependencies]",
+            '[dependencies]\nextra-index-urls = ["https://extra.invalid/simple"]',
+            1,
+        ),
+    ),
+    ("[dependencies] find-links", lambda t: t.replace("find-links = [", 'find-links = [".", ', 1)),
+    ("[dependencies] offline", lambda t: t.replace("offline = true", "offline = false", 1)),
+]
+
+
+@pytest.mark.parametrize(
+    ("named", "edit"), RESOLUTION_INPUT_EDITS, ids=[n for n, _ in RESOLUTION_INPUT_EDITS]
+)
+def test_each_resolution_input_stales_the_lock_and_is_named(
+    tmp_path: Path, wheelhouse: Path, named: str, edit: Callable[[str], str]
+) -> None:
+    """The most common profile edits (cu128 → cu130, a new index) must stale the lock, and
+    the reason must say which input changed. The lock's [tool.envlock] table is what
+    `envlock lock` writes; no resolution is needed to judge staleness."""
+    profile = write_seed_project(tmp_path, wheelhouse)
+    text = profile.read_text()
+    written = tomllib.loads(envlock_table(load_profile(profile)))["tool"]["envlock"]
+    lock = Lock(path=tmp_path / "pylock.seed.toml", text="", packages={}, meta=written)
+    assert stale_reasons(load_profile(profile), lock) == []
+    changed = edit(text)
+    assert changed != text, "the edit must change the profile"
+    profile.write_text(changed)
+    assert stale_reasons(load_profile(profile), lock) == [
+        f"seed.toml: {named} changed since the lock was written"
+    ]
