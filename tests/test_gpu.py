@@ -278,6 +278,19 @@ RULES: list[tuple[str, GpuFacts, TorchBuild | None, tuple[str, ...], int | None,
         [],
     ),
     (
+        # A container image's stale copy of a newer driver's user-space part, not cuda-compat:
+        # the first CUDA call fails with "Driver/library version mismatch".
+        "a newer libcuda outside compat/ is a mismatch",
+        node("570.172.08", libraries=libs("580.65.06")),
+        CU128,
+        (),
+        None,
+        [
+            ("gpu-library", f"{LIB}/libcuda.so.580.65.06", "570.172.08", "580.65.06"),
+            ("gpu-library", f"{LIB}/libnvidia-ml.so.580.65.06", "570.172.08", "580.65.06"),
+        ],
+    ),
+    (
         "container libraries older than the host module",
         node(libraries=libs("570.172.08"), smi_error="Failed to initialize NVML: Driver/…"),
         CU128,
