@@ -5,6 +5,7 @@ and accelerate's FSDP layout of it, each compared with the library's own reading
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,20 @@ def test_dcp_with_model_and_optimizer_counts_only_the_model(layouts: dict[str, A
     data = inspect_json(layouts["root"] / "dcp_combined")
     assert data["tensors"]["params"] == layouts["dcp"]["params"]
     assert data["tensors"]["state"]["optimizer"] == layouts["dcp_combined"]["optimizer_numel"]
+
+
+def test_dcp_copy_with_a_listed_shard_missing_is_refused(
+    layouts: dict[str, Any], envlock: Envlock, tmp_path: Path
+) -> None:
+    """A half-copied DCP directory (its .metadata lists a shard that is not there) is refused,
+    never read as whole: its tensors would be counted from .metadata alone."""
+    copy = tmp_path / "dcp"
+    shutil.copytree(layouts["root"] / "dcp", copy)
+    (copy / "__0_0.distcp").unlink()
+    result = envlock("inspect", copy)
+    assert result.returncode == 3, result.stdout
+    assert "shard __0_0.distcp is listed in .metadata but missing (1 of 1)" in result.stderr
+    assert "an incomplete copy" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_lone_distcp_shard_is_refused(layouts: dict[str, Any], envlock: Envlock) -> None:
