@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -78,6 +79,24 @@ def assert_active_generation_usable(project: Path) -> str:
     return Path(current).name
 
 
+def assert_listed_complete_means_whole(project: Path, profile: Path, envlock: Envlock) -> None:
+    """Before anything repairs it: a generation listed complete imports every locked package,
+    and one that is not cannot be switched to (`rollback --to` refuses it)."""
+    listed = envlock("generations", "--json", profile)
+    assert listed.returncode == 0, listed.stderr
+    for gen in json.loads(listed.stdout)["generations"]:
+        python = project / "root" / "generations" / gen["name"] / "bin" / "python"
+        if gen["complete"]:
+            imports = subprocess.run(
+                [str(python), "-c", "import tinydep, trainutil, torch"], capture_output=True
+            )
+            assert imports.returncode == 0, f"{gen['name']} is listed complete but is not whole"
+        else:
+            refused = envlock("rollback", "--to", str(gen["number"]), profile)
+            assert refused.returncode != 0, f"rollback switched to incomplete {gen['name']}"
+            assert Path(os.readlink(project / "root" / "current")).name.startswith("1-")
+
+
 def reset_to_first_generation(project: Path, envlock: Envlock, profile: Path) -> None:
     assert envlock("rollback", "--to", "1", profile).returncode == 0
     for gen in (project / "root" / "generations").iterdir():
@@ -142,6 +161,7 @@ def test_apply_killed_at_each_moment_on_disk(
     # Those moments are followed by whole build steps: the kill always lands in time.
     assert landed or moment.endswith(("manifest.json", "generation.json"))
     assert_active_generation_usable(project)
+    assert_listed_complete_means_whole(project, two_locks, envlock)
     finished = envlock("apply", "-y", two_locks)
     assert finished.returncode == 0, finished.stderr
     assert envlock("check", two_locks).returncode == 0
