@@ -13,6 +13,7 @@ from envlock.errors import EXIT_INTERRUPTED, INTERRUPTED, EnvlockError
 
 # name -> module under envlock.commands defining a click command named `command`.
 COMMANDS = {
+    "init": "init",
     "lock": "lock",
     "plan": "plan",
     "apply": "apply",

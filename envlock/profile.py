@@ -144,6 +144,17 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     return _ProfileReader(file, data).read()
 
 
+def parse_profile(path: str | os.PathLike[str], text: str) -> Profile:
+    """Validate profile `text` as if it were the file at `path` (which need not exist)."""
+    from envlock.tomlread import TOMLDecodeError, tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except TOMLDecodeError as exc:
+        raise ProfileError(str(path), f"not valid TOML: {exc}") from None
+    return _ProfileReader(Path(path), data, raw=text.encode()).read()
+
+
 class _ProfileReader:
     TABLES = (
         "profile",
@@ -159,8 +170,9 @@ class _ProfileReader:
         "gpu",
     )
 
-    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+    def __init__(self, path: Path, data: dict[str, Any], raw: bytes | None = None) -> None:
         self.path = path
+        self.raw = raw  # the file's bytes, when they are not (yet) in the file
         self.label = str(path)
         self.root = Table(self.label, "", data)
 
@@ -224,7 +236,9 @@ class _ProfileReader:
             python_download=python_download,
             pass_env=pass_env,
             gpu_count=gpu_count,
-            sha256=hashlib.sha256(self.path.read_bytes()).hexdigest(),
+            sha256=hashlib.sha256(
+                self.path.read_bytes() if self.raw is None else self.raw
+            ).hexdigest(),
         )
 
     def required_table(self, name: str) -> Table:

@@ -1,0 +1,164 @@
+"""`envlock init PROFILE --from VENV`: survey an existing venv on the target (nothing from
+it runs), write the profile it implies, lock it, and say how the lock compares."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from envlock import ui
+from envlock.errors import EXIT_DRIFT, OperationError, UsageError
+from envlock.importer import Comparison, Import, Survey, compare, import_survey
+from envlock.profile import parse_profile
+from envlock.starter import Starter, starter_text
+
+
+def init_from(
+    profile: Path, starter: Starter, venv: str, *, python_given: str | None, as_json: bool
+) -> int:
+    """Returns the exit status: 0 when the lock installs exactly what is installed."""
+    if starter.target.type == "local":
+        venv = os.path.abspath(os.path.expanduser(venv))
+    elif not venv.startswith("/"):
+        raise UsageError(f"--from {venv}: a remote venv is named by its absolute path")
+    survey = survey_venv(profile, starter, venv)
+    if survey.managed:
+        raise UsageError(
+            f"{venv} is already managed by envlock (it is a generation)",
+            hint="use the profile that built it; `envlock generations PROFILE` lists them",
+        )
+    found = import_survey(survey)
+    if not found.python:
+        raise UsageError(f"{venv}: pyvenv.cfg names no Python version")
+    if python_given and python_given != found.python:
+        raise UsageError(
+            f"{venv} is a Python {found.python} venv, not {python_given}",
+            hint=f"drop --python, or pass --python {found.python}",
+        )
+    from envlock.commands.init import write_starter
+
+    target = starter.target
+    links = [*starter.find_links, *found.find_links]
+    if target.type == "local":  # the profile's relative paths are taken from its directory
+        links = [relative_to(link, profile.parent) for link in links]
+        target = replace(target, venv=target.venv or relative_to(venv, profile.parent))
+    else:
+        target = replace(target, venv=target.venv or venv)
+    imported = replace(
+        starter,
+        target=target,
+        python=found.python,
+        torch=found.torch or starter.torch,
+        backend=found.backend or starter.backend,
+        torch_packages=found.torch_packages,
+        packages=found.packages,
+        find_links=tuple(dict.fromkeys(links)),
+        description=f"imported from {venv}",
+        notes=(f"Imported by `envlock init --from {venv}`: {summary(survey, found)}.",),
+    )
+    prof = write_starter(profile, starter_text(imported))
+    lock_path, comparison, failure = lock_and_compare(prof, survey)
+    render(profile, venv, survey, found, lock_path, comparison, failure, as_json)
+    return 0 if comparison is not None and comparison.exact and not found.left_out else EXIT_DRIFT
+
+
+def relative_to(path: str, directory: Path) -> str:
+    full = os.path.abspath(os.path.expanduser(path))
+    base = os.path.abspath(directory)
+    inside = os.path.commonpath([full, base]) == base
+    return os.path.relpath(full, base) if inside else full
+
+
+def survey_venv(profile: Path, starter: Starter, venv: str) -> Survey:
+    """The agent's survey, run by the target's own Python (isolated), not the venv's."""
+    from envlock.reconcile.agentcall import call_agent
+
+    target = parse_profile(profile, starter_text(starter)).target
+    raw = call_agent(target.transport(), target.root, "survey", {"venv": venv})
+    if "problem" in raw:
+        raise UsageError(
+            str(raw["problem"]), hint="--from names a venv: the directory that holds pyvenv.cfg"
+        )
+    return Survey.from_json(raw)
+
+
+def summary(survey: Survey, found: Import) -> str:
+    pinned = len(found.packages) + len(found.torch_packages) + (1 if found.torch else 0)
+    return f"{len(survey.installed)} distributions, {pinned} of them top-level and pinned"
+
+
+def lock_and_compare(prof: Any, survey: Survey) -> tuple[Path | None, Comparison | None, str]:
+    from envlock.lock import write_lock
+
+    try:
+        with ui.status(f"resolving {prof.path.name} with uv"):
+            lock, _ = write_lock(prof)
+    except OperationError as exc:
+        return None, None, str(exc)
+    installed = {
+        name: dist for name, dist in survey.installed.items() if name not in left_alone(survey)
+    }
+    return lock.path, compare(installed, lock.versions()), ""
+
+
+def left_alone(survey: Survey) -> set[str]:
+    """What the comparison leaves out: the venv's own tooling, when nothing requires it."""
+    return set(import_survey(survey).seeded)
+
+
+def render(
+    profile: Path,
+    venv: str,
+    survey: Survey,
+    found: Import,
+    lock_path: Path | None,
+    comparison: Comparison | None,
+    failure: str,
+    as_json: bool,
+) -> None:
+    shown = ui.shown_path(profile)
+    steps = [f"envlock apply --adopt {shown}"]
+    if as_json:
+        ui.emit_json(
+            {
+                "schema": 1,
+                "profile": str(profile),
+                "from": venv,
+                "installed": len(survey.installed),
+                "lock": str(lock_path) if lock_path else None,
+                "lock_error": failure or None,
+                "comparison": comparison.to_json() if comparison else None,
+                "left_out": found.left_out,
+                "seeded": list(found.seeded),
+                "next": steps,
+            }
+        )
+        return
+    esc = ui.escape
+    ui.out.print(f"[green]✓[/] wrote {esc(shown)} from {esc(venv)}: {esc(summary(survey, found))}")
+    if found.seeded:
+        ui.out.print(
+            f"  not carried over: {esc(', '.join(found.seeded))} (the venv's own tooling; "
+            "a generation has a pip that works through uv)"
+        )
+    for name, why in found.left_out.items():
+        ui.out.print(f"  [yellow]not carried over[/] {esc(name)}: {ui.untrusted(why)}")
+    if comparison is None:
+        ui.out.print("[red]✗[/] the lock failed (the profile is written: edit its pins):")
+        ui.out.print(ui.untrusted(failure))
+        return
+    ui.out.print(f"[green]✓[/] wrote {esc(lock_path.name if lock_path else '')}")
+    if comparison.exact:
+        ui.out.print(f"the lock installs exactly the {len(comparison.same)} installed packages")
+    else:
+        ui.out.print(f"the lock and {esc(venv)} differ ({len(comparison.same)} packages agree):")
+        for name, (was, now) in comparison.moved.items():
+            moved = f"{ui.untrusted(was)} → {esc(now)}"
+            ui.out.print(f"  ~ {esc(name)} {moved} (the resolver moved it)")
+        for name, was in comparison.not_locked.items():
+            ui.out.print(f"  - {esc(name)} {ui.untrusted(was)} (installed, not in the lock)")
+        for name, now in comparison.added.items():
+            ui.out.print(f"  + {esc(name)} {esc(now)} (the lock adds it)")
+    ui.out.print("next:\n" + "".join(f"  {esc(step)}\n" for step in steps), end="")

@@ -1,0 +1,162 @@
+"""A starter profile, written by `envlock init`: every table explained in a line, valid as
+written. Pure: options (or what a survey of an existing environment found) → TOML text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+TARGET_TYPES = ("local", "ssh", "proxmox-lxc")
+
+
+@dataclass(frozen=True)
+class StarterTarget:
+    """Where the environment will live, as `init`'s flags give it."""
+
+    type: str = "local"
+    host: str | None = None
+    user: str | None = None
+    port: int | None = None
+    node: str | None = None
+    vmid: int | None = None
+    api_url: str | None = None
+    root: str | None = None
+    venv: str | None = None
+
+
+@dataclass(frozen=True)
+class Starter:
+    """What goes into the profile: the declared environment."""
+
+    name: str
+    target: StarterTarget
+    python: str
+    platform: str | None = None
+    torch: str | None = None
+    backend: str | None = None
+    torch_packages: Sequence[str] = ()
+    packages: Sequence[str] = ()
+    find_links: Sequence[str] = ()
+    index_url: str | None = None
+    extra_index_urls: Sequence[str] = ()
+    offline: bool = False
+    description: str = ""
+    notes: Sequence[str] = field(default_factory=tuple)
+
+
+def default_paths(target: StarterTarget, name: str) -> tuple[str, str]:
+    """A root and venv path: beside the profile for a local target, under /opt remotely."""
+    if target.type == "local":
+        return target.root or f".envlock/{name}", target.venv or f".envlock/{name}/venv"
+    return target.root or "/opt/envlock", target.venv or "/opt/venv"
+
+
+def starter_text(starter: Starter) -> str:
+    """The profile, commented; optional tables are shown commented out."""
+    name = starter.name
+    lines = [
+        f"# envlock profile {q(name)}. `envlock lock` resolves it into pylock.{name}.toml beside",
+        "# this file; `envlock apply` builds that lock on the target as a new generation.",
+        *(f"# {note}" for note in starter.notes),
+        "",
+        "# Who this environment is: its name names the lock and the generations.",
+        "[profile]",
+        f"name = {q(name)}",
+        f"description = {q(starter.description or 'describe what this environment trains')}",
+        "",
+        *target_lines(starter.target, name),
+        "",
+        "# The interpreter uv builds the venv with (it must exist on the target, or set",
+        "# download = true to let uv fetch a managed CPython).",
+        "[python]",
+        f"version = {q(starter.python)}",
+        *([f"platform = {q(starter.platform)}"] if starter.platform else []),
+        "",
+        *torch_lines(starter),
+        "",
+        "# Training dependencies, as pip requirements; find-links and index-url for boxes that",
+        "# reach no public index.",
+        "[dependencies]",
+        f"packages = {toml_list(starter.packages)}",
+        *([f"find-links = {toml_list(starter.find_links)}"] if starter.find_links else []),
+        *([f"index-url = {q(starter.index_url)}"] if starter.index_url else []),
+        *(["offline = true"] if starter.offline else []),
+        *(
+            [f"extra-index-urls = {toml_list(starter.extra_index_urls)}"]
+            if starter.extra_index_urls
+            else []
+        ),
+        "",
+        "# Variables every `envlock run` sets (the generation's bin always comes first on PATH).",
+        "[env]",
+        '# OMP_NUM_THREADS = "8"',
+        "",
+        "# Where torch.compile and Triton keep their caches, one directory per build.",
+        "# [cache]",
+        '# dir = "/workspace/.cache/envlock"',
+        "",
+        "# Training scripts whose sha256 the lock pins; apply deploys them to dest.",
+        "# [scripts]",
+        '# source = "scripts"',
+        '# dest = "/workspace/train"',
+        '# files = ["train.py"]',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def target_lines(target: StarterTarget, name: str) -> list[str]:
+    root, venv = default_paths(target, name)
+    explain = {
+        "local": "# Where: this machine. Relative paths are taken from this file's directory.",
+        "ssh": "# Where: a host reached over ssh (your ssh config and keys are used).",
+        "proxmox-lxc": "# Where: a Proxmox LXC container, reached over ssh to its node and "
+        "`pct exec`.",
+    }[target.type]
+    lines = [explain, "[target]", f"type = {q(target.type)}"]
+    if target.type != "local":
+        lines.append(f"host = {q(target.host or 'HOST')}")
+        lines += [f"user = {q(target.user)}"] if target.user else []
+        lines += [f"port = {target.port}"] if target.port else []
+    if target.type == "proxmox-lxc":
+        lines += [f"node = {q(target.node)}"] if target.node else []
+        lines.append(f"vmid = {target.vmid if target.vmid is not None else 100}")
+        lines += [f"api-url = {q(target.api_url)}"] if target.api_url else []
+        lines += [
+            "# The API secret (for [container] provisioning) comes from the environment:",
+            '# secret-env = "PVE_PASSWORD"',
+        ]
+    lines += [
+        "# Generations are built under root; venv is a link to the active one.",
+        f"root = {q(root)}",
+        f"venv = {q(venv)}",
+    ]
+    return lines
+
+
+def torch_lines(starter: Starter) -> list[str]:
+    explain = [
+        "# torch and its build: backend cpu, cu126, cu128, cu130 … (the PyTorch index's",
+        "# names), or pypi for PyPI's own build.",
+    ]
+    if starter.torch is None:
+        return [*explain, "# [torch]", '# version = "2.13.0"', '# backend = "cpu"']
+    return [
+        *explain,
+        "[torch]",
+        f"version = {q(starter.torch)}",
+        f"backend = {q(starter.backend or 'cpu')}",
+        *([f"packages = {toml_list(starter.torch_packages)}"] if starter.torch_packages else []),
+    ]
+
+
+def q(value: str) -> str:
+    # A JSON string with ASCII escapes is a valid TOML basic string (DEL aside).
+    return json.dumps(value, ensure_ascii=True).replace("\x7f", "\\u007f")
+
+
+def toml_list(values: Sequence[str]) -> str:
+    if len(values) <= 3:
+        return "[" + ", ".join(q(v) for v in values) + "]"
+    return "[\n" + "".join(f"  {q(v)},\n" for v in values) + "]"
