@@ -9,6 +9,7 @@ the label pin alone guarantees the right build.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envlock.atomic import write_atomic
-from envlock.errors import LockError, OperationError
+from envlock.errors import EnvlockError, LockError, OperationError
 from envlock.lock_sources import AskIndex, ask_index, record_index_sources, with_local_copies
 from envlock.profile import TORCH_FAMILY, Profile
 from envlock.tomlread import TOMLDecodeError, tomllib
@@ -431,6 +432,8 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
         output = Path(tmp) / f"pylock.{profile.name}.toml"
         argv = [*uv_compile_argv(profile, input_file, output, links), *extra_args]
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0 and clean_damaged_cache(profile, proc.stderr):
+            proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
             reason = _clean_uv_error(proc.stderr, tmp)
             raise ResolutionFailed(
@@ -442,6 +445,26 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
         body = record_index_sources(output.read_text(), here, torch_index_asker(profile))
         body = relative_to_profile(body, here)
     return body.rstrip("\n") + "\n" + envlock_table(profile)
+
+
+def clean_damaged_cache(profile: Profile, stderr: str) -> bool:
+    """When uv failed on its own damaged cache (a crash leaves entries short), clean the
+    entries of what it blames and of every package the old lock names; whether to retry."""
+    from envlock import ui
+    from envlock.agent.core import uv_cache_damage  # the agent's rule, stdlib only
+
+    blamed = uv_cache_damage(stderr)
+    if blamed is None:
+        return False
+    names = set(blamed)
+    with contextlib.suppress(EnvlockError):
+        names |= set(read_lock(profile.lock_path).packages)
+    ui.info(
+        f"uv's cache holds damaged entries ({', '.join(blamed) or 'unnamed'}; after a "
+        f"crash?): cleaning {len(names)} package(s) and resolving again"
+    )
+    subprocess.run([uv_path(), "cache", "clean", *sorted(names)], capture_output=True)
+    return True
 
 
 def relative_to_profile(body: str, directory: Path) -> str:

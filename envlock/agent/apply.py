@@ -5,6 +5,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import time
 
 # subprocess and shutil are imported by the steps that build or remove (a rollback's switch
@@ -22,10 +23,12 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         append_history,
         current_generation,
         list_generations,
+        make_durable,
         progress,
         read_json,
         sha256_file,
         symlink_atomic,
+        uv_cache_damage,
         write_atomic,
     )
     from envlock.agent.files import (
@@ -148,8 +151,39 @@ def build_into(req, gen_dir, action):
     os.makedirs(os.path.join(gen_dir, META_DIR), exist_ok=True)
     write_atomic(os.path.join(gen_dir, LOCK_COPY), req["lock_text"].encode())
     progress(f"installing {req.get('package_count', 0)} packages from the lock")
-    run_step(sync_argv(req, gen_dir), env, "uv pip sync")
+    sync_repairing_cache(req, gen_dir, env)
     finish_generation(req, gen_dir, action)
+
+
+def sync_repairing_cache(req, gen_dir, env, extra=()):
+    """`uv pip sync`; when uv fails on its own damaged cache (a crash), clean the entries of
+    every package the lock names (uv blames one at a time) and retry once."""
+    try:
+        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
+        return
+    except AgentError as exc:
+        blamed = uv_cache_damage(str(exc))
+        if blamed is None:
+            raise
+    names = sorted(set(blamed) | set(LOCKED_NAME.findall(req.get("lock_text", ""))))
+    progress(
+        "uv's cache holds damaged entries ({}; after a crash?): cleaning {} package(s) and "
+        "retrying".format(", ".join(blamed) or "unnamed", len(names))
+    )
+    run_step([req["uv"], "cache", "clean", *names], env, "uv cache clean")
+    try:
+        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
+    except AgentError as again:
+        if uv_cache_damage(str(again)) is None:
+            raise
+        raise AgentError(
+            "uv-cache",
+            "uv's cache is still damaged after cleaning {}: clean it whole on the target "
+            "(`uv cache clean`) and apply again\n{}".format(", ".join(names), again),
+        ) from None
+
+
+LOCKED_NAME = re.compile(r'^name = "([^"]+)"', re.M)
 
 
 def finish_generation(req, gen_dir, action):
@@ -157,6 +191,8 @@ def finish_generation(req, gen_dir, action):
     write_pip_shims(req, gen_dir, action["number"])
     progress("writing the manifest")
     count, size, own = write_manifest(gen_dir)
+    # generation.json is what makes a generation count: everything before it is on disk.
+    make_durable(gen_dir)
     meta = {
         "number": action["number"],
         "lock_sha256": req["lock_sha256"],
@@ -255,11 +291,12 @@ def do_repair(req, action):
     for dist in action.get("reinstall", []):
         extra += ["--reinstall-package", dist]
     progress("re-syncing generation {} to its lock".format(action["name"]))
-    run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
+    sync_repairing_cache(req, gen_dir, env, extra)
     meta = read_json(os.path.join(gen_dir, GENERATION)) or {}
     # A pip installed over the shim and then synced away took bin/pip with it: put it back.
     write_pip_shims(req, gen_dir, meta.get("number", action["name"].split("-")[0]))
     write_manifest(gen_dir)
+    make_durable(gen_dir)
     meta["repaired"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     write_atomic(os.path.join(gen_dir, GENERATION), json.dumps(meta, sort_keys=True).encode())
 

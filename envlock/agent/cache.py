@@ -21,6 +21,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         AgentError,
         current_generation,
         list_generations,
+        make_durable,
     )
     from envlock.agent.probe import cache_warmth, generation_facts, nvidia_facts
 
@@ -186,6 +187,7 @@ def restore_stream(req, fingerprint):
                 write_member(archive.extractfile(member), target)
                 os.utime(target, (member.mtime, member.mtime), follow_symlinks=False)
                 restored += 1
+    make_durable(dest)
     return {"restored": restored, "dir": dest, "fingerprint": fingerprint["id"]}
 
 
