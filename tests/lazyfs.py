@@ -7,6 +7,7 @@ rebooted machine finds. Built once per machine into the test cache directory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -93,8 +94,7 @@ class LazyFS:
     def mounted(self) -> bool:
         with open("/proc/mounts") as mounts:
             return any(
-                line.split()[1] == str(self.mnt) and "lazyfs" in line.split()[2]
-                for line in mounts
+                line.split()[1] == str(self.mnt) and "lazyfs" in line.split()[2] for line in mounts
             )
 
     def command(self, text: str, *, wait_for: str | None = None) -> None:
@@ -106,10 +106,8 @@ class LazyFS:
         heard = b""
         deadline = time.monotonic() + 60
         while wait_for.encode() not in heard and time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 heard += os.read(self.done_fd, 4096)
-            except BlockingIOError:
-                pass
             time.sleep(0.02)
         assert wait_for.encode() in heard, f"LazyFS never said {wait_for!r} ({heard!r})"
 
