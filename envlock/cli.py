@@ -25,6 +25,7 @@ COMMANDS = {
     "snapshot": "snapshot",
     "diff": "diff",
     "inspect": "inspect",
+    "data": "data",
     "cache": "cache",
     "add": "add",
     "remove": "remove",

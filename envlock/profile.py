@@ -28,6 +28,7 @@ from envlock.tomlread import ENV_NAME_RE, Table, describe, load_toml, shown, sug
 
 # Matched with fullmatch: "$" would also accept a value that ends in a newline.
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+DATA_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 BACKEND_RE = re.compile(r"cpu|cu\d{2,3}|rocm\d+\.\d+(\.\d+)?|xpu|pypi")
 PLATFORM_RE = re.compile(
     r"linux|(x86_64|aarch64)-(manylinux2014|manylinux_2_\d+|unknown-linux-(gnu|musl))"
@@ -121,6 +122,9 @@ class Profile:
     pass_env: tuple[str, ...] = ()
     # [gpu] count: how many GPUs the environment expects to see; None when not declared.
     gpu_count: int | None = None
+    # [data]: the datasets a run reads (name -> file, directory or glob on the target),
+    # fingerprinted by snapshots and `envlock data`.
+    data: dict[str, str] = field(default_factory=dict)
     sha256: str = field(repr=False, default="")
 
     @property
@@ -168,6 +172,7 @@ class _ProfileReader:
         "scripts",
         "run",
         "gpu",
+        "data",
     )
 
     def __init__(self, path: Path, data: dict[str, Any], raw: bytes | None = None) -> None:
@@ -220,6 +225,7 @@ class _ProfileReader:
         scripts = self.read_scripts(target)
         pass_env = self.read_run(env)
         gpu_count = self.read_gpu()
+        data = self.read_data(target)
         return Profile(
             path=self.path.resolve(),
             name=name,
@@ -236,6 +242,7 @@ class _ProfileReader:
             python_download=python_download,
             pass_env=pass_env,
             gpu_count=gpu_count,
+            data=data,
             sha256=hashlib.sha256(
                 self.path.read_bytes() if self.raw is None else self.raw
             ).hexdigest(),
@@ -474,6 +481,19 @@ class _ProfileReader:
                 t.fail(key, "environment values cannot contain NUL characters")
             env[key] = value
         return env
+
+    def read_data(self, target: Target) -> dict[str, str]:
+        """[data] name = "path": a file, a directory or a glob (`*`, `?`, `[…]`, `**`)."""
+        t = self.table("data")
+        if t is None:
+            return {}
+        data: dict[str, str] = {}
+        for key in list(t.data):
+            if not DATA_NAME_RE.fullmatch(key):
+                t.fail(key, 'expected a dataset name (letters, digits, "-" and "_")')
+            data[key] = self.path_value(t, key, None, absolute=target.remote)
+        t.finish()
+        return data
 
     def read_scripts(self, target: Target) -> Scripts | None:
         t = self.table("scripts")

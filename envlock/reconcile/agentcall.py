@@ -35,7 +35,12 @@ CHOOSE_PYTHON = (
 # What each agent command runs: the probe's modules (in import order: the core, with
 # COMMANDS, first), plus the command's own. A probe skips apply's and cache's imports.
 AGENT_BASE = ("core.py", "statindex.py", "files.py", "gpu.py", "probe.py")
-AGENT_EXTRA = {"apply": ("apply.py",), "cache": ("cache.py",), "survey": ("survey.py",)}
+AGENT_EXTRA = {
+    "apply": ("apply.py",),
+    "cache": ("cache.py",),
+    "survey": ("survey.py",),
+    "data": ("dataset.py",),
+}
 
 # Unpacks and compiles the agent's modules into one namespace and runs it. The compiled code
 # is kept per envlock build and interpreter (~/.cache/envlock on the target, written
