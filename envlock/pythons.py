@@ -14,7 +14,7 @@ venv's python is a link to a base interpreter, so a binary inside the root was p
 there; the target's system python runs instead, and the probe reports the interpreter.
 
 Under `-S` the interpreter's `sys.prefix` is the base one (venv detection is site.py's
-work): the agent derives the environment from `sys.executable` (agent/core.py).
+work): the probe derives the environment from `sys.executable` (agent/probe.py).
 """
 
 from __future__ import annotations

@@ -97,8 +97,10 @@ def envlock(
 def writes_canary(canary: Path, what: str) -> str:
     """Python source that leaves a line in the canary: who ran it."""
     return (
-        f"import sys\nwith open({str(canary)!r}, 'a') as _h:\n"
-        f"    _h.write({what!r} + ' ' + repr([a[:60] for a in getattr(sys, 'orig_argv', sys.argv)[:3]]) + '\\n')\n"
+        "import sys\n"
+        "_who = [a[:60] for a in getattr(sys, 'orig_argv', sys.argv)[:3]]\n"
+        f"with open({str(canary)!r}, 'a') as _h:\n"
+        f"    _h.write({what!r} + ' ' + repr(_who) + '\\n')\n"
     )
 
 
