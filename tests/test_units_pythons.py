@@ -2,9 +2,10 @@
 
 A scan of envlock/ finds every command line that would start an interpreter outside that
 module: an argv whose first word is a Python, interpreter flags outside `sh -c SCRIPT`, a
-`sh -c` script that execs what follows it, a read of a transport's `system_python`, or
-`sys.executable` in a command. The scanner is itself tested on the shapes it must catch.
-Then the function's argv, run for real: isolated, in `/`, and never a planted interpreter.
+`sh -c` script that execs what follows it, a shell command line (os.system, shell=True)
+naming a Python, a read of a transport's `system_python`, or `sys.executable` in a command.
+The scanner is itself tested on the shapes it must catch. Then the function's argv, run for
+real: isolated, in `/`, and never a planted interpreter.
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ def scan(source: str) -> list[tuple[int, str]]:
             execs = re.fullmatch(r"(os\.)?(exec|spawn|posix_spawn)\w*", called)
             if execs and node.args and looks_like_python(node.args[0], names):
                 found.append((node.lineno, f"{called} of a Python"))
+            if node.args and shell_string(node, called):
+                line = constant(node.args[0], names)
+                if line is None or PYTHON_IN_SCRIPT.search(line) or EXEC_ARGUMENT.search(line):
+                    found.append((node.lineno, "a shell command line that starts a Python"))
         elif isinstance(node, ast.Assign) and is_sys_executable(node.value):
             # An alias would carry it into an argv unseen; a transport may declare it as
             # its system_python, which only pythons.py reads.
@@ -128,6 +133,15 @@ def scan(source: str) -> list[tuple[int, str]]:
             if any(name != "system_python" for name in names_bound):
                 found.append((node.lineno, "sys.executable kept under another name"))
     return found
+
+
+def shell_string(call: ast.Call, called: str) -> bool:
+    """A command given as one string to a shell: os.system, os.popen, shell=True."""
+    shell = any(
+        k.arg == "shell" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+        for k in call.keywords
+    )
+    return shell or called in ("os.system", "os.popen")
 
 
 def envlock_modules() -> list[Path]:
@@ -164,6 +178,9 @@ MUST_CATCH = [
     'os.execvpe("python3", argv, env)',
     'subprocess.Popen(["env", "-i", sys.executable, "x.py"])',
     'exe = sys.executable\nrun([exe, "x.py"])',
+    "os.system(\"python3 -c 'import os'\")",
+    'subprocess.run(f"{gen}/bin/python -c pass", shell=True)',
+    "subprocess.check_output(line, shell=True)",
 ]
 
 MUST_PASS = [
@@ -175,6 +192,8 @@ MUST_PASS = [
     "os.execvpe(argv[0], argv, env)",
     'Drift("interpreter", f"{root}/current/bin/python", "runs", "does not start")',
     "return own_python(transport, LAUNCHER, env_file, pid_file, *argv, root=root)",
+    "subprocess.run(argv, shell=False)",
+    'os.system("nvidia-smi -L")',
 ]
 
 
