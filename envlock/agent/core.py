@@ -1,8 +1,10 @@
 """The target-side agent: stdlib only, shipped to the target in one command line.
 
 It runs with the environment's own interpreter (probe) or the target's python3 (apply),
-reads a JSON request on stdin and prints JSON on stdout, so gathering state costs one round
-trip over any transport. It never imports torch: versions come from dist-info metadata and
+always isolated (`-I -S`, in `/`: envlock/pythons.py), so nothing of the environment it
+inspects (a `.pth`, sitecustomize) nor of the caller runs inside it; it reads a JSON request
+on stdin and prints JSON on stdout, so gathering state costs one round trip over any
+transport. It never imports torch: versions come from dist-info metadata and
 `torch/version.py` is read as text.
 
 The agent is several modules (this core, files, probe, apply, cache) that

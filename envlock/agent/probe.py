@@ -205,12 +205,7 @@ def probe(req):
     root = req["root"]
     state = {
         "agent": 1,
-        "python": {
-            "version": "{}.{}.{}".format(*sys.version_info[:3]),
-            "executable": sys.executable,
-            "prefix": sys.prefix,
-            "in_venv": sys.prefix != sys.base_prefix,
-        },
+        "python": interpreter_facts(root),
         "hostname": os.uname().nodename,
         "machine": os.uname().machine,
         "libc": os.confstr("CS_GNU_LIBC_VERSION")
@@ -228,15 +223,15 @@ def probe(req):
         # The active generation's own lock: what a hold is judged by, what a snapshot records.
         lock_path = os.path.join(root, "generations", state["current"], LOCK_COPY)
         state["active_lock"] = read_text(lock_path)
+    gen_dir = os.path.realpath(state["python"]["prefix"])
     in_generation = (
         state["python"]["in_venv"]
         and state["current"] is not None
-        and os.path.basename(os.path.realpath(sys.prefix)) == state["current"]
+        and os.path.basename(gen_dir) == state["current"]
     )
     state["in_generation"] = in_generation
     state["hardware"] = nvidia_facts(devices=req.get("devices") or ())
     if in_generation:
-        gen_dir = os.path.realpath(sys.prefix)
         facts = generation_facts(gen_dir, state["hardware"])
         state.update(facts)
         if req.get("verify", True):
@@ -248,6 +243,34 @@ def probe(req):
     state["scripts"] = scripts_state(req.get("scripts"))
     state["uv"] = uv_state(req.get("uv"))
     return state
+
+
+def interpreter_facts(root):
+    """The interpreter this probe runs in. envlock starts it with -S (envlock/pythons.py),
+    so sys.prefix is the base interpreter's: the environment is found as site.py finds it,
+    from a pyvenv.cfg beside or above sys.executable (the path it was started by)."""
+    prefix = sys.prefix
+    if sys.flags.no_site:
+        exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+        top = os.path.dirname(exe_dir)
+        if any(os.path.isfile(os.path.join(d, "pyvenv.cfg")) for d in (exe_dir, top)):
+            prefix = top
+    return {
+        "version": "{}.{}.{}".format(*sys.version_info[:3]),
+        "executable": sys.executable,
+        "prefix": prefix,
+        "in_venv": prefix != sys.base_prefix,
+        "refused": refused_interpreter(root),
+    }
+
+
+def refused_interpreter(root):
+    """The real file of the active generation's python when it lies inside the root: a
+    venv's python links to a base interpreter, so that one was planted, and envlock's start
+    line (envlock/pythons.py) ran the system python instead. None otherwise."""
+    real = os.path.realpath(os.path.join(root, "current", "bin", "python"))
+    inside = real.startswith(os.path.realpath(root) + os.sep)
+    return real if inside and os.path.isfile(real) else None
 
 
 def hold_state(root, current):

@@ -100,7 +100,7 @@ def command(
     if not remote:
         exec_local(argv, env)
     spec = remote_spec(env, f"{gen}/bin", SCRUBBED)
-    sys.exit(run_remote(ctx.transport, ctx.profile.target.root, f"{gen}/bin/python", argv, spec))
+    sys.exit(run_remote(ctx.transport, ctx.profile.target.root, argv, spec))
 
 
 def refuse(ctx: Context, why: str, drifts: list[Drift], *, allow: bool = False) -> NoReturn:

@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from envlock import agent as agent_package
 from envlock.errors import OperationError
+from envlock.pythons import own_python
 from envlock.targets.base import Result, Transport
 
 PROGRESS_PREFIX = "envlock-progress: "
@@ -23,14 +24,6 @@ OS_HINTS = {
     "EACCES": "permission denied: run as a user who may write the root, or change the root",
     "EPERM": "operation not permitted: run as a user who may write the root",
 }
-
-# Picks the environment's own interpreter when the root has a current generation, else the
-# target's python3. The root arrives as "$1": data, never code.
-CHOOSE_PYTHON = (
-    'p="$1/current/bin/python"; fallback="$2"; shift 2; '
-    '[ -x "$p" ] && [ -e "$(readlink -f "$p")" ] || p="$fallback"; exec "$p" "$@"'
-)
-
 
 # What each agent command runs: the probe's modules (in import order: the core, with
 # COMMANDS, first), plus the command's own. A probe skips apply's and cache's imports.
@@ -103,10 +96,11 @@ def agent_source(name: str) -> bytes:
 
 
 def agent_argv(transport: Transport, root: str, command: str, *, env_python: bool) -> list[str]:
-    program = ["-c", agent_bootstrap(command), command]
-    if env_python:
-        return ["sh", "-c", CHOOSE_PYTHON, "sh", root, transport.system_python, *program]
-    return [transport.system_python, *program]
+    """The agent's command line: an isolated interpreter (pythons.py), the environment's own
+    when `env_python` (a probe reads the generation it runs in), else the target's python."""
+    return own_python(
+        transport, agent_bootstrap(command), command, root=root if env_python else None
+    )
 
 
 def call_agent_raw(

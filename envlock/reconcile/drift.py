@@ -70,15 +70,12 @@ def generation_drift(expect: Expectation, state: State) -> list[Drift]:
             )
         ]
     if not state.in_generation:
-        return [
-            Drift(
-                "interpreter",
-                f"{expect.root}/current/bin/python",
-                "runs",
-                "does not start",
-                "the generation's interpreter is broken",
-            )
-        ]
+        if state.refused_python is not None:
+            actual = f"is {state.refused_python}, a file inside the root: not run"
+            why = "a venv's python links to a base interpreter; this one was planted"
+        else:
+            actual, why = "does not start", "the generation's interpreter is broken"
+        return [Drift("interpreter", f"{expect.root}/current/bin/python", "runs", actual, why)]
     drifts = []
     if gen.lock_hash != expect.lock.short_hash:
         drifts.append(

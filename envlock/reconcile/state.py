@@ -201,6 +201,9 @@ class State:
     gpu: GpuFacts = GpuFacts()
     hold: Hold | None = None
     active_lock: str | None = None  # the active generation's own lock text, when asked/held
+    # The active generation's python when its real file lies inside the root (planted): the
+    # probe then ran in the system python instead (envlock/pythons.py).
+    refused_python: str | None = None
 
     @property
     def current_generation(self) -> Generation | None:
@@ -227,6 +230,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         in_generation=bool(raw.get("in_generation")),
         venv_link=_venv_link(raw.get("venv_link")),
         python_version=raw.get("python", {}).get("version", ""),
+        refused_python=raw.get("python", {}).get("refused"),
         packages=raw.get("packages"),
         torch=_torch(raw.get("torch")),
         files=_files(raw.get("files")),

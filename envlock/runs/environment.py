@@ -76,8 +76,7 @@ def command_environment(ctx: Context, state: State, base: Mapping[str, str]) -> 
     running = own_context(ctx, state)  # the active generation's own lock pins its scripts
     target = ctx.profile.target
     if target.remote:
-        python = os.path.join(generation_dir(ctx.profile, state), "bin", "python")
-        ship(ctx.transport, target.root, python)
+        ship(ctx.transport, target.root)
     return run_environment(
         ctx.profile, state, base, scripts=sorted(running.scripts), target=ctx.transport.name
     )

@@ -26,15 +26,18 @@ from collections.abc import Mapping
 from types import FrameType
 
 from envlock.errors import EXIT_USAGE, OperationError
+from envlock.pythons import own_python
 from envlock.targets.base import Transport
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Exit statuses a shell uses: the command is not executable / was not found.
 NOT_EXECUTABLE, NOT_FOUND = 126, 127
 
-# Runs on the target with the generation's own Python (3.8+, stdlib only). argv: the env
-# file, the pid file, then the command. The env file is JSON: {"set": {...}, "unset": [...],
-# "path": "<generation>/bin"}.
+# Runs on the target in an isolated interpreter (envlock/pythons.py: 3.8+, stdlib only, in
+# `/`), the generation's own when it may be trusted. argv: the env file, the pid file, then
+# the command. The env file is JSON: {"set": {...}, "unset": [...], "path": "<gen>/bin"}.
+# The command itself starts as ssh and pct exec would start it: in the login's home, with
+# the environment given (its interpreter's site, .pth files and PYTHONPATH all apply).
 LAUNCHER = r"""
 import json, os, sys
 env_file, pid_file, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -56,6 +59,10 @@ if not sys.stdin.isatty():
 fd = os.open(pid_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 os.write(fd, target.encode())
 os.close(fd)
+try:
+    os.chdir(os.environ.get("HOME") or "/")
+except OSError:
+    pass
 try:
     os.execvpe(argv[0], argv, env)
 except FileNotFoundError:
@@ -93,19 +100,13 @@ def remote_spec(env: Mapping[str, str], generation_bin: str, unset: tuple[str, .
     return json.dumps({"set": variables, "unset": list(unset), "path": generation_bin}).encode()
 
 
-def run_remote(
-    transport: Transport,
-    root: str,
-    python: str,
-    argv: list[str],
-    spec: bytes,
-) -> int:
+def run_remote(transport: Transport, root: str, argv: list[str], spec: bytes) -> int:
     """Run argv on the target under the launcher; returns its exit status."""
     token = secrets.token_hex(8)
     run_dir = f"{root}/run"
     env_file, pid_file = f"{run_dir}/{token}.env", f"{run_dir}/{token}.pid"
     write_private(transport, run_dir, env_file, spec)
-    proc = transport.spawn([python, "-c", LAUNCHER, env_file, pid_file, *argv])
+    proc = transport.spawn(own_python(transport, LAUNCHER, env_file, pid_file, *argv, root=root))
     forward = Forwarder(transport, pid_file)
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:

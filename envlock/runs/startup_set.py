@@ -17,6 +17,7 @@ import json
 import os
 
 from envlock.errors import OperationError
+from envlock.pythons import own_python
 from envlock.targets.base import Transport
 
 # Paths inside the envlock package. The agent is taken whole, as reconcile/agentcall.py does.
@@ -69,13 +70,14 @@ def python_path(base: str, *, api: bool) -> str:
 
 
 # -- shipping to a remote root ------------------------------------------------------------------
-# Runs on the target with the generation's Python (3.8+, stdlib only). argv: the final dir and
-# its version; stdin: {path: base64}. Files land in a temp dir, are hashed back from disk, and
-# only a set whose hash is its version is renamed into place.
+# Runs on the target in an isolated interpreter (envlock/pythons.py: 3.8+, stdlib only).
+# argv: the final dir and its version; stdin: {path: base64}. Files land in a temp dir, are
+# hashed back from disk, and only a set whose hash is its version is renamed into place.
 INSTALLER = r"""
 import base64, hashlib, json, os, shutil, sys
 final, version = sys.argv[1], sys.argv[2]
 files = json.load(sys.stdin)
+os.makedirs(os.path.dirname(final), exist_ok=True)
 tmp = "%s.%d.tmp" % (final, os.getpid())
 shutil.rmtree(tmp, ignore_errors=True)
 manifest = ""
@@ -100,7 +102,7 @@ except OSError:
 """
 
 
-def ship(transport: Transport, root: str, python: str) -> str:
+def ship(transport: Transport, root: str) -> str:
     """Make sure `<root>/startup/<version>/` holds this envlock's startup set; returns it.
     One round trip when it is there (the usual case), two when it has to be pushed."""
     final = remote_dir(root)
@@ -109,9 +111,8 @@ def ship(transport: Transport, root: str, python: str) -> str:
         return final
     files = startup_files()
     payload = json.dumps({rel: base64.b64encode(data).decode() for rel, data in files.items()})
-    script = 'mkdir -p "$1" && shift && exec "$@"'
-    argv = ["sh", "-c", script, "sh", f"{root}/startup", python, "-c", INSTALLER, final]
-    result = transport.run([*argv, version_of(files)], stdin=payload.encode())
+    argv = own_python(transport, INSTALLER, final, version_of(files), root=root)
+    result = transport.run(argv, stdin=payload.encode())
     if not result.ok:
         raise OperationError(
             f"{transport.name}: could not install envlock's startup files into {final}: "
