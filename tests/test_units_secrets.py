@@ -194,7 +194,7 @@ def test_redact_argv_options_and_assignments() -> None:
         "--lr",
         "0.1",
         "--token",
-        "--verbose",
+        hashed("--verbose"),  # a secret option's value, whatever its first character
         "--max-tokens",
         "512",
         "x=1",
