@@ -1,0 +1,453 @@
+"""One secret rule, two corpora (issue #24): what must be hidden and what must be shown.
+
+The corpora are data: secret names with their values, secrets inside other strings (URL
+credentials, DSNs, query tokens), secret command lines, and the hyperparameters a diff exists
+to show (`token_budget`, `*_token_id`, `key_dim`, …). They go through runs/secrets.py directly,
+then through every path that records or shows a run's strings, end to end: `envlock snapshot`,
+`envlock run --snapshot-into`, `envlock.snapshot()` inside a command under `envlock run` (the
+stdlib-only startup API, in a real process), `diff` of snapshot files, of checkpoint
+directories and of the checkpoint files in them, and `inspect`. Every path must give the same
+answer: no secret value anywhere in what it writes or prints, every must-show value as it was.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envlock.runs.secrets import is_secret_name, redact_argv, redact_config, redact_env
+from envlock.runs.snapshot_doc import document
+from envlock.runs.snapshot_file import load_snapshot
+from envlock.runs.startup_set import startup_files
+from tests.conftest import run_envlock
+from tests.projects import write_seed_project
+from tests.wheelhouse import build_wheelhouse
+
+# -- the corpora ---------------------------------------------------------------------------
+# (name, value): a value under a name that says it is a secret. Each value is unique, so a
+# leak is found by searching any output for it.
+REDACT_NAMED: list[tuple[str, str]] = [
+    ("api_key", "corpus-api-key-01"),
+    ("apikey", "corpus-apikey-02"),
+    ("key", "corpus-key-03"),
+    ("hf_token", "corpus-hf-token-04"),
+    ("GITHUB_PAT", "corpus-github-pat-05"),
+    ("SENTRY_DSN", "corpus-sentry-dsn-06"),
+    ("password", "corpus-password-07"),
+    ("passphrase", "corpus-passphrase-08"),
+    ("cookie", "corpus-cookie-09"),
+    ("secret", "corpus-secret-10"),
+    ("credentials", "corpus-credentials-11"),
+    ("auth", "corpus-auth-12"),
+    ("hfToken", "corpus-camel-token-13"),
+    ("WANDB_API_KEY", "corpus-wandb-key-14"),
+    ("AWS_SECRET_ACCESS_KEY", "corpus-aws-secret-15"),
+    ("Authorization", "corpus-bearer-16"),
+    ("access_token", "-corpus-dash-token-17"),
+    ("API_KEY_VALUE", "corpus-key-value-18"),
+]
+# (name, value, the secret inside it): a string under an ordinary name that holds a secret.
+REDACT_INSIDE: list[tuple[str, str, str]] = [
+    ("resume", "https://user:corpus-url-pw-21@ckpt.example/run/step10", "corpus-url-pw-21"),
+    ("HF_ENDPOINT", "https://me:corpus-endpoint-22@hf-mirror.example", "corpus-endpoint-22"),
+    ("database", "postgresql://run:corpus-dsn-23@db.example:5432/runs", "corpus-dsn-23"),
+    ("cache_url", "redis://:corpus-redis-24@cache.example:6379/0", "corpus-redis-24"),
+    ("repo", "https://corpus-user-token-25@git.example/org/repo.git", "corpus-user-token-25"),
+    ("shard", "https://data.example/s0?access_token=corpus-query-26&part=1", "corpus-query-26"),
+    ("mirror", "git+https://ci:corpus-git-pw-27@git.example/x.git", "corpus-git-pw-27"),
+]
+# (name, value): hyperparameters and settings a diff exists to show, recorded as they are.
+SHOW: list[tuple[str, Any]] = [
+    ("token_budget", 1_000_000),
+    ("max_tokens", 512),
+    ("bos_token_id", 1),
+    ("eos_token_id", 2),
+    ("pad_token_id", 0),
+    ("num_key_value_heads", 8),
+    ("key_dim", 64),
+    ("tokenizer_name", "corpus-tokenizer"),
+    ("tokenizer_class", "PreTrainedTokenizerFast"),
+    ("pad_token", "<pad>"),
+    ("bos_token", "<s>"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+    ("lr", 0.0003),
+    ("index", "https://mirror.example/simple"),
+    ("origin", "ssh://git@git.example/org/repo.git"),
+    ("auth_type", "bearer"),
+    ("keyboard", "us"),
+    ("PWD", "/workspace/run"),
+]
+# Command lines: (argv, the secret in it) and argv recorded as it is.
+REDACT_ARGV: list[tuple[list[str], str]] = [
+    (["--key", "corpus-argv-key-31"], "corpus-argv-key-31"),
+    (["--cookie", "corpus-argv-cookie-32"], "corpus-argv-cookie-32"),
+    (["--hf-token", "-corpus-argv-dash-33"], "-corpus-argv-dash-33"),
+    (["--api-key=corpus-argv-eq-34"], "corpus-argv-eq-34"),
+    (["HF_TOKEN=corpus-argv-assign-35"], "corpus-argv-assign-35"),
+    (["--resume", "https://u:corpus-argv-url-36@ckpt.example/x"], "corpus-argv-url-36"),
+    (["--passphrase", "corpus-argv-pass-37"], "corpus-argv-pass-37"),
+    (["--github-pat", "--corpus-argv-pat-38"], "--corpus-argv-pat-38"),
+    (["--db=postgresql://r:corpus-argv-dsn-39@db.example/x"], "corpus-argv-dsn-39"),
+]
+SHOW_ARGV: list[list[str]] = [
+    ["--token-budget", "1000000"],
+    ["--max-tokens", "512"],
+    ["--bos-token-id", "1"],
+    ["--key-dim", "64"],
+    ["--num-key-value-heads", "8"],
+    ["--tokenizer-name", "corpus-tokenizer"],
+    ["--resume", "https://ckpt.example/run/step10"],
+    ["--pad-token", "<pad>"],
+]
+SECRETS = [v for _, v in REDACT_NAMED] + [s for *_, s in REDACT_INSIDE]
+ARGV_SECRETS = [s for _, s in REDACT_ARGV]
+
+
+def corpus_config() -> dict[str, Any]:
+    """A run config holding both corpora, flat and nested (a DSN two levels down)."""
+    flat: dict[str, Any] = dict(REDACT_NAMED)
+    flat.update({name: value for name, value, _ in REDACT_INSIDE})
+    flat.update(SHOW)
+    return {**flat, "model": {"tokenizer": {"pad_token": "<pad>"}, "db": dict(flat)}}
+
+
+def corpus_argv() -> list[str]:
+    return [a for argv, _ in REDACT_ARGV for a in argv] + [a for argv in SHOW_ARGV for a in argv]
+
+
+def corpus_env() -> dict[str, str]:
+    """Both corpora as environment variables (every name above is a valid one)."""
+    env = {name: value for name, value in REDACT_NAMED}
+    env.update({name: value for name, value, _ in REDACT_INSIDE})
+    env.update({name: str(value) for name, value in SHOW})
+    return env
+
+
+def assert_hidden(text: str, secrets: Iterable[str] = (*SECRETS, *ARGV_SECRETS)) -> None:
+    leaked = [s for s in secrets if s in text]
+    assert not leaked, f"leaked: {leaked}"
+
+
+def assert_shown_config(config: dict[str, Any]) -> None:
+    for name, value in SHOW:
+        assert config[name] == value, name
+        assert config["model"]["db"][name] == value, name
+    assert config["model"]["tokenizer"] == {"pad_token": "<pad>"}
+    for name, value, secret in REDACT_INSIDE:
+        # The secret goes; the rest of the string (scheme, host, path) stays readable.
+        assert secret not in config[name] and config[name].split("//")[0] in value, name
+
+
+def assert_shown_argv(argv: list[str]) -> None:
+    joined = "\0".join(argv)
+    for shown in SHOW_ARGV:
+        assert "\0".join(shown) in joined, shown
+    for args, _ in REDACT_ARGV:
+        assert args[0].split("=")[0] in joined  # the option stays, its value goes
+
+
+# -- the rule itself -----------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "value"), REDACT_NAMED)
+def test_secret_names_are_hidden_in_config_and_env(name: str, value: str) -> None:
+    assert is_secret_name(name)
+    for variant in (name, name.upper(), f"--{name.replace('_', '-')}", f"train.{name}"):
+        assert is_secret_name(variant), variant
+    assert value not in json.dumps(redact_config({name: value, "deep": [{name: value}]}))
+    assert value not in json.dumps(redact_env({name: value}))
+
+
+@pytest.mark.parametrize(("name", "value"), SHOW)
+def test_hyperparameters_are_shown_as_they_are(name: str, value: Any) -> None:
+    assert not is_secret_name(name)
+    assert redact_config({name: value}) == {name: value}
+    assert redact_env({name: str(value)}) == {name: str(value)}
+
+
+@pytest.mark.parametrize(("name", "value", "secret"), REDACT_INSIDE)
+def test_secrets_inside_strings_are_hidden_everywhere(name: str, value: str, secret: str) -> None:
+    redacted = redact_config({name: value})[name]
+    assert secret not in redacted and redacted != value
+    assert redact_config({name: redacted})[name] == redacted  # idempotent
+    assert secret not in redact_env({name: value})[name]
+    assert secret not in " ".join(redact_argv(["train.py", value, f"--{name}={value}"]))
+    assert secret not in json.dumps(redact_config([[value]]))
+
+
+@pytest.mark.parametrize(("argv", "secret"), REDACT_ARGV)
+def test_secret_command_lines(argv: list[str], secret: str) -> None:
+    recorded = redact_argv(["python", "train.py", *argv, "--lr", "0.1"])
+    assert secret not in " ".join(recorded)
+    assert recorded[:2] == ["python", "train.py"] and recorded[-2:] == ["--lr", "0.1"]
+    assert redact_argv(recorded) == recorded
+
+
+@pytest.mark.parametrize("argv", SHOW_ARGV)
+def test_hyperparameter_command_lines_are_shown(argv: list[str]) -> None:
+    assert redact_argv(["python", "train.py", *argv]) == ["python", "train.py", *argv]
+
+
+def test_the_whole_corpus_at_once() -> None:
+    config = redact_config(corpus_config())
+    assert_hidden(json.dumps(config))
+    assert_shown_config(config)
+    argv = redact_argv(corpus_argv())
+    assert_hidden("\n".join(argv))
+    assert_shown_argv(argv)
+
+
+def test_the_document_hides_the_locks_index_credentials() -> None:
+    """A lock whose wheels name an index with credentials: the snapshot keeps the URL's
+    place, never its password, when written and again when read back."""
+    text = 'url = "https://ci:corpus-lock-pw-41@pkgs.example/simple/x-1.0-py3-none-any.whl"\n'
+    doc = document(
+        probe={},
+        profile={"name": "p"},
+        lock={"sha256": "0" * 64, "text": text},
+        environ={},
+        profile_env={},
+        command=[],
+        target="local",
+        git=None,
+    )
+    assert "corpus-lock-pw-41" not in doc["lock"]["text"]
+    assert "@pkgs.example/simple/x-1.0-py3-none-any.whl" in doc["lock"]["text"]
+
+
+def test_the_startup_set_that_carries_the_rule_is_python_3_8() -> None:
+    """runs/secrets.py is the rule for envlock and for the in-process API alike: it is
+    shipped with the startup set, whose files run on the environment's Python (3.8+)."""
+    files = startup_files()
+    assert "runs/secrets.py" in files
+    for rel, data in files.items():
+        ast.parse(data.decode(), filename=rel, feature_version=(3, 8))
+
+
+# -- every path, end to end ------------------------------------------------------------------
+class Project:
+    """An applied seed project whose [env] holds both corpora (a DSN in [env] included)."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.profile = write_seed_project(
+            work / "p", build_wheelhouse(work / "wheelhouse"), env=corpus_env()
+        )
+        for args in (("lock", self.profile), ("apply", "-y", self.profile)):
+            result = run_envlock(*args)
+            assert result.returncode == 0, result.stderr
+
+    def envlock(self, *args: str | Path) -> subprocess.CompletedProcess[str]:
+        result = run_envlock(*args)
+        assert result.returncode in (0, 1), f"{result.returncode}\n{result.stderr}"
+        return result
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    return Project(tmp_path_factory.mktemp("secrets"))
+
+
+def recorded(directory: Path) -> tuple[str, dict[str, Any]]:
+    text = (directory / "envlock-snapshot.json").read_text()
+    return text, json.loads(text)
+
+
+def assert_env(env: dict[str, Any]) -> None:
+    for name, value in SHOW:
+        assert env[name] == str(value), name
+    for name, _ in REDACT_NAMED:
+        assert env[name].startswith("<redacted sha256:"), name
+
+
+def test_snapshot_cli(project: Project, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(corpus_config()))
+    made = project.envlock("snapshot", "--config", config, project.profile, tmp_path / "ckpt")
+    text, data = recorded(tmp_path / "ckpt")
+    assert_hidden(text + made.stdout + made.stderr)
+    assert_shown_config(data["config"])
+    assert_env(data["env"])
+
+
+def test_run_snapshot_into(project: Project, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    argv = ["python", "-c", "pass", *corpus_argv()]
+    ran = project.envlock("run", project.profile, "--snapshot-into", ckpt, "--", *argv)
+    assert ran.returncode == 0, ran.stderr
+    text, data = recorded(ckpt)
+    assert_hidden(text + ran.stdout + ran.stderr)
+    assert_shown_argv(data["command"])
+    assert data["command"][:3] == ["python", "-c", "pass"]
+    assert_env(data["env"])
+
+
+API_SCRIPT = """
+import json, sys
+import envlock
+assert envlock.__file__.endswith("envlock_api/envlock/__init__.py"), envlock.__file__
+with open(sys.argv[2]) as handle:
+    config = json.load(handle)
+print(envlock.snapshot(sys.argv[1], config=config))
+"""
+
+
+def test_the_in_process_api(project: Project, tmp_path: Path) -> None:
+    """envlock.snapshot() in a training script under `envlock run`: the stdlib-only API runs
+    runs/secrets.py itself, in the generation's own interpreter."""
+    script = tmp_path / "train.py"
+    script.write_text(API_SCRIPT)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(corpus_config()))
+    ckpt = tmp_path / "ckpt"
+    argv = ["python", script, ckpt, config, *corpus_argv()]
+    ran = project.envlock("run", project.profile, "--", *argv)
+    assert ran.returncode == 0, ran.stderr
+    text, data = recorded(ckpt)
+    assert_hidden(text + ran.stdout + ran.stderr)
+    assert_shown_config(data["config"])
+    assert_shown_argv(data["process"]["argv"])
+    assert_shown_argv(data["command"])
+    assert_env(data["env"])
+
+
+def raw_snapshot(project: Project, directory: Path, shift: int) -> Path:
+    """A snapshot as an old envlock (or a hand) wrote it: the corpora raw in its config, env,
+    command line and process argv. `shift` changes every value, so a diff shows each."""
+    made = project.envlock("snapshot", project.profile, directory)
+    assert made.returncode == 0, made.stderr
+    _, data = recorded(directory)
+
+    def changed(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            return value
+        return value + shift if not isinstance(value, str) else f"{value}{'+' * shift}"
+
+    config = {k: changed(v) for k, v in corpus_config().items() if k != "model"}
+    data["config"] = config
+    data["env"] = {k: changed(v) for k, v in corpus_env().items()}
+    argv = ["python", "train.py", *corpus_argv(), "--step", str(shift)]
+    data["command"] = argv
+    data["process"] = {"rank": 0, "local_rank": None, "world_size": 1, "from": "default"}
+    data["process"]["argv"] = argv
+    (directory / "envlock-snapshot.json").write_text(json.dumps(data))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def raw_pair(project: Project, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("raw")
+    return raw_snapshot(project, base / "a", 0), raw_snapshot(project, base / "b", 1)
+
+
+def shown_changes(result: subprocess.CompletedProcess[str]) -> dict[str, tuple[Any, Any]]:
+    data = json.loads(result.stdout)
+    return {c["key"]: (c["a"], c["b"]) for g in data["groups"] for c in g["changes"]}
+
+
+@pytest.mark.parametrize("form", ["files", "directories"])
+def test_diff_of_snapshots(project: Project, raw_pair: tuple[Path, Path], form: str) -> None:
+    a, b = raw_pair
+    if form == "files":
+        a, b = a / "envlock-snapshot.json", b / "envlock-snapshot.json"
+    human = project.envlock("diff", a, b)
+    as_json = project.envlock("diff", "--json", a, b)
+    assert human.returncode == as_json.returncode == 1
+    plus = [f"{s}+" for s in (*SECRETS, *ARGV_SECRETS)]
+    assert_hidden(human.stdout + human.stderr + as_json.stdout, (*SECRETS, *ARGV_SECRETS, *plus))
+    changes = shown_changes(as_json)
+    for name, value in SHOW:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue
+        moved = value + 1 if not isinstance(value, str) else f"{value}+"
+        assert changes[f"run.{name}"] == (value, moved), name
+        assert changes[name] == (str(value), f"{value}+"), name  # the environment group
+    for name, _ in REDACT_NAMED:  # a changed secret is reported, its values hidden
+        a_value, b_value = changes[f"run.{name}"]
+        assert a_value.startswith("<redacted sha256:") and a_value != b_value
+
+
+TORCH_SAVE = """
+import argparse, json, sys, torch
+config = json.loads(sys.argv[2])
+args = argparse.Namespace(**config)
+torch.save({"model": {"w": torch.zeros(2, 2)}, "args": args, "config": config, "step": 10},
+           sys.argv[1])
+"""
+
+
+@pytest.fixture(scope="module")
+def checkpoints(
+    project: Project, torch_python: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path]:
+    """Two checkpoint dirs: a torch.save file whose args and config hold both corpora, and
+    a config.json beside it; no snapshot, so only the checkpoint's own data is compared."""
+    base = tmp_path_factory.mktemp("ckpt")
+    dirs = []
+    for name, shift in (("a", 0), ("b", 1)):
+        directory = base / name
+        directory.mkdir()
+        config = {k: v for k, v in corpus_config().items() if k != "model"}
+        config = {k: v + shift if isinstance(v, int) else v for k, v in config.items()}
+        config.update({k: f"{v}{'+' * shift}" for k, v in REDACT_NAMED})
+        subprocess.run(
+            [str(torch_python), "-c", TORCH_SAVE, str(directory / "step10.pt"), json.dumps(config)],
+            check=True,
+        )
+        (directory / "config.json").write_text(json.dumps(config))
+        dirs.append(directory)
+    return dirs[0], dirs[1]
+
+
+@pytest.mark.parametrize("form", ["directories", "files"])
+def test_diff_of_checkpoints_gives_one_answer(
+    project: Project, checkpoints: tuple[Path, Path], form: str
+) -> None:
+    """The same checkpoint's secrets are hidden whether diff is given its directory or the
+    checkpoint file; its hyperparameters are shown either way."""
+    a, b = checkpoints
+    if form == "files":
+        a, b = a / "step10.pt", b / "step10.pt"
+    as_json = project.envlock("diff", "--json", a, b)
+    human = project.envlock("diff", a, b)
+    assert as_json.returncode == human.returncode == 1, as_json.stderr
+    plus = [f"{v}+" for _, v in REDACT_NAMED]
+    assert_hidden(as_json.stdout + human.stdout + human.stderr, (*SECRETS, *plus))
+    changes = shown_changes(as_json)
+    for prefix in ("checkpoint.args", "checkpoint.config"):
+        for name, value in SHOW:
+            if isinstance(value, int) and not isinstance(value, bool):
+                assert changes[f"{prefix}.{name}"] == (value, value + 1), name
+        for name, _ in REDACT_NAMED:
+            assert changes[f"{prefix}.{name}"][0].startswith("<redacted sha256:"), name
+    if form == "directories":
+        assert changes["config.json: token_budget"] == (1_000_000, 1_000_001)
+
+
+def test_inspect_shows_the_config_without_its_secrets(
+    project: Project, checkpoints: tuple[Path, Path]
+) -> None:
+    a, _ = checkpoints
+    for path in (a / "step10.pt", a):
+        human = project.envlock("inspect", path)
+        as_json = project.envlock("inspect", "--json", path)
+        assert human.returncode == as_json.returncode == 0, human.stderr
+        assert_hidden(human.stdout + human.stderr + as_json.stdout)
+        assert "token_budget = 1000000" in human.stdout and '"<pad>"' in human.stdout
+    config = json.loads(project.envlock("inspect", "--json", a / "step10.pt").stdout)["config"]
+    assert config["config"]["bos_token_id"] == 1
+    assert config["config"]["hf_token"].startswith("<redacted sha256:")
+
+
+def test_loading_hides_what_old_snapshots_hold(raw_pair: tuple[Path, Path]) -> None:
+    """Every reader of a snapshot goes through load_snapshot: raw values come out hidden."""
+    data = load_snapshot(raw_pair[0])
+    assert_hidden(json.dumps(data))
+    assert_shown_argv(data["process"]["argv"])
+    assert_shown_argv(data["command"])
+    for name, value in SHOW:
+        assert data["config"][name] == value, name
