@@ -13,19 +13,30 @@ answer: no secret value anywhere in what it writes or prints, every must-show va
 from __future__ import annotations
 
 import ast
+import base64
 import json
+import os
+import shlex
 import subprocess
+import threading
 from collections.abc import Iterable
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from envlock.lock import resolver_input, uv_compile_argv
+from envlock.lock_indexes import uv_index_env
+from envlock.profile import load_profile
 from envlock.runs.secrets import is_secret_name, redact_argv, redact_config, redact_env
 from envlock.runs.snapshot_doc import document
 from envlock.runs.snapshot_file import load_snapshot
 from envlock.runs.startup_set import startup_files
+from envlock.uvbin import uv_path
 from tests.conftest import run_envlock
+from tests.index_server import write_simple_index
 from tests.projects import write_seed_project
 from tests.wheelhouse import build_wheelhouse
 
@@ -451,3 +462,113 @@ def test_loading_hides_what_old_snapshots_hold(raw_pair: tuple[Path, Path]) -> N
     assert_shown_argv(data["command"])
     for name, value in SHOW:
         assert data["config"][name] == value, name
+
+
+# -- a private index's credentials never reach uv's argv -----------------------------------
+INDEX_USER, INDEX_PASSWORD = "ci", "corpus-index-pw-51"
+EXTRA_PASSWORD = "corpus-extra-pw-52"
+
+
+class AuthIndex:
+    """A PEP 503 index on loopback that answers only with the right Basic credentials."""
+
+    def __init__(self, root: Path, wheels: list[Path]) -> None:
+        write_simple_index(root, wheels)
+        self.allowed = {
+            "Basic " + base64.b64encode(f"{INDEX_USER}:{pw}".encode()).decode()
+            for pw in (INDEX_PASSWORD, EXTRA_PASSWORD)
+        }
+        self.refused = 0
+        index = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.headers.get("Authorization") not in index.allowed:
+                    index.refused += 1
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="index"')
+                    self.end_headers()
+                    return
+                super().do_GET()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(root)))
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, password: str) -> str:
+        return f"http://{INDEX_USER}:{password}@127.0.0.1:{self.server.server_port}/simple"
+
+
+RECORDING_UV = """#!/bin/sh
+# Records what the kernel shows every user of this uv process, then becomes the real uv.
+tr '\\0' '\\n' < /proc/$$/cmdline > "{log}/$$.argv"
+tr '\\0' '\\n' < /proc/$$/environ > "{log}/$$.environ"
+exec {uv} "$@"
+"""
+
+
+def test_index_credentials_reach_uv_through_its_environment(tmp_path: Path) -> None:
+    wheels = [w for w in build_wheelhouse(tmp_path / "wh").glob("tinydep-1.0-*.whl")]
+    index = AuthIndex(tmp_path / "index", wheels)
+    try:
+        log = tmp_path / "uv-log"
+        log.mkdir()
+        wrapper = tmp_path / "uv"
+        wrapper.write_text(RECORDING_UV.format(log=log, uv=shlex.quote(uv_path())))
+        wrapper.chmod(0o755)
+        profile = tmp_path / "p" / "private.toml"
+        profile.parent.mkdir()
+        profile.write_text(
+            "\n".join(
+                [
+                    '[profile]\nname = "private"\n',
+                    '[target]\ntype = "local"\nroot = "root"\n',
+                    '[python]\nversion = "3.11"\n',
+                    "[dependencies]",
+                    'packages = ["tinydep==1.0"]',
+                    f'index-url = "{index.url(INDEX_PASSWORD)}"',
+                    f'extra-index-urls = ["{index.url(EXTRA_PASSWORD)}"]',
+                    "",
+                ]
+            )
+        )
+        env = {**os.environ, "ENVLOCK_UV": str(wrapper), "UV_NO_CACHE": "1"}
+        locked = run_envlock("lock", profile, env=env)
+    finally:
+        index.server.shutdown()
+    assert locked.returncode == 0, locked.stderr
+    argvs = sorted(log.glob("*.argv"))
+    assert argvs, "uv was never started"
+    for argv in argvs:
+        seen = argv.read_text()
+        assert "compile" in seen
+        assert INDEX_PASSWORD not in seen and EXTRA_PASSWORD not in seen, seen
+    environ = (log / argvs[0].name.replace(".argv", ".environ")).read_text().splitlines()
+    assert f"UV_DEFAULT_INDEX={index.url(INDEX_PASSWORD)}" in environ
+    assert f"UV_INDEX={index.url(EXTRA_PASSWORD)}" in environ
+    # The credentials did their work (the index answers nobody else), and the lock has none.
+    lock = (profile.parent / "pylock.private.toml").read_text()
+    assert 'name = "tinydep"' in lock
+    assert INDEX_PASSWORD not in lock and EXTRA_PASSWORD not in lock
+    assert INDEX_PASSWORD not in locked.stdout + locked.stderr
+
+
+def test_the_torch_backends_credentials_leave_the_resolvers_file(tmp_path: Path) -> None:
+    """[torch] index-url with credentials: uv reads them from its per-index variables; the
+    pyproject.toml written for uv names the index without them."""
+    profile_path = tmp_path / "t.toml"
+    profile_path.write_text(
+        '[profile]\nname = "t"\n\n[target]\ntype = "local"\nroot = "root"\n\n'
+        '[python]\nversion = "3.11"\n\n[torch]\nversion = "2.11.0"\nbackend = "cu128"\n'
+        'index-url = "https://me:corpus%2Ftorch-pw-53@mirror.example/whl/cu128"\n'
+    )
+    profile = load_profile(profile_path)
+    pyproject = resolver_input(profile, [])
+    assert "corpus" not in pyproject and "https://mirror.example/whl/cu128" in pyproject
+    env = uv_index_env(profile)
+    assert env["UV_INDEX_TORCH_BACKEND_USERNAME"] == "me"
+    assert env["UV_INDEX_TORCH_BACKEND_PASSWORD"] == "corpus/torch-pw-53"
+    argv = uv_compile_argv(profile, tmp_path / "pyproject.toml", tmp_path / "pylock.t.toml", [])
+    assert "corpus" not in " ".join(argv)
