@@ -17,6 +17,7 @@ import base64
 import json
 import os
 import shlex
+import stat
 import subprocess
 import threading
 from collections.abc import Iterable
@@ -30,14 +31,17 @@ import pytest
 from envlock.lock import resolver_input, uv_compile_argv
 from envlock.lock_indexes import uv_index_env
 from envlock.profile import load_profile
+from envlock.runs.launch import remote_spec, write_private
 from envlock.runs.secrets import is_secret_name, redact_argv, redact_config, redact_env
 from envlock.runs.snapshot_doc import document
 from envlock.runs.snapshot_file import load_snapshot
 from envlock.runs.startup_set import startup_files
+from envlock.targets.ssh import SshSettings
 from envlock.uvbin import uv_path
 from tests.conftest import run_envlock
 from tests.index_server import write_simple_index
 from tests.projects import write_seed_project
+from tests.remote.fixtures import Node
 from tests.wheelhouse import build_wheelhouse
 
 # -- the corpora ---------------------------------------------------------------------------
@@ -572,3 +576,31 @@ def test_the_torch_backends_credentials_leave_the_resolvers_file(tmp_path: Path)
     assert env["UV_INDEX_TORCH_BACKEND_PASSWORD"] == "corpus/torch-pw-53"
     argv = uv_compile_argv(profile, tmp_path / "pyproject.toml", tmp_path / "pylock.t.toml", [])
     assert "corpus" not in " ".join(argv)
+
+
+# -- the remote run's env file: 0600 in a 0700 directory, on a real remote transport ---------
+def test_the_remote_env_file_is_private(node_sshd: Node, tmp_path: Path) -> None:
+    """`envlock run` on a target writes the command's environment (every --env and pass-env
+    value) to <root>/run/<token>.env over the real ssh transport: only its owner may read it,
+    whatever umask the target's own shell has."""
+    transport = SshSettings(
+        host=node_sshd.host,
+        user=node_sshd.user,
+        port=node_sshd.port,
+        identity_file=str(node_sshd.identity_file),
+        ssh_options=(
+            f"UserKnownHostsFile={node_sshd.known_hosts_file}",
+            "GlobalKnownHostsFile=/dev/null",
+            "StrictHostKeyChecking=yes",
+        ),
+    ).transport()
+    # Without envlock's own umask the target's would decide: make sure it would leak.
+    shell_umask = transport.run(["sh", "-c", "umask"])
+    assert shell_umask.ok and int(shell_umask.stdout.strip(), 8) & 0o077 == 0o022 & 0o077
+    run_dir = tmp_path / "root" / "run"
+    env_file = run_dir / "0123456789abcdef.env"
+    spec = remote_spec({"HF_TOKEN": "corpus-env-file-61"}, "/gen/bin", ())
+    write_private(transport, str(run_dir), str(env_file), spec)
+    assert env_file.read_bytes() == spec
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
