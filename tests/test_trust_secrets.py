@@ -482,13 +482,11 @@ class AuthIndex:
             "Basic " + base64.b64encode(f"{INDEX_USER}:{pw}".encode()).decode()
             for pw in (INDEX_PASSWORD, EXTRA_PASSWORD)
         }
-        self.refused = 0
         index = self
 
         class Handler(SimpleHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.headers.get("Authorization") not in index.allowed:
-                    index.refused += 1
                     self.send_response(401)
                     self.send_header("WWW-Authenticate", 'Basic realm="index"')
                     self.end_headers()
@@ -538,20 +536,27 @@ def test_index_credentials_reach_uv_through_its_environment(tmp_path: Path) -> N
                 ]
             )
         )
+        # No cache: every download must authenticate, at lock and at apply alike.
         env = {**os.environ, "ENVLOCK_UV": str(wrapper), "UV_NO_CACHE": "1"}
         locked = run_envlock("lock", profile, env=env)
+        assert locked.returncode == 0, locked.stderr
+        applied = run_envlock("apply", "-y", profile, env=env)
+        assert applied.returncode == 0, applied.stderr
     finally:
         index.server.shutdown()
-    assert locked.returncode == 0, locked.stderr
-    argvs = sorted(log.glob("*.argv"))
-    assert argvs, "uv was never started"
-    for argv in argvs:
+    started = {}
+    for argv in sorted(log.glob("*.argv")):
         seen = argv.read_text()
-        assert "compile" in seen
         assert INDEX_PASSWORD not in seen and EXTRA_PASSWORD not in seen, seen
-    environ = (log / argvs[0].name.replace(".argv", ".environ")).read_text().splitlines()
-    assert f"UV_DEFAULT_INDEX={index.url(INDEX_PASSWORD)}" in environ
-    assert f"UV_INDEX={index.url(EXTRA_PASSWORD)}" in environ
+        environ = argv.with_suffix(".environ").read_text().splitlines()
+        # /bin/sh, the wrapper, then uv's own arguments: `pip compile …`, `venv …`, `pip sync …`
+        started[" ".join(seen.splitlines()[2:4])] = environ
+    # uv compiled (lock), then built the venv and synced it (apply): each one was told the
+    # indexes through its environment.
+    assert {"pip compile", "pip sync"} <= set(started), sorted(started)
+    for what in ("pip compile", "pip sync"):
+        assert f"UV_DEFAULT_INDEX={index.url(INDEX_PASSWORD)}" in started[what], what
+        assert f"UV_INDEX={index.url(EXTRA_PASSWORD)}" in started[what], what
     # The credentials did their work (the index answers nobody else), and the lock has none.
     lock = (profile.parent / "pylock.private.toml").read_text()
     assert 'name = "tinydep"' in lock
