@@ -28,9 +28,12 @@ from typing import Any
 
 import pytest
 
+from envlock.errors import EXIT_USAGE, UsageError
 from envlock.lock import resolver_input, uv_compile_argv
 from envlock.lock_indexes import uv_index_env
 from envlock.profile import load_profile
+from envlock.proxmox.api import read_secret
+from envlock.proxmox.settings import LxcSettings
 from envlock.runs.launch import remote_spec, write_private
 from envlock.runs.secrets import is_secret_name, redact_argv, redact_config, redact_env
 from envlock.runs.snapshot_doc import document
@@ -609,3 +612,31 @@ def test_the_remote_env_file_is_private(node_sshd: Node, tmp_path: Path) -> None
     assert env_file.read_bytes() == spec
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+
+
+# -- a Proxmox secret file others can read ----------------------------------------------------
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o606])
+def test_a_secret_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "pve-secret"
+    path.write_text("corpus-pve-secret-71\n")
+    path.chmod(mode)
+    settings = LxcSettings(ssh=SshSettings("pve1"), secret_file=str(path))
+    with pytest.raises(UsageError) as info:
+        read_secret(settings)
+    assert info.value.exit_code == EXIT_USAGE
+    assert info.value.message == (
+        f"the Proxmox secret file {path} is readable by others (mode {mode:04o}): "
+        "its secret may have been copied"
+    )
+    assert info.value.hint == f"chmod 600 {path}, and rotate the secret if others could read it"
+    assert "corpus-pve-secret-71" not in f"{info.value.message} {info.value.hint}"
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400])
+def test_a_secret_file_only_its_owner_reads_is_used(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "pve-secret"
+    path.write_text("corpus-pve-secret-72\n")
+    path.chmod(mode)
+    assert read_secret(LxcSettings(ssh=SshSettings("pve1"), secret_file=str(path))) == (
+        "corpus-pve-secret-72"
+    )
