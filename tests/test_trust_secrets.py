@@ -19,6 +19,7 @@ import os
 import shlex
 import stat
 import subprocess
+import sys
 import threading
 from collections.abc import Iterable
 from functools import partial
@@ -30,7 +31,6 @@ import pytest
 
 from envlock.errors import EXIT_USAGE, UsageError
 from envlock.lock import resolver_input, uv_compile_argv
-from envlock.lock_indexes import uv_index_env
 from envlock.profile import load_profile
 from envlock.proxmox.api import read_secret
 from envlock.proxmox.settings import LxcSettings
@@ -170,53 +170,69 @@ def assert_shown_argv(argv: list[str]) -> None:
         assert args[0].split("=")[0] in joined  # the option stays, its value goes
 
 
+def assert_env(env: dict[str, Any]) -> None:
+    for name, value in SHOW:
+        assert env[name] == str(value), name
+    for name, _ in REDACT_NAMED:
+        assert env[name].startswith("<redacted sha256:"), name
+
+
 # -- the rule itself -----------------------------------------------------------------------
-@pytest.mark.parametrize(("name", "value"), REDACT_NAMED)
-def test_secret_names_are_hidden_in_config_and_env(name: str, value: str) -> None:
-    assert is_secret_name(name)
-    for variant in (name, name.upper(), f"--{name.replace('_', '-')}", f"train.{name}"):
-        assert is_secret_name(variant), variant
-    assert value not in json.dumps(redact_config({name: value, "deep": [{name: value}]}))
-    assert value not in json.dumps(redact_env({name: value}))
+# Each table is walked whole and every entry that gets the wrong answer is listed at once.
+def spellings(name: str) -> list[str]:
+    """The ways one name is written: as it is, upper case, an option, a dotted key."""
+    return [name, name.upper(), f"--{name.replace('_', '-')}", f"train.{name}"]
 
 
-@pytest.mark.parametrize(("name", "value"), SHOW)
-def test_hyperparameters_are_shown_as_they_are(name: str, value: Any) -> None:
-    assert not is_secret_name(name)
-    assert redact_config({name: value}) == {name: value}
-    assert redact_env({name: str(value)}) == {name: str(value)}
+def test_must_redact_names() -> None:
+    wrong = [v for name, _ in REDACT_NAMED for v in spellings(name) if not is_secret_name(v)]
+    assert not wrong, f"not taken for secrets: {wrong}"
+    for name, value in REDACT_NAMED:
+        assert_hidden(json.dumps(redact_config({name: value, "deep": [{name: value}]})), [value])
+        assert_hidden(json.dumps(redact_env({name: value})), [value])
 
 
-@pytest.mark.parametrize(("name", "value", "secret"), REDACT_INSIDE)
-def test_secrets_inside_strings_are_hidden_everywhere(name: str, value: str, secret: str) -> None:
-    redacted = redact_config({name: value})[name]
-    assert secret not in redacted and redacted != value
-    assert redact_config({name: redacted})[name] == redacted  # idempotent
-    assert secret not in redact_env({name: value})[name]
-    assert secret not in " ".join(redact_argv(["train.py", value, f"--{name}={value}"]))
-    assert secret not in json.dumps(redact_config([[value]]))
+def test_must_show_names() -> None:
+    wrong = [name for name, _ in SHOW if is_secret_name(name)]
+    assert not wrong, f"hyperparameters taken for secrets: {wrong}"
+    assert redact_config(dict(SHOW)) == dict(SHOW)
+    assert redact_env({k: str(v) for k, v in SHOW}) == {k: str(v) for k, v in SHOW}
 
 
-@pytest.mark.parametrize(("argv", "secret"), REDACT_ARGV)
-def test_secret_command_lines(argv: list[str], secret: str) -> None:
-    recorded = redact_argv(["python", "train.py", *argv, "--lr", "0.1"])
-    assert secret not in " ".join(recorded)
-    assert recorded[:2] == ["python", "train.py"] and recorded[-2:] == ["--lr", "0.1"]
-    assert redact_argv(recorded) == recorded
+def test_secrets_inside_strings_are_hidden_everywhere() -> None:
+    wrong = []
+    for name, value, secret in REDACT_INSIDE:
+        redacted = redact_config({name: value})[name]
+        if secret in redacted or redact_config({name: redacted})[name] != redacted:
+            wrong.append(name)  # leaked, or not idempotent
+        seen = [redact_env({name: value})[name], *redact_argv([value, f"--{name}={value}"])]
+        if any(secret in text for text in seen) or secret in json.dumps(redact_config([[value]])):
+            wrong.append(name)
+    assert not wrong, f"secrets left inside: {wrong}"
 
 
-@pytest.mark.parametrize("argv", SHOW_ARGV)
-def test_hyperparameter_command_lines_are_shown(argv: list[str]) -> None:
-    assert redact_argv(["python", "train.py", *argv]) == ["python", "train.py", *argv]
+def test_secret_command_lines() -> None:
+    wrong = []
+    for argv, secret in REDACT_ARGV:
+        recorded = redact_argv(["python", "train.py", *argv, "--lr", "0.1"])
+        if secret in " ".join(recorded) or redact_argv(recorded) != recorded:
+            wrong.append(argv)
+        assert recorded[:2] == ["python", "train.py"] and recorded[-2:] == ["--lr", "0.1"]
+    assert not wrong, f"secrets left on the command line: {wrong}"
 
 
-def test_the_whole_corpus_at_once() -> None:
+def test_hyperparameter_command_lines_are_shown() -> None:
+    whole = ["python", "train.py", *corpus_argv()]
+    argv = redact_argv(whole)
+    assert_hidden("\n".join(argv))
+    assert_shown_argv(argv)
+    assert argv[-len(SHOW_ARGV) * 2 :] == whole[-len(SHOW_ARGV) * 2 :]
+
+
+def test_the_whole_config_at_once() -> None:
     config = redact_config(corpus_config())
     assert_hidden(json.dumps(config))
     assert_shown_config(config)
-    argv = redact_argv(corpus_argv())
-    assert_hidden("\n".join(argv))
-    assert_shown_argv(argv)
 
 
 def test_the_document_hides_the_locks_index_credentials() -> None:
@@ -237,13 +253,56 @@ def test_the_document_hides_the_locks_index_credentials() -> None:
     assert "@pkgs.example/simple/x-1.0-py3-none-any.whl" in doc["lock"]["text"]
 
 
-def test_the_startup_set_that_carries_the_rule_is_python_3_8() -> None:
-    """runs/secrets.py is the rule for envlock and for the in-process API alike: it is
-    shipped with the startup set, whose files run on the environment's Python (3.8+)."""
+RULE_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import envlock  # the startup API: no real envlock is importable in this interpreter
+assert envlock.__file__.startswith(sys.argv[1]), envlock.__file__
+rule = envlock.namespace("doc", envlock.SHARED)
+corpus = json.load(sys.stdin)
+print(json.dumps({
+    "names": [rule["is_secret_name"](n) for n in corpus["names"]],
+    "config": rule["redact_config"](corpus["config"]),
+    "env": rule["redact_env"](corpus["env"]),
+    "argv": rule["redact_argv"](corpus["argv"]),
+}))
+"""
+
+
+def test_the_startup_api_applies_the_same_rule(tmp_path: Path) -> None:
+    """envlock.snapshot() inside a run cannot import envlock: it runs runs/secrets.py from
+    the startup set (one source file, shipped). The shipped copy, run by the API in a Python
+    that has no envlock (-I -S), answers both corpora exactly as envlock does — and that
+    answer hides and shows what it must."""
     files = startup_files()
     assert "runs/secrets.py" in files
     for rel, data in files.items():
         ast.parse(data.decode(), filename=rel, feature_version=(3, 8))
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    names = [v for name, _ in [*REDACT_NAMED, *SHOW] for v in spellings(name)]
+    config, env, argv = corpus_config(), corpus_env(), corpus_argv()
+    corpus = {"names": names, "config": config, "env": env, "argv": argv}
+    api = tmp_path / "startup" / "envlock_api"
+    shipped = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", RULE_PROBE, str(api)],
+        input=json.dumps(corpus),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    theirs = json.loads(shipped.stdout)
+    ours = {
+        "names": [is_secret_name(n) for n in names],
+        "config": redact_config(config),
+        "env": redact_env(env),
+        "argv": redact_argv(argv),
+    }
+    assert theirs == ours
+    assert_hidden(shipped.stdout)
+    assert_shown_config(theirs["config"])
+    assert_shown_argv(theirs["argv"])
+    assert_env(theirs["env"])
 
 
 # -- every path, end to end ------------------------------------------------------------------
@@ -273,13 +332,6 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
 def recorded(directory: Path) -> tuple[str, dict[str, Any]]:
     text = (directory / "envlock-snapshot.json").read_text()
     return text, json.loads(text)
-
-
-def assert_env(env: dict[str, Any]) -> None:
-    for name, value in SHOW:
-        assert env[name] == str(value), name
-    for name, _ in REDACT_NAMED:
-        assert env[name].startswith("<redacted sha256:"), name
 
 
 def test_snapshot_cli(project: Project, tmp_path: Path) -> None:
@@ -322,7 +374,7 @@ def test_the_in_process_api(project: Project, tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(corpus_config()))
     ckpt = tmp_path / "ckpt"
-    argv = ["python", script, ckpt, config, *corpus_argv()]
+    argv: list[str | Path] = ["python", script, ckpt, config, *corpus_argv()]
     ran = project.envlock("run", project.profile, "--", *argv)
     assert ran.returncode == 0, ran.stderr
     text, data = recorded(ckpt)
@@ -576,6 +628,8 @@ def test_the_torch_backends_credentials_leave_the_resolvers_file(tmp_path: Path)
         '[python]\nversion = "3.11"\n\n[torch]\nversion = "2.11.0"\nbackend = "cu128"\n'
         'index-url = "https://me:corpus%2Ftorch-pw-53@mirror.example/whl/cu128"\n'
     )
+    from envlock.lock_indexes import uv_index_env  # the module this change adds
+
     profile = load_profile(profile_path)
     pyproject = resolver_input(profile, [])
     assert "corpus" not in pyproject and "https://mirror.example/whl/cu128" in pyproject
@@ -615,28 +669,26 @@ def test_the_remote_env_file_is_private(node_sshd: Node, tmp_path: Path) -> None
 
 
 # -- a Proxmox secret file others can read ----------------------------------------------------
-@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o606])
-def test_a_secret_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> None:
+# (mode, refused?): group or others may read → refused; only its owner → used.
+SECRET_FILE_MODES = [(0o644, True), (0o640, True), (0o604, True), (0o660, True), (0o606, True)]
+SECRET_FILE_MODES += [(0o600, False), (0o400, False)]
+
+
+def test_a_secret_file_others_can_read_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "pve-secret"
     path.write_text("corpus-pve-secret-71\n")
-    path.chmod(mode)
     settings = LxcSettings(ssh=SshSettings("pve1"), secret_file=str(path))
-    with pytest.raises(UsageError) as info:
-        read_secret(settings)
-    assert info.value.exit_code == EXIT_USAGE
-    assert info.value.message == (
-        f"the Proxmox secret file {path} is readable by others (mode {mode:04o}): "
-        "its secret may have been copied"
-    )
-    assert info.value.hint == f"chmod 600 {path}, and rotate the secret if others could read it"
-    assert "corpus-pve-secret-71" not in f"{info.value.message} {info.value.hint}"
-
-
-@pytest.mark.parametrize("mode", [0o600, 0o400])
-def test_a_secret_file_only_its_owner_reads_is_used(tmp_path: Path, mode: int) -> None:
-    path = tmp_path / "pve-secret"
-    path.write_text("corpus-pve-secret-72\n")
-    path.chmod(mode)
-    assert read_secret(LxcSettings(ssh=SshSettings("pve1"), secret_file=str(path))) == (
-        "corpus-pve-secret-72"
-    )
+    for mode, refused in SECRET_FILE_MODES:
+        path.chmod(mode)
+        if not refused:
+            assert read_secret(settings) == "corpus-pve-secret-71", f"{mode:04o}"
+            continue
+        with pytest.raises(UsageError) as info:
+            read_secret(settings)
+        assert info.value.exit_code == EXIT_USAGE
+        assert info.value.message == (
+            f"the Proxmox secret file {path} is readable by others (mode {mode:04o}): "
+            "its secret may have been copied"
+        )
+        assert info.value.hint == f"chmod 600 {path}, and rotate the secret if others could read it"
+        assert "corpus-pve-secret-71" not in f"{info.value.message} {info.value.hint}"
