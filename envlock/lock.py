@@ -25,8 +25,10 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envlock.atomic import write_atomic
 from envlock.errors import EnvlockError, LockError, OperationError
+from envlock.lock_indexes import uv_index_env, without_credentials
 from envlock.lock_sources import AskIndex, ask_index, record_index_sources, with_local_copies
 from envlock.profile import TORCH_FAMILY, Profile
+from envlock.runs.secrets import redact_text
 from envlock.tomlread import TOMLDecodeError, tomllib
 from envlock.uvbin import uv_path
 
@@ -314,7 +316,8 @@ def torch_index_source(profile: Profile) -> list[str]:
         "",
         "[[tool.uv.index]]",
         'name = "torch-backend"',
-        f"url = {json.dumps(profile.torch.backend_index)}",
+        # Its credentials, if any, travel in the environment (uv_index_env), not in a file.
+        f"url = {json.dumps(without_credentials(profile.torch.backend_index or ''))}",
         "explicit = true",
     ]
 
@@ -343,6 +346,7 @@ def torch_index_asker(profile: Profile) -> AskIndex | None:
             project,
             name,
             lambda given, output: [*uv_compile_argv(profile, given, output, []), "--no-deps"],
+            uv_index_env(profile),
         )
 
     return ask
@@ -374,11 +378,7 @@ def uv_compile_argv(
         argv.append("--no-python-downloads")
     if deps.offline:
         argv += ["--no-index", "--offline"]
-    else:
-        if deps.index_url:
-            argv += ["--default-index", deps.index_url]
-        for url in deps.extra_index_urls:
-            argv += ["--index", url]
+    # The indexes go in uv's environment (uv_index_env), never here.
     for link in links:
         argv += ["--find-links", link]
     return argv
@@ -431,11 +431,12 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
         input_file.write_text(resolver_input(profile, links))
         output = Path(tmp) / f"pylock.{profile.name}.toml"
         argv = [*uv_compile_argv(profile, input_file, output, links), *extra_args]
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp)
+        env = {**os.environ, **uv_index_env(profile)}
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env)
         if proc.returncode != 0 and clean_damaged_cache(profile, proc.stderr):
-            proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp)
+            proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env)
         if proc.returncode != 0:
-            reason = _clean_uv_error(proc.stderr, tmp)
+            reason = redact_text(_clean_uv_error(proc.stderr, tmp))
             raise ResolutionFailed(
                 f"uv could not resolve {profile.path.name}:\n{reason}",
                 reason=reason,
@@ -496,7 +497,7 @@ def _resolve_hint(profile: Profile, links: list[str]) -> str:
         and not wheel_in_find_links(links, "torch", torch.pinned_version)
     ):
         return (
-            f"torch {torch.pinned_version} is taken from {torch.backend_index}: is it "
+            f"torch {torch.pinned_version} is taken from {redact_text(torch.backend_index)}: is it "
             "reachable? Otherwise set [torch] index-url to a mirror, or put the wheel in "
             "[dependencies] find-links"
         )

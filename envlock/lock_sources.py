@@ -115,12 +115,15 @@ def _sha256(wheel: Any) -> str | None:
 
 
 def ask_index(
-    project: str, name: str, argv_for: Callable[[Path, Path], list[str]]
+    project: str,
+    name: str,
+    argv_for: Callable[[Path, Path], list[str]],
+    index_env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The wheel entries an index serves for `name`, read by uv from the one-requirement
     `project` (a pyproject.toml naming the index): uv's network settings, credentials and
     certificates apply as they did to the resolution. [] when uv cannot say."""
-    env = dict(os.environ)
+    env = {**os.environ, **(index_env or {})}  # the indexes and their credentials
     env.pop("UV_FIND_LINKS", None)  # the index alone
     # A best-effort question: an unreachable index answers at once, not after retries.
     env.setdefault("UV_HTTP_RETRIES", "0")

@@ -647,6 +647,7 @@ def lxc_settings(secret_file: Path) -> LxcSettings:
 def test_secret_file_read(tmp_path: Path) -> None:
     path = tmp_path / "secret"
     path.write_text("s3cr\u00e9t\n")
+    path.chmod(0o600)
     assert read_secret(lxc_settings(path)) == "s3cr\u00e9t"
 
 
@@ -662,6 +663,7 @@ def test_secret_file_read(tmp_path: Path) -> None:
 def test_bad_secret_file_is_a_usage_error(tmp_path: Path, content: bytes, fragment: str) -> None:
     path = tmp_path / "secret"
     path.write_bytes(content)
+    path.chmod(0o600)
     with pytest.raises(UsageError) as info:
         read_secret(lxc_settings(path))
     assert str(path) in str(info.value)

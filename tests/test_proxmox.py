@@ -238,6 +238,7 @@ def token_target(target: LxcSettings, fakepve: Any, tmp_path: Path) -> LxcSettin
     fakepve.apitokens["root@pam!envlock"] = TOKEN_SECRET
     secret = tmp_path / "token"
     secret.write_text(TOKEN_SECRET + "\n")
+    secret.chmod(0o600)  # a secret file others can read is refused
     return dataclasses.replace(target, token_id="envlock", secret_env=None, secret_file=str(secret))
 
 

@@ -194,7 +194,7 @@ def test_redact_argv_options_and_assignments() -> None:
         "--lr",
         "0.1",
         "--token",
-        "--verbose",
+        hashed("--verbose"),  # a secret option's value, whatever its first character
         "--max-tokens",
         "512",
         "x=1",
@@ -293,6 +293,7 @@ def test_the_secret_comes_from_the_variable_first_then_the_file(
 ) -> None:
     secret_file = tmp_path / "secret"
     secret_file.write_text("from-file\n")
+    secret_file.chmod(0o600)
     target = lxc(secret_env="ENVLOCK_T_SECRET", secret_file=str(secret_file))
     monkeypatch.setenv("ENVLOCK_T_SECRET", "from-env\r\n")
     assert read_secret(target) == "from-env"
@@ -425,6 +426,7 @@ def test_secret_file_refusals_in_full(
         path.mkdir()
     elif isinstance(content, bytes):
         path.write_bytes(content)
+        path.chmod(0o600)
     with pytest.raises(UsageError) as info:
         read_secret_file(path)
     assert (info.value.message, info.value.hint) == (message.format(path=path), FILE_HINT)
@@ -443,6 +445,7 @@ def test_secret_file_keeps_all_but_the_line_end(
 ) -> None:
     path = tmp_path / "secret"
     path.write_bytes(content)
+    path.chmod(0o600)
     assert read_secret_file(path) == secret
 
 

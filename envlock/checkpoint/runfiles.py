@@ -20,6 +20,7 @@ from envlock.checkpoint.jsondata import read_json
 from envlock.checkpoint.limits import printable_errors
 from envlock.checkpoint.summary import plain
 from envlock.checkpoint.tree import is_optimizer, key_text
+from envlock.runs.secrets import redact_config
 
 RUN_JSON = ("config.json", "generation_config.json", "trainer_state.json")
 OPTIMIZERS = ("optimizer.pt", "optimizer.bin")
@@ -73,7 +74,7 @@ def hyperparameters(directory: Path, follow_links: bool = False) -> dict[str, di
         with printable_errors(path):
             fields = _read(path)
         if fields:
-            found[path.name] = fields
+            found[path.name] = redact_config(fields)  # training args may hold a token
     return found
 
 

@@ -27,6 +27,7 @@ from envlock.checkpoint.tree import (
     key_text,
 )
 from envlock.checkpoint.unpickler import suspicious
+from envlock.runs.secrets import redact_config, redact_value
 
 SCHEMA = 1
 _CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters|hyperparams)$")
@@ -160,7 +161,9 @@ def _node(
         node["state_dict"] = True  # its keys are listed as tensors already
     elif depth < 4 and budget.spend():
         shown = list(islice(children(obj), 20))
-        node["children"] = {k: _node(v, (*path, k), counts, depth + 1, budget) for k, v in shown}
+        node["children"] = {
+            k: _named(k, _node(v, (*path, k), counts, depth + 1, budget)) for k, v in shown
+        }
         node["more"] = node["len"] - len(shown)
     return node
 
@@ -171,10 +174,18 @@ def _kind(t: TensorInfo) -> dict[str, str]:
     return {**kind, "qscheme": t.qscheme} if t.qscheme else kind
 
 
+def _named(key: str, node: dict[str, Any]) -> dict[str, Any]:
+    """A sketched child as it may be shown: a secret-named leaf's value redacted."""
+    if node["type"] != "global" and "value" in node and node.get("value") is not None:
+        return dict(node, value=redact_value(key, node["value"]))
+    return node
+
+
 def _leaf(obj: Any) -> dict[str, Any]:
     if is_stub_class(obj):
         return {"type": "global", "value": obj.global_name()}
-    value = _plain(obj, _Budget(1000))
+    # The secrets inside a string go before it is cut, or a cut URL would keep its password.
+    value = redact_config(_plain(obj, _Budget(1000)))
     if isinstance(value, str) and len(value) > 80:
         value = value[:77] + "..."
     return {"type": type(obj).__name__, "value": value}
@@ -256,7 +267,9 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
             found.update({f"{name}:{k}": v for k, v in (nested or {}).items()})
         elif _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
             found[name] = _plain(value, _Budget(_MAX_PLAIN))
-    return found or None
+    # A run's args may hold a token: `inspect` and `diff` (of a file or of its directory) both
+    # read the config here, so they show one answer.
+    return redact_config(found) or None
 
 
 def _progress(root: Any) -> dict[str, Any]:

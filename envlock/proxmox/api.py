@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -144,11 +145,34 @@ def read_secret(target: LxcSettings) -> str:
     )
 
 
+# More than any token or password: a secret-file naming a big file is a mistake, not a secret.
+MAX_SECRET_FILE = 64 * 1024
+
+
 def read_secret_file(path: Path) -> str:
-    """The secret in a file: UTF-8 text on one line (a trailing newline is dropped)."""
+    """The secret in a file: UTF-8 text on one line (a trailing newline is dropped), in a
+    file only its owner may read (as ssh demands of a key: others may have copied it)."""
     hint = "[target] secret-file must name a readable file holding only the secret"
     try:
-        secret = path.read_bytes().decode("utf-8").rstrip("\r\n")
+        # O_NONBLOCK: a FIFO in its place reads as empty instead of hanging the command.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            # Judged on the open file, not by name: what is read is what was checked.
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISREG(mode) and mode & 0o077:
+                raise UsageError(
+                    f"the Proxmox secret file {path} is readable by others "
+                    f"(mode {stat.S_IMODE(mode):04o}): its secret may have been copied",
+                    hint=f"chmod 600 {path}, and rotate the secret if others could read it",
+                )
+            data = os.read(fd, MAX_SECRET_FILE + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_SECRET_FILE:
+            raise UsageError(
+                f"the Proxmox secret file {path} is larger than {MAX_SECRET_FILE} bytes", hint=hint
+            )
+        secret = data.decode("utf-8").rstrip("\r\n")
     except OSError as exc:
         raise UsageError(
             f"cannot read the Proxmox secret from {path}: {exc.strerror}", hint=hint

@@ -10,6 +10,7 @@ from typing import Any
 
 from envlock.errors import OperationError
 from envlock.lock import install_text_for
+from envlock.lock_indexes import uv_index_env
 from envlock.profile import Profile
 from envlock.reconcile.agentcall import call_agent
 from envlock.reconcile.context import Context, gather_state
@@ -44,6 +45,9 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         "offline": profile.dependencies.offline,
         "python_downloads": profile.python_download,
         "find_links": list(profile.dependencies.find_links),
+        # A private index's credentials for uv's downloads: in uv's environment, carried in
+        # this request (on the agent's stdin), never on a command line.
+        "uv_env": uv_index_env(profile),
         "wait": wait,
         "actions": actions,
     }

@@ -16,7 +16,6 @@ from envlock.checkpoint.runfiles import hyperparameters, newest_run_dir, split_r
 from envlock.cuda import is_cuda_library
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
-from envlock.runs.secrets import redact_config
 from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
 from envlock.runs.snapshot_schema import parse_lock_text
 
@@ -179,7 +178,7 @@ def checkpoint_config(directory: Path) -> dict[str, Any] | None:
         except EnvlockError:
             continue
         if config:
-            return redact_config(config)  # a checkpoint's args may hold a token too
+            return config  # its secrets redacted by the reader (summary.config)
     return None
 
 
@@ -190,7 +189,7 @@ def run_hyperparameters(directory: Path) -> tuple[dict[str, Any] | None, dict[st
     run_dir = newest_run_dir(directory)
     if run_dir is None:
         return None, None
-    found = redact_config(hyperparameters(run_dir))  # training args may hold a token
+    found = hyperparameters(run_dir)  # its secrets redacted by the reader
     settings, paths = split_run_paths(found)
     return settings or None, paths or None
 

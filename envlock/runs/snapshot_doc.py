@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
-    from envlock.runs.secrets import redact_argv, redact_config, redact_env
+    from envlock.runs.secrets import redact_argv, redact_config, redact_env, redact_text
 
 SCHEMA = 1
 SNAPSHOT_FILE = "envlock-snapshot.json"
@@ -202,7 +202,8 @@ def document(
     process: dict[str, Any] | None = None,
     envlock_version: str = "",
 ) -> dict[str, Any]:
-    """The snapshot document (pure): secrets redacted in env, command line and config."""
+    """The snapshot document (pure): secrets redacted in env, command line, config and the
+    lock's URLs (an index's credentials), by runs/secrets.py's one rule."""
     facts = observed(probe)
     host = dict(facts.pop("host"), target=target)
     data = {
@@ -210,7 +211,7 @@ def document(
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "envlock": envlock_version,
         "profile": profile,
-        "lock": lock,
+        "lock": dict(lock, text=redact_text(lock["text"])),
     }
     data.update(facts)
     data.update(

@@ -11,7 +11,7 @@ from typing import Any
 from envlock.atomic import write_atomic
 from envlock.errors import UsageError
 from envlock.lock import Lock, parse_lock
-from envlock.runs.secrets import redact_argv, redact_config, redact_env
+from envlock.runs.secrets import redact_argv, redact_config, redact_env, redact_text
 from envlock.runs.snapshot_doc import SCHEMA, SNAPSHOT_FILE
 from envlock.runs.snapshot_schema import validate_snapshot
 
@@ -55,6 +55,10 @@ def without_secrets(data: dict[str, Any]) -> dict[str, Any]:
     """A snapshot as it may be shown: one written before envlock redacted secrets (or by
     hand) holds them raw, so they are redacted again on every load."""
     data = dict(data)
+    data["lock"] = dict(data["lock"], text=redact_text(data["lock"]["text"]))
+    if isinstance(data.get("process"), dict) and isinstance(data["process"].get("argv"), list):
+        argv = [str(a) for a in data["process"]["argv"]]
+        data["process"] = dict(data["process"], argv=redact_argv(argv))
     if isinstance(data.get("env"), dict):
         data["env"] = redact_env(data["env"])
     if isinstance(data.get("command"), list):
