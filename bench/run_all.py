@@ -11,7 +11,13 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-SCRIPTS = ["bench_reconcile.py", "bench_snapshot.py", "bench_inspect.py", "bench_cache.py"]
+SCRIPTS = [
+    "bench_reconcile.py",
+    "bench_snapshot.py",
+    "bench_inspect.py",
+    "bench_cache.py",
+    "bench_data.py",
+]
 REMOTE = ["bench_remote.py", "bench_fleet.py"]
 
 
