@@ -24,9 +24,9 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envlock.atomic import write_atomic
 from envlock.errors import LockError, OperationError
+from envlock.lock_schema import STRICT, LockPolicy, lock_data, profile_policy
 from envlock.lock_sources import AskIndex, ask_index, record_index_sources, with_local_copies
 from envlock.profile import TORCH_FAMILY, Profile
-from envlock.tomlread import TOMLDecodeError, tomllib
 from envlock.uvbin import uv_path
 
 LOCK_FORMAT = 2
@@ -55,6 +55,10 @@ class Lock:
     text: str
     packages: dict[str, LockedPackage]
     meta: dict[str, Any] = field(default_factory=dict)
+    # The packages it may build from source (each has an sdist the policy allows).
+    build: frozenset[str] = frozenset()
+    # How it was read: what its install may do (build, .pth files), by where it came from.
+    policy: LockPolicy = STRICT
 
     @property
     def sha256(self) -> str:
@@ -93,33 +97,38 @@ class Lock:
         return {name: pkg.version for name, pkg in self.packages.items()}
 
 
-def read_lock(path: Path) -> Lock:
-    """Parse a pylock file written by `envlock lock`."""
+def read_lock(path: Path, policy: LockPolicy = STRICT) -> Lock:
+    """Read and validate a lock file (see lock_schema: the one validator)."""
     try:
         text = path.read_text()
     except FileNotFoundError:
         raise LockError(f"{path}: no lock", hint="run `envlock lock PROFILE` first") from None
-    return parse_lock(path, text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"{path}: cannot read the lock: {exc}") from None
+    return parse_lock(path, text, policy)
 
 
-def parse_lock(path: Path, text: str) -> Lock:
-    try:
-        data = tomllib.loads(text)
-    except TOMLDecodeError as exc:
-        raise LockError(
-            f"{path}: not a valid lock: {exc}", hint="delete it and run `envlock lock PROFILE`"
-        ) from None
+def parse_lock(path: Path, text: str, policy: LockPolicy = STRICT, *, where: str = "") -> Lock:
+    """The one way to a `Lock`: the text validated field by field under `policy` (what it
+    may build, where its wheels may come from), refused whole otherwise (LockError, exit 2,
+    naming `path`, or `path` and `where` for a lock inside a snapshot)."""
+    data, build = lock_data(text, str(path), policy, where)
     packages: dict[str, LockedPackage] = {}
     for entry in data.get("packages", []):
         name = canonicalize_name(entry["name"])
         packages[name] = LockedPackage(
             name=name,
-            version=str(entry.get("version", "")),
+            version=entry["version"],
             wheels=tuple(entry.get("wheels", [])),
             sdist=entry.get("sdist"),
         )
-    meta = data.get("tool", {}).get("envlock", {})
-    return Lock(path=path, text=text, packages=packages, meta=meta)
+    meta = data["tool"]["envlock"]
+    return Lock(path=path, text=text, packages=packages, meta=meta, build=build, policy=policy)
+
+
+def lock_policy(profile: Profile) -> LockPolicy:
+    """How the profile's own lock is read: it may build what `[dependencies] build` names."""
+    return profile_policy(profile.dependencies.build, _shown(profile.path))
 
 
 # -- staleness ----------------------------------------------------------------------------
@@ -163,6 +172,8 @@ def resolution_sha256(profile: Profile) -> str:
             deps.offline,
         ],
     }
+    if deps.build:  # only when set: locks of profiles that build nothing stay fresh
+        inputs["build"] = sorted(deps.build)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -175,7 +186,7 @@ def _relative(link: str, directory: Path) -> str:
 
 def load_fresh_lock(profile: Profile) -> Lock:
     """The profile's lock, refusing a missing or stale one with what to do."""
-    lock = read_lock(profile.lock_path)
+    lock = read_lock(profile.lock_path, lock_policy(profile))
     reasons = stale_reasons(profile, lock)
     if reasons:
         raise LockError(
@@ -355,7 +366,18 @@ def uv_compile_argv(
             argv += ["--index", url]
     for link in links:
         argv += ["--find-links", link]
-    return argv
+    return argv + build_options(deps.build)
+
+
+def build_options(build: tuple[str, ...]) -> list[str]:
+    """uv resolves from wheels alone (building an sdist runs its code, even for metadata),
+    except the packages `[dependencies] build` names: those come from their sdist."""
+    if not build:
+        return ["--no-build"]
+    options = ["--only-binary", ":all:"]
+    for name in build:
+        options += ["--no-binary", name]
+    return options
 
 
 def envlock_table(profile: Profile) -> str:
@@ -372,6 +394,9 @@ def envlock_table(profile: Profile) -> str:
     }
     lines = ["", "[tool.envlock]"]
     lines += [f"{key} = {_toml_value(value)}" for key, value in entries.items()]
+    if profile.dependencies.build:
+        # Package names (validated by the profile): a JSON list of them is a TOML array.
+        lines.append(f"build = {json.dumps(sorted(profile.dependencies.build))}")
     lines += ["", "[tool.envlock.scripts]"]
     lines += [f"{_toml_value(k)} = {_toml_value(v)}" for k, v in profile.script_hashes().items()]
     return "\n".join(lines) + "\n"
@@ -409,7 +434,7 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
             raise ResolutionFailed(
                 f"uv could not resolve {profile.path.name}:\n{reason}",
                 reason=reason,
-                hint=_resolve_hint(profile, links),
+                hint=_resolve_hint(profile, links, proc.stderr),
             )
         here = profile.path.parent.resolve()
         body = record_index_sources(output.read_text(), here, torch_index_asker(profile))
@@ -438,7 +463,15 @@ def _clean_uv_error(stderr: str, tmp: str) -> str:
     return "\n".join("  " + line for line in text.strip().splitlines())
 
 
-def _resolve_hint(profile: Profile, links: list[str]) -> str:
+def _resolve_hint(profile: Profile, links: list[str], reason: str = "") -> str:
+    unbuilt = re.search(r"[Ww]heels are required for `([^`]+)`", reason)
+    if unbuilt and unbuilt.group(1) not in profile.dependencies.build:
+        name = unbuilt.group(1)
+        return (
+            f"{name} has no wheel here and envlock builds nothing from source unless told "
+            f'(a build runs the package\'s own code): add build = ["{name}"] to '
+            "[dependencies], or put a wheel of it in find-links"
+        )
     torch = profile.torch
     if (
         torch
@@ -457,7 +490,8 @@ def write_lock(profile: Profile) -> tuple[Lock, bool]:
     """Resolve and write the lock atomically; returns (lock, changed)."""
     text = resolve(profile)
     path = profile.lock_path
+    lock = parse_lock(path, text, lock_policy(profile))  # never write a lock envlock refuses
     old = path.read_text() if path.exists() else None
     if old != text:
         write_atomic(path, text.encode())
-    return parse_lock(path, text), old != text
+    return lock, old != text

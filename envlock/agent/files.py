@@ -96,6 +96,22 @@ def read_records(venv):
     return owners
 
 
+def pth_owners(venv):
+    """{dist: [its .pth files]} for the .pth files installed at the top of site-packages
+    (the ones `site` runs); those no RECORD lists are the venv's own (uv venv writes them)."""
+    site = site_packages(venv)
+    if site is None:
+        return {}
+    site_rel = os.path.relpath(site, venv)
+    records = read_records(venv)
+    found = {}  # type: dict
+    for name in sorted(os.listdir(site)):
+        owner = records.get(site_rel + "/" + name)
+        if name.endswith(".pth") and owner is not None:
+            found.setdefault(owner[0], []).append(name)
+    return found
+
+
 def canonical(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 

@@ -9,7 +9,7 @@ import click
 from envlock import ui
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_DRIFT, LockError, UsageError
-from envlock.lock import read_lock, stale_reasons, write_lock
+from envlock.lock import lock_policy, read_lock, stale_reasons, write_lock
 from envlock.profile import load_profile
 
 
@@ -32,7 +32,7 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
     prof = load_profile(profile)
     if check_only:
         try:
-            reasons = stale_reasons(prof, read_lock(prof.lock_path))
+            reasons = stale_reasons(prof, read_lock(prof.lock_path, lock_policy(prof)))
         except LockError:
             reasons = ["no lock"]
         if as_json:
