@@ -23,7 +23,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envlock.atomic import write_atomic
-from envlock.errors import LockError, OperationError
+from envlock.errors import EXIT_USAGE, LockError, OperationError
 from envlock.lock_schema import STRICT, LockPolicy, lock_data, profile_policy
 from envlock.lock_sources import AskIndex, ask_index, record_index_sources, with_local_copies
 from envlock.profile import TORCH_FAMILY, Profile
@@ -417,6 +417,13 @@ class ResolutionFailed(OperationError):
         self.reason = reason
 
 
+class NeedsBuild(ResolutionFailed):
+    """Only an sdist satisfies the profile, and the profile lets nothing be built: the
+    profile must change (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
 def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
     """Run uv to resolve the profile; returns the full lock text. `extra_args` go to
     `uv pip compile` as they are (`envlock add` asks for `--no-deps` to find a newest)."""
@@ -431,7 +438,8 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
             reason = _clean_uv_error(proc.stderr, tmp)
-            raise ResolutionFailed(
+            failure = NeedsBuild if unbuilt(profile, proc.stderr) else ResolutionFailed
+            raise failure(
                 f"uv could not resolve {profile.path.name}:\n{reason}",
                 reason=reason,
                 hint=_resolve_hint(profile, links, proc.stderr),
@@ -463,10 +471,17 @@ def _clean_uv_error(stderr: str, tmp: str) -> str:
     return "\n".join("  " + line for line in text.strip().splitlines())
 
 
+def unbuilt(profile: Profile, stderr: str) -> str | None:
+    """The package uv could take only from an sdist that the profile does not let build."""
+    found = re.search(r"[Ww]heels are required for `([^`]+)`", stderr)
+    if found and canonicalize_name(found.group(1)) not in profile.dependencies.build:
+        return found.group(1)
+    return None
+
+
 def _resolve_hint(profile: Profile, links: list[str], reason: str = "") -> str:
-    unbuilt = re.search(r"[Ww]heels are required for `([^`]+)`", reason)
-    if unbuilt and unbuilt.group(1) not in profile.dependencies.build:
-        name = unbuilt.group(1)
+    name = unbuilt(profile, reason)
+    if name:
         return (
             f"{name} has no wheel here and envlock builds nothing from source unless told "
             f'(a build runs the package\'s own code): add build = ["{name}"] to '

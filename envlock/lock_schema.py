@@ -118,7 +118,7 @@ def artifact(http: bool) -> Any:
         {
             "url": url,
             "path": artifact_path,
-            "hashes": obj({"sha256": SHA256}),
+            "hashes": obj({"sha256": SHA256}, ("sha256",)),
             "size": INT,
             "name": STR,
         }
@@ -176,7 +176,10 @@ def check_package(value: Any, where: str, policy: LockPolicy, build: frozenset[s
     locked_package(policy.http)(value, where)
     for source in BUILT_FROM_SOURCE:
         if source in value:
-            raise Invalid(join(where, source), "wheels with a sha256", found=f"a {source} source")
+            article = "an" if source == "archive" else "a"
+            raise Invalid(
+                join(where, source), "wheels or an sdist", found=f"{article} {source} source"
+            )
     artifacts = artifacts_of(value, where)
     if not artifacts:
         raise Invalid(where, "wheels to install from", found="neither wheels nor an sdist")
