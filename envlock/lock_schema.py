@@ -140,6 +140,8 @@ def locked_package(http: bool) -> Any:
     )
 
 
+# Built once: a lock may list hundreds of packages.
+LOCKED_PACKAGE = {http: locked_package(http) for http in (True, False)}
 ENVLOCK_TABLE = obj(
     {
         "format": INT,
@@ -173,7 +175,7 @@ def filename(artifact: dict[str, Any]) -> str:
 
 def check_package(value: Any, where: str, policy: LockPolicy, build: frozenset[str]) -> str:
     """One `[[packages]]` entry; returns its normalised name."""
-    locked_package(policy.http)(value, where)
+    LOCKED_PACKAGE[policy.http](value, where)
     for source in BUILT_FROM_SOURCE:
         if source in value:
             article = "an" if source == "archive" else "a"
