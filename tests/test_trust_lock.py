@@ -426,13 +426,17 @@ def test_the_install_itself_builds_nothing_unless_allowed(tmp_path: Path) -> Non
 
 # -- a snapshot's .pth ------------------------------------------------------------------------
 def test_a_snapshot_installing_a_pth_needs_the_users_leave(tmp_path: Path) -> None:
-    """A .pth runs in every interpreter of the environment: from a stranger's snapshot,
-    only with `--allow-pth PACKAGE`. Refused, the generation is removed and never ran."""
+    """A .pth or sitecustomize.py runs in every interpreter of the environment: from a
+    stranger's snapshot, only with `--allow-pth PACKAGE` for each package that ships one.
+    Refused, the generation is removed and never ran."""
     wheelhouse = build_wheelhouse(tmp_path / "wheelhouse")
     canary = tmp_path / "pth-ran"
     hook = f"import os; open({str(canary)!r}, 'a').write('ran')\n"
     wheel = build_wheel(
         wheelhouse, "pthpkg", "1.0", files={"pthpkg/__init__.py": "", "pthpkg-hook.pth": hook}
+    )
+    custom = build_wheel(
+        wheelhouse, "sitepkg", "1.0", files={"sitepkg/__init__.py": "", "sitecustomize.py": hook}
     )
     profile = write_seed_project(tmp_path / "p", wheelhouse)
     for args in (
@@ -444,11 +448,12 @@ def test_a_snapshot_installing_a_pth_needs_the_users_leave(tmp_path: Path) -> No
         assert result.returncode == 0, result.stderr
     snap = tmp_path / "s" / "envlock-snapshot.json"
     doc = json.loads(snap.read_text())
-    entry = (
-        f'[[packages]]\nname = "pthpkg"\nversion = "1.0"\n'
-        f'wheels = [{{ url = "file://{wheel}", hashes = {{ sha256 = "{sha256(wheel)}" }} }}]\n\n'
+    entries = "".join(
+        f'[[packages]]\nname = "{name}"\nversion = "1.0"\n'
+        f'wheels = [{{ url = "file://{file}", hashes = {{ sha256 = "{sha256(file)}" }} }}]\n\n'
+        for name, file in (("pthpkg", wheel), ("sitepkg", custom))
     )
-    doc["lock"]["text"] = doc["lock"]["text"].replace("[tool.envlock]", entry + "[tool.envlock]")
+    doc["lock"]["text"] = doc["lock"]["text"].replace("[tool.envlock]", entries + "[tool.envlock]")
     snap.write_text(json.dumps(doc))
     root = profile.parent / "root"
 
@@ -461,19 +466,19 @@ def test_a_snapshot_installing_a_pth_needs_the_users_leave(tmp_path: Path) -> No
     refused = run_envlock("apply", "-y", "--from-snapshot", tmp_path / "s", profile)
     assert refused.returncode == 2, refused.stderr
     assert "Traceback" not in refused.stderr
-    assert "pthpkg (pthpkg-hook.pth)" in refused.stderr and "--allow-pth pthpkg" in refused.stderr
+    assert "pthpkg (pthpkg-hook.pth), sitepkg (sitecustomize.py)" in refused.stderr
+    assert "--allow-pth pthpkg --allow-pth sitepkg" in refused.stderr
     assert world() == before, "a refused generation was left or switched to"
-    assert not canary.exists(), "the snapshot's .pth ran"
+    assert not canary.exists(), "the snapshot's startup code ran"
 
-    other = run_envlock(
-        "apply", "-y", "--allow-pth", "tinydep", "--from-snapshot", tmp_path / "s", profile
-    )
-    assert other.returncode == 2 and "--allow-pth pthpkg" in other.stderr, other.stderr
+    one = ("--allow-pth", "pthpkg")
+    other = run_envlock("apply", "-y", *one, "--from-snapshot", tmp_path / "s", profile)
+    assert other.returncode == 2, other.stderr
+    assert "--allow-pth sitepkg" in other.stderr and "pthpkg (" not in other.stderr
     alone = run_envlock("apply", "-y", "--allow-pth", "pthpkg", profile)
     assert alone.returncode == 2 and "--allow-pth goes with --from-snapshot" in alone.stderr
 
-    allowed = run_envlock(
-        "apply", "-y", "--allow-pth", "pthpkg", "--from-snapshot", tmp_path / "s", profile
-    )
+    both = (*one, "--allow-pth", "SitePkg")  # named as the user likes: normalised
+    allowed = run_envlock("apply", "-y", *both, "--from-snapshot", tmp_path / "s", profile)
     assert allowed.returncode == 0, allowed.stderr
     assert world()[1] != before[1]

@@ -179,9 +179,9 @@ def refuse_pth(req, gen_dir):
         flags = " ".join("--allow-pth " + canonical(dist) for dist in sorted(found))
         raise AgentError(
             "refused",
-            "the snapshot's lock installs .pth files, code that runs in every Python of the "
-            f"environment: {listed}; nothing was switched. If you trust them, apply again with "
-            f"{flags}",
+            "the snapshot's lock installs startup code (.pth, sitecustomize.py), which every "
+            f"Python of the environment runs: {listed}; the generation was removed, nothing "
+            f"ran. If you trust them, apply again with {flags}",
         )
 
 
