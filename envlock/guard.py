@@ -20,8 +20,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envlock.errors import EXIT_DRIFT, EnvlockError, UsageError
-from envlock.lock import Lock, ResolutionFailed, parse_lock, resolve
+from envlock.lock import Lock, ResolutionFailed, lock_policy, parse_lock, resolve
 from envlock.lock_changes import LockChanges, lock_changes, torch_moves
+from envlock.lock_schema import SHOWN
 from envlock.profile import Profile, load_profile
 from envlock.profile_edit import Edit
 from envlock.uvbin import uv_path
@@ -60,7 +61,9 @@ def propose(profile: Profile, lock: Lock, edit: Edit, added: list[str]) -> Propo
     with ThreadPoolExecutor(max_workers=1) as pool:
         newest = pool.submit(newest_versions, profile, looked_up) if looked_up else None
         try:
-            candidate = parse_lock(profile.lock_path, resolve_candidate(profile, edit.text))
+            candidate = parse_lock(
+                profile.lock_path, resolve_candidate(profile, edit.text), lock_policy(profile)
+            )
         except ResolutionFailed as failure:
             raise refusal(profile, added, failure) from None
         notes = older_release_notes(
@@ -107,7 +110,7 @@ def unpinned(profile: Profile, requirements: list[str]) -> Profile:
 
 
 def versions_of(text: str) -> dict[str, str]:
-    return parse_lock(Path("pylock.toml"), text).versions()
+    return parse_lock(Path("pylock.toml"), text, SHOWN).versions()
 
 
 def newest_versions(profile: Profile, requirements: list[str]) -> dict[str, str]:

@@ -24,12 +24,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envlock.atomic import write_atomic
-from envlock.errors import EnvlockError, LockError, OperationError
+from envlock.errors import EXIT_USAGE, EnvlockError, LockError, OperationError
 from envlock.lock_indexes import uv_index_env, without_credentials
+from envlock.lock_schema import STRICT, LockPolicy, lock_data, profile_policy
 from envlock.lock_sources import AskIndex, ask_index, record_index_sources, with_local_copies
 from envlock.profile import TORCH_FAMILY, Profile
 from envlock.runs.secrets import redact_text
-from envlock.tomlread import TOMLDecodeError, tomllib
 from envlock.uvbin import uv_path
 
 LOCK_FORMAT = 2
@@ -58,6 +58,10 @@ class Lock:
     text: str
     packages: dict[str, LockedPackage]
     meta: dict[str, Any] = field(default_factory=dict)
+    # The packages it may build from source (each has an sdist the policy allows).
+    build: frozenset[str] = frozenset()
+    # How it was read: what its install may do (build, .pth files), by where it came from.
+    policy: LockPolicy = STRICT
 
     @property
     def sha256(self) -> str:
@@ -96,33 +100,38 @@ class Lock:
         return {name: pkg.version for name, pkg in self.packages.items()}
 
 
-def read_lock(path: Path) -> Lock:
-    """Parse a pylock file written by `envlock lock`."""
+def read_lock(path: Path, policy: LockPolicy = STRICT) -> Lock:
+    """Read and validate a lock file (see lock_schema: the one validator)."""
     try:
         text = path.read_text()
     except FileNotFoundError:
         raise LockError(f"{path}: no lock", hint="run `envlock lock PROFILE` first") from None
-    return parse_lock(path, text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"{path}: cannot read the lock: {exc}") from None
+    return parse_lock(path, text, policy)
 
 
-def parse_lock(path: Path, text: str) -> Lock:
-    try:
-        data = tomllib.loads(text)
-    except TOMLDecodeError as exc:
-        raise LockError(
-            f"{path}: not a valid lock: {exc}", hint="delete it and run `envlock lock PROFILE`"
-        ) from None
+def parse_lock(path: Path, text: str, policy: LockPolicy = STRICT, *, where: str = "") -> Lock:
+    """The one way to a `Lock`: the text validated field by field under `policy` (what it
+    may build, where its wheels may come from), refused whole otherwise (LockError, exit 2,
+    naming `path`, or `path` and `where` for a lock inside a snapshot)."""
+    data, build = lock_data(text, str(path), policy, where)
     packages: dict[str, LockedPackage] = {}
     for entry in data.get("packages", []):
         name = canonicalize_name(entry["name"])
         packages[name] = LockedPackage(
             name=name,
-            version=str(entry.get("version", "")),
+            version=entry["version"],
             wheels=tuple(entry.get("wheels", [])),
             sdist=entry.get("sdist"),
         )
-    meta = data.get("tool", {}).get("envlock", {})
-    return Lock(path=path, text=text, packages=packages, meta=meta)
+    meta = data["tool"]["envlock"]
+    return Lock(path=path, text=text, packages=packages, meta=meta, build=build, policy=policy)
+
+
+def lock_policy(profile: Profile) -> LockPolicy:
+    """How the profile's own lock is read: it may build what `[dependencies] build` names."""
+    return profile_policy(profile.dependencies.build, _shown(profile.path))
 
 
 # -- staleness ----------------------------------------------------------------------------
@@ -163,7 +172,7 @@ def resolution_inputs(profile: Profile) -> dict[str, Any]:
     torch = profile.torch
     deps = profile.dependencies
     here = profile.path.parent
-    return {
+    inputs: dict[str, Any] = {
         "[python] version": profile.python_version,
         "[python] platform": profile.python_platform,
         "[torch] version": torch.version if torch else None,
@@ -177,6 +186,9 @@ def resolution_inputs(profile: Profile) -> dict[str, Any]:
         "[dependencies] find-links": [_relative(link, here) for link in deps.find_links],
         "[dependencies] offline": deps.offline,
     }
+    if deps.build:  # only when set: locks of profiles that build nothing stay fresh
+        inputs["[dependencies] build"] = sorted(deps.build)
+    return inputs
 
 
 def input_digests(profile: Profile) -> dict[str, str]:
@@ -203,7 +215,7 @@ def _relative(link: str, directory: Path) -> str:
 
 def load_fresh_lock(profile: Profile) -> Lock:
     """The profile's lock, refusing a missing or stale one with what to do."""
-    lock = read_lock(profile.lock_path)
+    lock = read_lock(profile.lock_path, lock_policy(profile))
     reasons = stale_reasons(profile, lock)
     if reasons:
         raise LockError(
@@ -381,7 +393,18 @@ def uv_compile_argv(
     # The indexes go in uv's environment (uv_index_env), never here.
     for link in links:
         argv += ["--find-links", link]
-    return argv
+    return argv + build_options(deps.build)
+
+
+def build_options(build: tuple[str, ...]) -> list[str]:
+    """uv resolves from wheels alone (building an sdist runs its code, even for metadata),
+    except the packages `[dependencies] build` names: those come from their sdist."""
+    if not build:
+        return ["--no-build"]
+    options = ["--only-binary", ":all:"]
+    for name in build:
+        options += ["--no-binary", name]
+    return options
 
 
 def envlock_table(profile: Profile) -> str:
@@ -398,6 +421,9 @@ def envlock_table(profile: Profile) -> str:
     }
     lines = ["", "[tool.envlock]"]
     lines += [f"{key} = {_toml_value(value)}" for key, value in entries.items()]
+    if profile.dependencies.build:
+        # Package names (validated by the profile): a JSON list of them is a TOML array.
+        lines.append(f"build = {json.dumps(sorted(profile.dependencies.build))}")
     lines += ["", "[tool.envlock.inputs]"]
     lines += [f"{_toml_value(k)} = {_toml_value(v)}" for k, v in input_digests(profile).items()]
     lines += ["", "[tool.envlock.scripts]"]
@@ -420,6 +446,13 @@ class ResolutionFailed(OperationError):
         self.reason = reason
 
 
+class NeedsBuild(ResolutionFailed):
+    """Only an sdist satisfies the profile, and the profile lets nothing be built: the
+    profile must change (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
 def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
     """Run uv to resolve the profile; returns the full lock text. `extra_args` go to
     `uv pip compile` as they are (`envlock add` asks for `--no-deps` to find a newest)."""
@@ -437,10 +470,11 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
             proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env)
         if proc.returncode != 0:
             reason = redact_text(_clean_uv_error(proc.stderr, tmp))
-            raise ResolutionFailed(
+            failure = NeedsBuild if unbuilt(profile, proc.stderr) else ResolutionFailed
+            raise failure(
                 f"uv could not resolve {profile.path.name}:\n{reason}",
                 reason=reason,
-                hint=_resolve_hint(profile, links),
+                hint=_resolve_hint(profile, links, proc.stderr),
             )
         here = profile.path.parent.resolve()
         body = record_index_sources(output.read_text(), here, torch_index_asker(profile))
@@ -489,7 +523,22 @@ def _clean_uv_error(stderr: str, tmp: str) -> str:
     return "\n".join("  " + line for line in text.strip().splitlines())
 
 
-def _resolve_hint(profile: Profile, links: list[str]) -> str:
+def unbuilt(profile: Profile, stderr: str) -> str | None:
+    """The package uv could take only from an sdist that the profile does not let build."""
+    found = re.search(r"[Ww]heels are required for `([^`]+)`", stderr)
+    if found and canonicalize_name(found.group(1)) not in profile.dependencies.build:
+        return found.group(1)
+    return None
+
+
+def _resolve_hint(profile: Profile, links: list[str], reason: str = "") -> str:
+    name = unbuilt(profile, reason)
+    if name:
+        return (
+            f"{name} has no wheel here and envlock builds nothing from source unless told "
+            f'(a build runs the package\'s own code): add build = ["{name}"] to '
+            "[dependencies], or put a wheel of it in find-links"
+        )
     torch = profile.torch
     if (
         torch
@@ -508,7 +557,8 @@ def write_lock(profile: Profile) -> tuple[Lock, bool]:
     """Resolve and write the lock atomically; returns (lock, changed)."""
     text = resolve(profile)
     path = profile.lock_path
+    lock = parse_lock(path, text, lock_policy(profile))  # never write a lock envlock refuses
     old = path.read_text() if path.exists() else None
     if old != text:
         write_atomic(path, text.encode())
-    return parse_lock(path, text), old != text
+    return lock, old != text

@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from envlock.errors import ProfileError
 from envlock.proxmox.settings import Container
+from envlock.schema import PACKAGE_NAME_RE
 from envlock.targets.base import Target
 from envlock.targets.registry import TARGET_TYPES
 from envlock.tomlread import ENV_NAME_RE, Table, describe, load_toml, shown, suggest
@@ -85,6 +86,8 @@ class Dependencies:
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
     offline: bool = False
+    # Packages that may be built from their sdist (normalised names); all else is wheels.
+    build: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -405,6 +408,7 @@ class _ProfileReader:
         links = [
             self.find_link(t, index, link) for index, link in enumerate(t.texts("find-links", []))
         ]
+        build = self.read_build(t)
         offline = t.boolean("offline", False)
         if offline and not links:
             t.fail(
@@ -419,7 +423,25 @@ class _ProfileReader:
             extra_index_urls=tuple(extras),
             find_links=tuple(links),
             offline=offline,
+            build=build,
         )
+
+    def read_build(self, t: Table) -> tuple[str, ...]:
+        """`build = ["name", ...]`: bare package names, each once (building runs its code)."""
+        names = t.strings("build", [])
+        found: list[str] = []
+        for index, name in enumerate(names):
+            key = f"build[{index}]"
+            if not PACKAGE_NAME_RE.fullmatch(name):
+                t.fail(
+                    key,
+                    f"expected a package name, found {shown(name)}",
+                    hint='a bare name such as "flash-attn": versions belong in packages',
+                )
+            if canonicalize_name(name) in found:
+                t.fail(key, f'duplicate package "{name}"', hint="list each package once")
+            found.append(canonicalize_name(name))
+        return tuple(found)
 
     def torch_conflict(self, t: Table, key: str, req: Requirement, torch: TorchSpec) -> None:
         pin = Version(torch.pinned_version)

@@ -8,6 +8,8 @@ tests elsewhere prove the whole; these prove each rule, in well under a second.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +59,35 @@ version = "9.1.0"
 [tool.envlock]
 python-version = "3.11"
 """
-LOCK = parse_lock(Path("pylock.t.toml"), LOCK_TEXT)
+
+
+def with_wheels(text: str) -> str:
+    """A hand-written lock made valid: a wheel (URL and sha256) for each package, since a
+    lock is only read through its validator."""
+
+    def wheel(match: re.Match[str]) -> str:
+        name, version = match.group(1), match.group(2)
+        sha = hashlib.sha256(f"{name}=={version}".encode()).hexdigest()
+        url = f"https://files.test/{name.replace('-', '_')}-{version}-py3-none-any.whl"
+        return f'{match.group(0)}wheels = [{{ url = "{url}", hashes = {{ sha256 = "{sha}" }} }}]\n'
+
+    return re.sub(r'name = "([^"]+)"\nversion = "([^"]+)"\n', wheel, text)
+
+
+LOCK = parse_lock(Path("pylock.t.toml"), with_wheels(LOCK_TEXT))
 HASH = LOCK.short_hash
 GEN = f"1-{HASH}"
 # A cu128 lock that also holds flashinfer's cutlass DSL: -cu12 and -cu13 names that are not
 # torch's CUDA libraries (nvidia-cutlass-dsl[cu13] requires both).
 CUTLASS_LOCK = parse_lock(
     Path("pylock.t.toml"),
-    LOCK_TEXT.replace(
-        "[tool.envlock]",
-        '[[packages]]\nname = "nvidia-cutlass-dsl-libs-cu12"\nversion = "4.8.0"\n\n'
-        '[[packages]]\nname = "nvidia-cutlass-dsl-libs-cu13"\nversion = "4.8.0"\n\n'
-        "[tool.envlock]",
+    with_wheels(
+        LOCK_TEXT.replace(
+            "[tool.envlock]",
+            '[[packages]]\nname = "nvidia-cutlass-dsl-libs-cu12"\nversion = "4.8.0"\n\n'
+            '[[packages]]\nname = "nvidia-cutlass-dsl-libs-cu13"\nversion = "4.8.0"\n\n'
+            "[tool.envlock]",
+        )
     ),
 )
 CUTLASS_GEN = Generation(1, f"1-{CUTLASS_LOCK.short_hash}", CUTLASS_LOCK.short_hash, True)

@@ -35,7 +35,19 @@ from envlock.reconcile.state import (
     UvState,
     VenvLink,
 )
-from tests.test_core import CASES, GEN, HASH, LOCK, LOCK_TEXT, PLAN_CASES, ROOT, VENV, expect, state
+from tests.test_core import (
+    CASES,
+    GEN,
+    HASH,
+    LOCK,
+    LOCK_TEXT,
+    PLAN_CASES,
+    ROOT,
+    VENV,
+    expect,
+    state,
+    with_wheels,
+)
 
 DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
     "stale-lock-0": [
@@ -72,7 +84,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
         {
             "kind": "no-environment",
             "subject": "/opt/envlock",
-            "expected": "generation of lock 17a4d601ac87",
+            "expected": "generation of lock 095e806adde5",
             "actual": "nothing applied yet",
             "detail": "",
             "dist": "",
@@ -82,8 +94,8 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
         {
             "kind": "no-environment",
             "subject": "/opt/envlock",
-            "expected": "generation of lock 17a4d601ac87",
-            "actual": "1-17a4d601ac87 is incomplete",
+            "expected": "generation of lock 095e806adde5",
+            "actual": "1-095e806adde5 is incomplete",
             "detail": "",
             "dist": "",
         }
@@ -102,7 +114,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
         {
             "kind": "generation-lock",
             "subject": "1-000000000000",
-            "expected": "lock 17a4d601ac87",
+            "expected": "lock 095e806adde5",
             "actual": "lock 000000000000",
             "detail": "the active generation was built from another lock; apply builds or switches to the locked one",
             "dist": "",
@@ -384,19 +396,19 @@ PLAN_REPORTS: dict[str, tuple[list[dict[str, object]], str]] = {
         [
             {
                 "kind": "build",
-                "description": "build generation 1-17a4d601ac87 from lock 17a4d601ac87 (3 packages)",
-                "name": "1-17a4d601ac87",
+                "description": "build generation 1-095e806adde5 from lock 095e806adde5 (3 packages)",
+                "name": "1-095e806adde5",
                 "number": 1,
             },
             {
                 "kind": "cache-dir",
                 "description": "make sure the build's compile-cache dir exists (kept if it does)",
-                "generation": "1-17a4d601ac87",
+                "generation": "1-095e806adde5",
             },
             {
                 "kind": "switch",
-                "description": "switch current to generation 1-17a4d601ac87",
-                "name": "1-17a4d601ac87",
+                "description": "switch current to generation 1-095e806adde5",
+                "name": "1-095e806adde5",
                 "why": "apply",
             },
         ],
@@ -406,19 +418,19 @@ PLAN_REPORTS: dict[str, tuple[list[dict[str, object]], str]] = {
         [
             {
                 "kind": "build",
-                "description": "build generation 1-17a4d601ac87 from lock 17a4d601ac87 (3 packages)",
-                "name": "1-17a4d601ac87",
+                "description": "build generation 1-095e806adde5 from lock 095e806adde5 (3 packages)",
+                "name": "1-095e806adde5",
                 "number": 1,
             },
             {
                 "kind": "cache-dir",
                 "description": "make sure the build's compile-cache dir exists (kept if it does)",
-                "generation": "1-17a4d601ac87",
+                "generation": "1-095e806adde5",
             },
             {
                 "kind": "switch",
-                "description": "switch current to generation 1-17a4d601ac87",
-                "name": "1-17a4d601ac87",
+                "description": "switch current to generation 1-095e806adde5",
+                "name": "1-095e806adde5",
                 "why": "apply",
             },
             {"kind": "scripts", "description": "deploy 1 pinned script(s)", "files": ["train.py"]},
@@ -429,8 +441,8 @@ PLAN_REPORTS: dict[str, tuple[list[dict[str, object]], str]] = {
         [
             {
                 "kind": "repair",
-                "description": "re-sync generation 1-17a4d601ac87 to its lock (torch-build)",
-                "name": "1-17a4d601ac87",
+                "description": "re-sync generation 1-095e806adde5 to its lock (torch-build)",
+                "name": "1-095e806adde5",
                 "reinstall": [],
                 "clean_cache": [],
                 "remove": [],
@@ -442,8 +454,8 @@ PLAN_REPORTS: dict[str, tuple[list[dict[str, object]], str]] = {
         [
             {
                 "kind": "repair",
-                "description": "re-sync generation 1-17a4d601ac87 to its lock (package-extra)",
-                "name": "1-17a4d601ac87",
+                "description": "re-sync generation 1-095e806adde5 to its lock (package-extra)",
+                "name": "1-095e806adde5",
                 "reinstall": [],
                 "clean_cache": [],
                 "remove": [],
@@ -455,8 +467,8 @@ PLAN_REPORTS: dict[str, tuple[list[dict[str, object]], str]] = {
         [
             {
                 "kind": "repair",
-                "description": "re-sync generation 1-17a4d601ac87 to its lock (file-modified)",
-                "name": "1-17a4d601ac87",
+                "description": "re-sync generation 1-095e806adde5 to its lock (file-modified)",
+                "name": "1-095e806adde5",
                 "reinstall": ["numpy"],
                 "clean_cache": ["numpy"],
                 "remove": [],
@@ -468,19 +480,19 @@ PLAN_REPORTS: dict[str, tuple[list[dict[str, object]], str]] = {
         [
             {
                 "kind": "build",
-                "description": "rebuild lock 17a4d601ac87 as generation 2-17a4d601ac87 (files outside any package changed)",
-                "name": "2-17a4d601ac87",
+                "description": "rebuild lock 095e806adde5 as generation 2-095e806adde5 (files outside any package changed)",
+                "name": "2-095e806adde5",
                 "number": 2,
             },
             {
                 "kind": "cache-dir",
                 "description": "make sure the build's compile-cache dir exists (kept if it does)",
-                "generation": "2-17a4d601ac87",
+                "generation": "2-095e806adde5",
             },
             {
                 "kind": "switch",
-                "description": "switch current to generation 2-17a4d601ac87",
-                "name": "2-17a4d601ac87",
+                "description": "switch current to generation 2-095e806adde5",
+                "name": "2-095e806adde5",
                 "why": "apply",
             },
         ],
@@ -499,7 +511,7 @@ PLAN_REPORTS: dict[str, tuple[list[dict[str, object]], str]] = {
             {
                 "kind": "cache-dir",
                 "description": "create the compile-cache dir of the build",
-                "generation": "1-17a4d601ac87",
+                "generation": "1-095e806adde5",
             }
         ],
         "",
@@ -550,7 +562,7 @@ def drift(
 
 def on_lock(text: str) -> tuple[Lock, dict[str, Any]]:
     """A lock from LOCK_TEXT changed, and the state changes of a target in sync with it."""
-    lock = parse_lock(Path("pylock.t.toml"), text)
+    lock = parse_lock(Path("pylock.t.toml"), with_wheels(text))
     gen = Generation(1, f"1-{lock.short_hash}", lock.short_hash, True)
     return lock, {"generations": (gen,), "current": gen.name, "packages": lock.versions()}
 
@@ -855,7 +867,7 @@ def plan_of(
     return [a.to_json() for a in plan.actions], plan.reason
 
 
-NEW = "2-17a4d601ac87"
+NEW = "2-095e806adde5"
 CACHE_DIR = {
     "kind": "cache-dir",
     "description": "make sure the build's compile-cache dir exists (kept if it does)",

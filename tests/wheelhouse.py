@@ -349,3 +349,86 @@ def build_pypi_wheelhouse(dest: Path) -> Path:
     build_pypi_common(dest)
     build_sglang(dest)
     return dest
+
+
+# -- an sdist, for what building from source runs ---------------------------------------------
+SDIST_BACKEND = '''"""A PEP 517 backend in the sdist itself: stdlib only, so it builds offline."""
+import base64, hashlib, os, zipfile
+
+NAME, VERSION, CANARY = {name!r}, {version!r}, {canary!r}
+
+
+def ran(hook):
+    # Building runs the package's own code: each hook leaves a line behind.
+    with open(CANARY, "a") as handle:
+        handle.write(hook + "\\n")
+
+
+def files():
+    info = NAME + "-" + VERSION + ".dist-info"
+    meta = "Metadata-Version: 2.1\\nName: " + NAME + "\\nVersion: " + VERSION + "\\n"
+    wheel = "Wheel-Version: 1.0\\nGenerator: envlock-tests\\n"
+    wheel += "Root-Is-Purelib: true\\nTag: py3-none-any\\n"
+    return {{
+        NAME + "/__init__.py": b"BUILT_FROM_SOURCE = True\\n",
+        info + "/METADATA": meta.encode(),
+        info + "/WHEEL": wheel.encode(),
+    }}
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    ran("get_requires_for_build_wheel")
+    return []
+
+
+def prepare_metadata_for_build_wheel(directory, config_settings=None):
+    ran("prepare_metadata_for_build_wheel")
+    info = NAME + "-" + VERSION + ".dist-info"
+    os.makedirs(os.path.join(directory, info))
+    for path, data in files().items():
+        if path.startswith(info):
+            with open(os.path.join(directory, path), "wb") as handle:
+                handle.write(data)
+    return info
+
+
+def build_wheel(directory, config_settings=None, metadata_directory=None):
+    ran("build_wheel")
+    contents = files()
+    info = NAME + "-" + VERSION + ".dist-info"
+    digest = lambda data: "sha256=" + base64.urlsafe_b64encode(
+        hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record = [p + "," + digest(d) + "," + str(len(d)) for p, d in contents.items()]
+    contents[info + "/RECORD"] = ("\\n".join(record + [info + "/RECORD,,"]) + "\\n").encode()
+    name = NAME + "-" + VERSION + "-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(directory, name), "w") as archive:
+        for path, data in contents.items():
+            archive.writestr(path, data)
+    return name
+'''
+
+
+def build_sdist(dest: Path, name: str, version: str, canary: Path) -> Path:
+    """Write NAME-VERSION.tar.gz whose in-tree backend appends to `canary` whenever any of its
+    hooks runs (a lock or an install that builds it); returns its path."""
+    import io
+    import tarfile
+
+    top = f"{name}-{version}"
+    pyproject = (
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\n'
+    )
+    members = {
+        "pyproject.toml": pyproject,
+        "backend.py": SDIST_BACKEND.format(name=name, version=version, canary=str(canary)),
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+    }
+    sdist = dest / f"{top}.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for rel, text in members.items():
+            data = text.encode()
+            item = tarfile.TarInfo(f"{top}/{rel}")
+            item.size, item.mtime, item.mode = len(data), 0, 0o644
+            archive.addfile(item, io.BytesIO(data))
+    return sdist

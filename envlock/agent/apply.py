@@ -32,6 +32,8 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         write_atomic,
     )
     from envlock.agent.files import (
+        canonical,
+        pth_owners,
         write_manifest,
     )
     from envlock.agent.probe import (
@@ -93,7 +95,8 @@ def uv_env(req):
 
 
 def sync_argv(req, gen_dir, extra=()):
-    # The lock names every wheel by URL; no index or find-links is consulted.
+    # The lock names every wheel by URL; no index or find-links is consulted. Nothing is
+    # built from source but what the request allows (building runs the package's code).
     argv = [
         req["uv"],
         "pip",
@@ -103,6 +106,11 @@ def sync_argv(req, gen_dir, extra=()):
         os.path.join(gen_dir, "bin", "python"),
         "--quiet",
     ]
+    if not req.get("build"):
+        argv.append("--no-build")
+    else:
+        for name in req.get("binary_only") or ():
+            argv += ["--only-binary", name]
     return argv + list(extra)
 
 
@@ -152,6 +160,7 @@ def build_into(req, gen_dir, action):
     write_atomic(os.path.join(gen_dir, LOCK_COPY), req["lock_text"].encode())
     progress(f"installing {req.get('package_count', 0)} packages from the lock")
     sync_repairing_cache(req, gen_dir, env)
+    refuse_pth(req, gen_dir)
     finish_generation(req, gen_dir, action)
 
 
@@ -184,6 +193,30 @@ def sync_repairing_cache(req, gen_dir, env, extra=()):
 
 
 LOCKED_NAME = re.compile(r'^name = "([^"]+)"', re.M)
+
+
+def refuse_pth(req, gen_dir):
+    """A .pth runs in every interpreter of the environment: from a stranger's lock, only
+    the packages the user named may install one. Checked after the install (only then are
+    the wheels' files known) and before the generation is finished: refused, it is removed
+    and never run."""
+    allowed = req.get("pth_allowed")
+    if allowed is None:
+        return
+    found = {
+        dist: files for dist, files in pth_owners(gen_dir).items() if canonical(dist) not in allowed
+    }
+    if found:
+        listed = ", ".join(
+            "{} ({})".format(dist, ", ".join(files)) for dist, files in sorted(found.items())
+        )
+        flags = " ".join("--allow-pth " + canonical(dist) for dist in sorted(found))
+        raise AgentError(
+            "refused",
+            "the snapshot's lock installs startup code (.pth, sitecustomize.py), which every "
+            f"Python of the environment runs: {listed}; the generation was removed, nothing "
+            f"ran. If you trust them, apply again with {flags}",
+        )
 
 
 def finish_generation(req, gen_dir, action):

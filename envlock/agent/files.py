@@ -96,6 +96,27 @@ def read_records(venv):
     return owners
 
 
+# Files at the top of site-packages that `site` runs in every interpreter, unasked.
+STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")
+
+
+def pth_owners(venv):
+    """{dist: [its files]} for the startup code a package installed at the top of
+    site-packages: .pth files and sitecustomize.py (what `site` runs at every start);
+    those no RECORD lists are the venv's own (uv venv writes them)."""
+    site = site_packages(venv)
+    if site is None:
+        return {}
+    site_rel = os.path.relpath(site, venv)
+    records = read_records(venv)
+    found = {}  # type: dict
+    for name in sorted(os.listdir(site)):
+        owner = records.get(site_rel + "/" + name)
+        if (name.endswith(".pth") or name in STARTUP_FILES) and owner is not None:
+            found.setdefault(owner[0], []).append(name)
+    return found
+
+
 def canonical(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 

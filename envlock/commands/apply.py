@@ -54,6 +54,14 @@ from envlock.targets.base import ContainerCheck
     help="With --from-snapshot: rebuild a snapshot made for another profile name.",
 )
 @click.option(
+    "--allow-pth",
+    "allow_pth",
+    multiple=True,
+    metavar="PACKAGE",
+    help="With --from-snapshot: let PACKAGE install a .pth file (code every Python of the "
+    "environment runs). Repeat per package.",
+)
+@click.option(
     "--deep", is_flag=True, help="Re-hash every file first, and repair whatever that finds."
 )
 @click.option(
@@ -72,6 +80,7 @@ def command(
     no_wait: bool,
     snapshot_dir: str | None,
     force: bool,
+    allow_pth: tuple[str, ...],
     deep: bool,
     restart: bool,
     fail_fast: bool,
@@ -83,10 +92,15 @@ def command(
     started = time.perf_counter()
     if force and not snapshot_dir:
         raise UsageError("--force goes with --from-snapshot", hint="drop --force")
+    if allow_pth and not snapshot_dir:
+        raise UsageError(
+            "--allow-pth goes with --from-snapshot (the profile's own packages need no leave)",
+            hint="drop --allow-pth",
+        )
     if snapshot_dir:
         from envlock.runs.snapshot import context_from_snapshot  # --from-snapshot only
 
-        ctx = context_from_snapshot(profile, snapshot_dir, force=force)
+        ctx = context_from_snapshot(profile, snapshot_dir, force=force, allow_pth=allow_pth)
     else:
         ctx = open_context(profile)
     if is_fleet(ctx):

@@ -8,8 +8,8 @@ import click
 
 from envlock import ui
 from envlock.commands.common import json_option, profile_argument
-from envlock.errors import EXIT_DRIFT, LockError, UsageError
-from envlock.lock import read_lock, stale_reasons, write_lock
+from envlock.errors import EXIT_DRIFT, UsageError
+from envlock.lock import lock_policy, read_lock, stale_reasons, write_lock
 from envlock.profile import load_profile
 
 
@@ -31,10 +31,10 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
     """Write or refresh pylock.<name>.toml beside PROFILE."""
     prof = load_profile(profile)
     if check_only:
-        try:
-            reasons = stale_reasons(prof, read_lock(prof.lock_path))
-        except LockError:
+        if not prof.lock_path.exists():
             reasons = ["no lock"]
+        else:  # a lock that does not validate is refused (exit 2, naming the field): not stale
+            reasons = stale_reasons(prof, read_lock(prof.lock_path, lock_policy(prof)))
         if as_json:
             ui.emit_json({"lock": str(prof.lock_path), "fresh": not reasons, "reasons": reasons})
         elif reasons:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from envlock import agent as agent_package
-from envlock.errors import OperationError
+from envlock.errors import OperationError, UsageError
 from envlock.pythons import own_python
 from envlock.targets.base import Result, Transport
 
@@ -184,6 +184,8 @@ def parse_answer(transport: Transport, command: str, result: Result) -> dict[str
         )
     if "error" in answer:
         error = answer["error"]
+        if error.get("kind") == "refused":  # the agent refused what it was asked: exit 2
+            raise UsageError(f"{transport.name}: {error['message']}")
         raise OperationError(
             f"{transport.name}: {error['message']}", hint=OS_HINTS.get(error.get("errno", ""))
         )

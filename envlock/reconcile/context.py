@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from envlock.errors import OperationError
-from envlock.lock import Lock, load_fresh_lock, parse_lock, read_lock, stale_reasons
+from envlock.lock import (
+    Lock,
+    load_fresh_lock,
+    lock_policy,
+    parse_lock,
+    read_lock,
+    stale_reasons,
+)
 from envlock.profile import Profile, load_profile
 from envlock.reconcile.agentcall import call_agent
 from envlock.reconcile.drift import Expectation, compute_drift
@@ -78,7 +85,7 @@ def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = Fa
     """Load profile and lock; a stale lock is refused unless the caller reports it as drift."""
     profile = load_profile(profile_path)
     if allow_stale:
-        lock = read_lock(profile.lock_path)
+        lock = read_lock(profile.lock_path, lock_policy(profile))
         stale = tuple(stale_reasons(profile, lock))
     else:
         lock, stale = load_fresh_lock(profile), ()
@@ -176,7 +183,7 @@ def active_lock(ctx: Context, state: State) -> Lock | None:
     if state.active_lock is None:
         return None
     where = Path(ctx.profile.target.root) / "current" / ".envlock" / "pylock.toml"
-    return parse_lock(where, state.active_lock)
+    return parse_lock(where, state.active_lock, lock_policy(ctx.profile))
 
 
 def hold_notice(ctx: Context, state: State) -> str | None:

@@ -48,8 +48,23 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         # A private index's credentials for uv's downloads: in uv's environment, carried in
         # this request (on the agent's stdin), never on a command line.
         "uv_env": uv_index_env(profile),
+        # What the install may do beyond unpacking wheels: the lock's policy decides.
+        **install_limits(ctx),
         "wait": wait,
         "actions": actions,
+    }
+
+
+def install_limits(ctx: Context) -> dict[str, Any]:
+    """`build`: the packages uv may build from source (none: `--no-build`, so that even a
+    lock that slipped past validation builds nothing); `binary_only`: every other locked
+    package; `pth_allowed`: the packages that may install a top-level .pth (None: any)."""
+    lock = ctx.lock
+    pth = lock.policy.pth
+    return {
+        "build": sorted(lock.build),
+        "binary_only": sorted(set(lock.packages) - lock.build),
+        "pth_allowed": None if pth is None else sorted(pth),
     }
 
 

@@ -16,8 +16,8 @@ from envlock.checkpoint.runfiles import hyperparameters, newest_run_dir, split_r
 from envlock.cuda import is_cuda_library
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
+from envlock.lock_schema import SHOWN
 from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
-from envlock.runs.snapshot_schema import parse_lock_text
 
 
 @dataclass(frozen=True)
@@ -141,9 +141,8 @@ def load_side(path: str) -> Side:
     if not target.is_file():
         raise UsageError(f"{target}: no such file or directory")
     if target.name.startswith("pylock.") and target.suffix == ".toml":
-        text = read_text(target)
-        parse_lock_text(text, str(target), where="")  # a lock from elsewhere is data too
-        return Side(str(target), parse_lock(target, text))
+        # A lock from elsewhere is data too: validated, read to be shown.
+        return Side(str(target), parse_lock(target, read_text(target), SHOWN))
     if target.suffix == ".json":
         snapshot = load_snapshot(target)
         return Side(str(target), snapshot_lock(snapshot, target), snapshot)

@@ -17,13 +17,14 @@ from typing import Any
 from envlock import __version__
 from envlock.errors import UsageError
 from envlock.lock import find_links_for
+from envlock.lock_schema import lock_data, snapshot_policy
 from envlock.profile import load_profile
 from envlock.reconcile.context import Context, gather_state, open_context, own_context
 from envlock.reconcile.state import State
 from envlock.runs.environment import run_environment
 from envlock.runs.snapshot_doc import document, git_state, rank_of, snapshot_name
 from envlock.runs.snapshot_file import load_snapshot, snapshot_lock, write_snapshot
-from envlock.runs.snapshot_schema import check_sources, parse_lock_text
+from envlock.runs.snapshot_schema import check_sources
 
 
 def build_snapshot(
@@ -112,12 +113,19 @@ def snapshot(
 
 # -- rebuilding a snapshot's environment ------------------------------------------------
 def context_from_snapshot(
-    profile_path: str | os.PathLike[str], snapshot_dir: str, *, force: bool = False
+    profile_path: str | os.PathLike[str],
+    snapshot_dir: str,
+    *,
+    force: bool = False,
+    allow_pth: tuple[str, ...] = (),
 ) -> Context:
     """A context whose lock is the one a snapshot recorded (to rebuild that environment).
 
-    The snapshot is checked before anything of it is used: its lock's wheels must come from
-    https:// or the profile's find-links, and it must be this profile's (unless `force`)."""
+    The snapshot is checked before anything of it is used: its lock builds nothing from
+    source (whatever its profile allowed), its wheels come from https:// or the profile's
+    find-links, it installs a .pth only from the packages in `allow_pth` (the agent checks
+    that after installing, before the generation can run), and it must be this profile's
+    (unless `force`)."""
     profile = load_profile(profile_path)
     data = load_snapshot(snapshot_dir)
     origin = str(snapshot_dir)
@@ -127,8 +135,10 @@ def context_from_snapshot(
             f"{origin}: the snapshot was made for profile {theirs!r}, not {profile.name!r}",
             hint="pass --force to rebuild its environment on this profile's target anyway",
         )
-    check_sources(parse_lock_text(data["lock"]["text"], origin), find_links_for(profile), origin)
-    lock = snapshot_lock(data, Path(snapshot_dir))
+    policy = snapshot_policy(allow_pth)
+    lock_doc, _ = lock_data(data["lock"]["text"], origin, policy, "lock.text")
+    check_sources(lock_doc, find_links_for(profile), origin)
+    lock = snapshot_lock(data, Path(snapshot_dir), policy)
     return Context(profile, lock, profile.target.transport())
 
 

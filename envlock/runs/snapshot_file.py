@@ -11,6 +11,7 @@ from typing import Any
 from envlock.atomic import write_atomic
 from envlock.errors import UsageError
 from envlock.lock import Lock, parse_lock
+from envlock.lock_schema import SHOWN, LockPolicy
 from envlock.runs.secrets import redact_argv, redact_config, redact_env, redact_text
 from envlock.runs.snapshot_doc import SCHEMA, SNAPSHOT_FILE
 from envlock.runs.snapshot_schema import validate_snapshot
@@ -68,5 +69,6 @@ def without_secrets(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def snapshot_lock(data: dict[str, Any], origin: Path) -> Lock:
-    return parse_lock(origin, data["lock"]["text"])
+def snapshot_lock(data: dict[str, Any], origin: Path, policy: LockPolicy = SHOWN) -> Lock:
+    """The lock a snapshot recorded, read to be shown unless `policy` says how it installs."""
+    return parse_lock(origin, data["lock"]["text"], policy, where="lock.text")
