@@ -94,7 +94,7 @@ def test_init_from_an_exactly_reproducible_venv_exits_0(
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     subprocess.run(
         [
-            *(sys.executable, "-m", "uv", "pip", "install", "-q", "--offline"),
+            *(sys.executable, "-m", "uv", "pip", "install", "-q", "--offline", "--no-index"),
             *("--python", str(venv / "bin" / "python"), "--find-links", wheelhouse),
             *("torch==2.11.0+cpu", "trainutil"),
         ],

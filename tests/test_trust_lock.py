@@ -247,8 +247,9 @@ OTHER_COMMANDS: dict[str, Argv] = {
         *["apply", "-y", "--force", "--from-snapshot", s, b.profile]
     ],
 }
-# Commands that read no lock: `inspect` reads checkpoints.
-READ_NO_LOCK = {"inspect"}
+# Commands that read no lock: `inspect` reads checkpoints, `data` datasets; `init` writes a
+# profile (and with --from, a lock it resolved itself, through write_lock's validation).
+READ_NO_LOCK = {"inspect", "data", "init"}
 
 
 def assert_refused(result: subprocess.CompletedProcess[str], where: str, names: str) -> None:
