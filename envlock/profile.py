@@ -25,7 +25,15 @@ from envlock.proxmox.settings import Container
 from envlock.schema import PACKAGE_NAME_RE
 from envlock.targets.base import Target
 from envlock.targets.registry import TARGET_TYPES
-from envlock.tomlread import ENV_NAME_RE, Table, describe, load_toml, shown, suggest
+from envlock.tomlread import (
+    ENV_NAME_RE,
+    Table,
+    describe,
+    load_toml,
+    loads_toml,
+    shown,
+    suggest,
+)
 
 # Matched with fullmatch: "$" would also accept a value that ends in a newline.
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
@@ -153,13 +161,9 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
 
 def parse_profile(path: str | os.PathLike[str], text: str) -> Profile:
     """Validate profile `text` as if it were the file at `path` (which need not exist)."""
-    from envlock.tomlread import TOMLDecodeError, tomllib
-
-    try:
-        data = tomllib.loads(text)
-    except TOMLDecodeError as exc:
-        raise ProfileError(str(path), f"not valid TOML: {exc}") from None
-    return _ProfileReader(Path(path), data, raw=text.encode()).read()
+    return _ProfileReader(
+        Path(path), loads_toml(Path(path), text.encode()), raw=text.encode()
+    ).read()
 
 
 class _ProfileReader:

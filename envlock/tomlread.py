@@ -37,6 +37,11 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise ProfileError(str(path), "no such file", hint="check the path") from None
     except OSError as exc:
         raise ProfileError(str(path), f"cannot read: {exc.strerror}") from None
+    return loads_toml(path, data)
+
+
+def loads_toml(path: Path, data: bytes) -> dict[str, Any]:
+    """Parse TOML bytes that are (or will be) the file at `path`; errors name its line."""
     try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
