@@ -11,6 +11,7 @@ import click
 from envlock import ui
 from envlock.commands.common import across_fleet, drift_table, print_fixes, with_context
 from envlock.errors import UsageError
+from envlock.profile import pass_env_refusal
 from envlock.reconcile.context import Context, check_all, hold_notice
 from envlock.reconcile.kinds import Drift, blocking
 from envlock.runs.environment import (
@@ -33,6 +34,7 @@ from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remot
     multiple=True,
     metavar="NAME",
     help="Pass this variable of yours to a remote command (repeatable; see [run] pass-env).",
+    callback=lambda _ctx, _param, names: refuse_composed(names),
 )
 @click.option(
     "--snapshot-into",
@@ -99,7 +101,7 @@ def command(
     gen = generation_dir(ctx.profile, state)
     if not remote:
         exec_local(argv, env)
-    spec = remote_spec(env, f"{gen}/bin", SCRUBBED)
+    spec = remote_spec(env, f"{gen}/bin", SCRUBBED, ctx.profile.env.get("PATH"))
     sys.exit(run_remote(ctx.transport, ctx.profile.target.root, f"{gen}/bin/python", argv, spec))
 
 
@@ -112,6 +114,16 @@ def refuse(ctx: Context, why: str, drifts: list[Drift], *, allow: bool = False) 
     if allow:
         ui.info("  or run anyway: envlock run --allow-drift …")
     sys.exit(refused_exit())
+
+
+def refuse_composed(names: tuple[str, ...]) -> tuple[str, ...]:
+    """`--env` follows the rule of [run] pass-env, checked while parsing: before the profile
+    and lock are even read."""
+    for name in names:
+        refusal = pass_env_refusal(name)
+        if refusal:
+            raise UsageError(f"--env {name}: {refusal[0]}", hint=refusal[1])
+    return names
 
 
 def passed_env(ctx: Context, names: tuple[str, ...]) -> dict[str, str]:
