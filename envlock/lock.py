@@ -14,7 +14,7 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -453,11 +453,17 @@ def _resolve_hint(profile: Profile, links: list[str]) -> str:
     return "check the package names and versions; is the index reachable?"
 
 
-def write_lock(profile: Profile) -> tuple[Lock, bool]:
-    """Resolve and write the lock atomically; returns (lock, changed)."""
+def write_lock(
+    profile: Profile, *, accept: Callable[[Lock], None] | None = None
+) -> tuple[Lock, bool]:
+    """Resolve and write the lock atomically; returns (lock, changed). `accept` may refuse
+    the resolved lock by raising, before anything is written (`lock --portable`)."""
     text = resolve(profile)
     path = profile.lock_path
+    lock = parse_lock(path, text)
+    if accept is not None:
+        accept(lock)
     old = path.read_text() if path.exists() else None
     if old != text:
         write_atomic(path, text.encode())
-    return parse_lock(path, text), old != text
+    return lock, old != text

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import click
 
 from envlock import ui
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_DRIFT, LockError, UsageError
-from envlock.lock import read_lock, stale_reasons, write_lock
-from envlock.profile import load_profile
+from envlock.lock import Lock, read_lock, stale_reasons, write_lock
+from envlock.profile import Profile, load_profile
 
 
 @click.command("lock")
@@ -43,17 +44,11 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
             ui.out.print(f"[green]✓[/] {prof.lock_path.name} is fresh")
         sys.exit(EXIT_DRIFT if reasons else 0)
     with ui.status(f"resolving {prof.path.name} with uv", quiet=as_json):
-        lock, changed = write_lock(prof)
+        # Refused before it is written: the file on disk stays what it was, and
+        # `lock --check` keeps telling the truth about it.
+        lock, changed = write_lock(prof, accept=refuse_tied(prof) if portable else None)
     torch = lock.packages.get("torch")
     tied = lock.machine_paths()
-    if portable and tied:
-        raise UsageError(
-            f"{lock.path.name} is tied to this machine: it names {len(tied)} wheel(s) by a "
-            f"local path outside {prof.path.parent}: {', '.join(tied[:3])}"
-            + (" …" if len(tied) > 3 else ""),
-            hint="put those wheels in a find-links directory beside the profile (recorded "
-            "relative to the lock), or let an index serve them",
-        )
     if as_json:
         ui.emit_json(
             {
@@ -78,3 +73,21 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
             f"({', '.join(tied[:2])}{' …' if len(tied) > 2 else ''}); `lock --portable` "
             "refuses that"
         )
+
+
+def refuse_tied(prof: Profile) -> Callable[[Lock], None]:
+    """`--portable`: refuse a resolved lock that names wheels by a path of this machine."""
+
+    def accept(lock: Lock) -> None:
+        tied = lock.machine_paths()
+        if tied:
+            raise UsageError(
+                f"{lock.path.name} is tied to this machine: it names {len(tied)} wheel(s) by "
+                f"a local path outside {prof.path.parent}: {', '.join(tied[:3])}"
+                + (" …" if len(tied) > 3 else ""),
+                hint="put those wheels in a find-links directory beside the profile (recorded "
+                f"relative to the lock), or let an index serve them; {lock.path.name} was "
+                "not written",
+            )
+
+    return accept

@@ -40,7 +40,12 @@ from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remot
     "--snapshot-into",
     "snapshot_dir",
     type=click.Path(file_okay=False),
-    help="Write DIR/envlock-snapshot.json before CMD starts.",
+    help="Write DIR/envlock-snapshot.json before CMD starts (refused when DIR holds one).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --snapshot-into: replace the snapshot already in DIR.",
 )
 @click.option(
     "--compile-artifacts",
@@ -56,6 +61,7 @@ def command(
     deep: bool,
     names: tuple[str, ...],
     snapshot_dir: str | None,
+    force: bool,
     artifacts: str | None,
     cmd: tuple[str, ...],
 ) -> None:
@@ -63,6 +69,8 @@ def command(
     argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
     if not argv:
         raise UsageError("no command given", hint="envlock run PROFILE -- python train.py")
+    if force and not snapshot_dir:
+        raise UsageError("--force goes with --snapshot-into", hint="drop --force")
     # A snapshot records the cache's warmth and the active generation's own lock.
     wanted = bool(snapshot_dir)
     # The container's drift refuses a run like any other.
@@ -97,7 +105,10 @@ def command(
         from envlock.runs.snapshot_file import write_snapshot
 
         data = build_snapshot(ctx, state, environ=env, command=argv)
-        ui.info(f"envlock: snapshot written to {write_snapshot(snapshot_dir, data)}")
+        # A snapshot already in DIR (a run's own, written by envlock.snapshot() with its
+        # config and argv) is refused, not replaced: the command has not started yet.
+        path = write_snapshot(snapshot_dir, data, replace=force)
+        ui.info(f"envlock: snapshot written to {path}")
     gen = generation_dir(ctx.profile, state)
     if not remote:
         exec_local(argv, env)
