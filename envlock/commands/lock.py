@@ -11,6 +11,7 @@ from envlock import ui
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_DRIFT, LockError, UsageError
 from envlock.lock import Lock, read_lock, stale_reasons, write_lock
+from envlock.lock_links import target_paths
 from envlock.profile import Profile, load_profile
 
 
@@ -49,6 +50,7 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
         lock, changed = write_lock(prof, accept=refuse_tied(prof) if portable else None)
     torch = lock.packages.get("torch")
     tied = lock.machine_paths()
+    needed = target_paths(prof, lock.text, lock.path.parent)
     if as_json:
         ui.emit_json(
             {
@@ -58,6 +60,7 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
                 "packages": lock.versions(),
                 "torch": torch.version if torch else None,
                 "machine_paths": tied,
+                "target_paths": needed,
             }
         )
         return
@@ -67,7 +70,13 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
         f"[green]✓[/] {verb} {lock.path.name}: {len(lock.packages)} packages"
         f"{torch_text}, lock {lock.short_hash}"
     )
-    if tied:
+    if needed:
+        # A remote target installs these wheels from the same paths: they must be there too.
+        ui.info(
+            f"the target must also have: {', '.join(needed)} (its install reads the lock's "
+            "wheels there, at the same paths)"
+        )
+    elif tied:
         ui.info(
             f"note: the lock is tied to this machine: {len(tied)} wheel(s) by a local path "
             f"({', '.join(tied[:2])}{' …' if len(tied) > 2 else ''}); `lock --portable` "
