@@ -81,9 +81,14 @@ def offline(links: Path) -> list[str]:
     return [f"find-links = {json.dumps([str(links)])}", "offline = true"]
 
 
+def bare() -> dict[str, str]:
+    """The environment of a machine whose installers name no find-links."""
+    return {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "UV_FIND_LINKS": ""}
+
+
 def controller(how: str, links: Path, work: Path) -> dict[str, str]:
     """The environment of a machine whose installers are configured with `links`, one way."""
-    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "UV_FIND_LINKS": ""}
+    env = bare()
     if how == "pip.conf":
         conf = work / "pip.conf"
         conf.write_text(f"[global]\nfind-links = {links}\n")
@@ -168,8 +173,7 @@ def test_a_wheelhouse_beside_the_profile_is_named_where_the_target_reads_it(
     repo = tmp_path / "repo"
     shutil.copytree(team, repo / "wheels")
     profile = write_profile(repo, SSH, offline(repo / "wheels"))
-    env = controller("PIP_FIND_LINKS", tmp_path / "nothing", tmp_path)
-    locked = cli("lock", "--json", profile, env=env)
+    locked = cli("lock", "--json", profile, env=bare())
     assert locked.returncode == 0, locked.stderr
     assert wheel_urls(profile)["torch"] == [f"wheels/{TORCH}"]
     assert json.loads(locked.stdout)["target_paths"] == [str((repo / "wheels").resolve())]
@@ -183,10 +187,7 @@ def test_a_wheel_from_a_source_the_profile_does_not_declare_is_refused(
     profile = write_profile(tmp_path / "repo", SSH, offline(team), ("onlyhere",))
     config = tmp_path / "uv.toml"
     config.write_text(f"[pip]\nfind-links = [{json.dumps(str(machine))}]\n")
-    env = {
-        **controller("PIP_FIND_LINKS", tmp_path / "none", tmp_path),
-        "UV_CONFIG_FILE": str(config),
-    }
+    env = {**bare(), "UV_CONFIG_FILE": str(config)}
     refused = cli("lock", profile, env=env)
     assert refused.returncode == 2, refused.stderr
     assert "from outside the profile's find-links" in refused.stderr
