@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock.errors import EXIT_DRIFT, EXIT_FAILED, EXIT_USAGE
+from envlock.commands.undo import Written, undone_on_failure
+from envlock.errors import EXIT_DRIFT, EXIT_FAILED, EXIT_USAGE, OperationError
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
 from tests.test_bad_input import set_root, tmpfs  # noqa: F401  (tmpfs: a fixture)
@@ -81,6 +82,7 @@ def test_a_failed_apply_puts_the_profile_and_lock_back(
     assert envlock("check", profile).returncode == 0  # the profile matches the root again
     # Said under the error: what was put back, and how to carry the change out later.
     assert "seed.toml and pylock.seed.toml are back as before" in failed.stderr
+    assert f"`envlock check {profile}` says whether the root still matches" in failed.stderr
     assert f"run `envlock {verb} -y {profile} {name}` again" in failed.stderr
     assert "Traceback" not in failed.stderr
 
@@ -129,3 +131,33 @@ def test_a_snapshot_in_the_directory_is_kept_without_force(
     assert json.loads(snap.read_text())["config"] is None
     lone = envlock("run", "--force", profile, "--", "true")
     assert lone.returncode == EXIT_USAGE and "--force goes with --snapshot-into" in lone.stderr
+
+
+def test_putting_back_restores_removes_or_leaves_an_edit_alone(tmp_path: Path) -> None:
+    """The undo, on real files: content restored (mode too), a file that did not exist
+    removed, one edited by someone since envlock wrote it left as it is, and all said."""
+    profile, lock, notes = tmp_path / "p.toml", tmp_path / "pylock.p.toml", tmp_path / "n.txt"
+    profile.write_bytes(b"new profile")
+    lock.write_bytes(b"new lock")
+    notes.write_bytes(b"edited by hand")
+    written = [
+        Written(profile, b"old profile", b"new profile", 0o600),
+        Written(lock, None, b"new lock"),
+        Written(notes, b"old notes", b"new notes"),
+    ]
+    error = OperationError("disk full", hint="free some space")
+    with pytest.raises(OperationError) as raised, undone_on_failure(written, "the apply", "next"):
+        raise error
+    assert raised.value is error and profile.read_bytes() == b"old profile"
+    assert profile.stat().st_mode & 0o777 == 0o600
+    assert not lock.exists() and notes.read_bytes() == b"edited by hand"
+    assert str(error).splitlines()[1:] == [
+        "  hint: free some space",
+        "  the apply failed, so p.toml and pylock.p.toml are back as before; not restored: "
+        "n.txt changed since envlock wrote it, so left as it is; next",
+    ]
+    # A step that ends well (exit 0 included) undoes nothing.
+    profile.write_bytes(b"new profile")
+    with pytest.raises(SystemExit), undone_on_failure(written[:1], "the apply", "next"):
+        raise SystemExit(0)
+    assert profile.read_bytes() == b"new profile"

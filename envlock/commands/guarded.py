@@ -97,8 +97,13 @@ def commit(proposal: Proposal, original: str) -> None:
         ui.info("the lock installs the same packages: no new generation is needed")
     from envlock.commands import apply  # here: dry runs never pay for its imports
 
-    # An apply that fails leaves the profile and lock as they were found, and says so.
-    with undone_on_failure(written, "the apply", redo):
+    # An apply that fails leaves the profile and lock as they were found, and says so. It
+    # may have failed after its switch (verifying): `check` tells, `apply` returns.
+    then = (
+        f"`envlock check {shlex.quote(str(path))}` says whether the root still matches them; "
+        f"once the cause is fixed, run `{redo}` again"
+    )
+    with undone_on_failure(written, "the apply", then):
         click.get_current_context().invoke(apply.command, profile=str(path), yes=True)
 
 
@@ -113,7 +118,7 @@ def write_both(proposal: Proposal, redo: str) -> list[Written]:
         Written(lock_path, lock_before, proposal.candidate.text.encode()),
     ]
     done: list[Written] = []
-    with undone_on_failure(done, "writing the lock", redo):
+    with undone_on_failure(done, "writing the lock", f"once fixed, run `{redo}` again"):
         for item in written:
             write_atomic(item.path, item.after, item.mode)
             done.append(item)

@@ -43,15 +43,16 @@ class Written:
 
 
 @contextlib.contextmanager
-def undone_on_failure(written: list[Written], step: str, redo: str) -> Iterator[None]:
+def undone_on_failure(written: list[Written], step: str, then: str) -> Iterator[None]:
     """Run `step` (e.g. "the apply"); if it fails, put `written` back and say so on the
-    failure (exit code and error kept). A step that exits 0 is no failure."""
+    failure, with `then` (what to do next); its exit code and error are kept. A step that
+    exits 0 is no failure."""
     try:
         yield
     except BaseException as exc:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             raise
-        note = put_back_all(written, step, redo)
+        note = put_back_all(written, step, then)
         if isinstance(exc, EnvlockError):
             # The CLI prints the error last; the note belongs under it, not above.
             exc.hint = f"{exc.hint}\n  {note}" if exc.hint else note
@@ -60,7 +61,7 @@ def undone_on_failure(written: list[Written], step: str, redo: str) -> Iterator[
         raise
 
 
-def put_back_all(written: list[Written], step: str, redo: str) -> str:
+def put_back_all(written: list[Written], step: str, then: str) -> str:
     """Restore each file; one sentence on what was restored, what was not, and what next."""
     restored, kept = [], []
     for item in written:
@@ -75,5 +76,5 @@ def put_back_all(written: list[Written], step: str, redo: str) -> str:
         parts.append(f"{step} failed, so {' and '.join(restored)} {verb} back as before")
     if kept:
         parts.append(("not restored: " if restored else f"{step} failed; ") + "; ".join(kept))
-    parts.append(f"once the cause is fixed, run `{redo}` again")
+    parts.append(then)
     return "; ".join(parts)
