@@ -72,7 +72,15 @@ def main() -> None:
             "api_s": statistics.median(api() for _ in range(runs)),
             "cli_s": statistics.median(
                 timed(
-                    [sys.executable, "-m", "envlock", "snapshot", str(profile), str(work / "cli")]
+                    [
+                        sys.executable,
+                        "-m",
+                        "envlock",
+                        "snapshot",
+                        "--force",
+                        str(profile),
+                        str(work / "cli"),
+                    ]
                 )
                 for _ in range(runs)
             ),

@@ -8,24 +8,32 @@ the label pin alone guarantees the right build.
 
 from __future__ import annotations
 
-import configparser
 import contextlib
 import hashlib
 import json
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 
 from envlock.atomic import write_atomic
 from envlock.errors import EXIT_USAGE, EnvlockError, LockError, OperationError
 from envlock.lock_indexes import uv_index_env, without_credentials
+from envlock.lock_links import (
+    cache_links,
+    environment_find_links,
+    find_links_for,
+    own_sources_only,
+    resolver_env,
+    undeclared,
+    wheel_in_find_links,
+)
 from envlock.lock_schema import STRICT, LockPolicy, lock_data, profile_policy
 from envlock.lock_sources import AskIndex, ask_index, record_index_sources, with_local_copies
 from envlock.profile import TORCH_FAMILY, Profile
@@ -233,60 +241,11 @@ def _shown(path: Path) -> str:
 
 
 # -- resolving ----------------------------------------------------------------------------
-def environment_find_links() -> list[str]:
-    """Find-links this machine's installers are configured with: uv's and pip's variables,
-    then pip's configuration files (uv does not read those, so envlock does)."""
-    found: list[str] = []
-    for var in ("UV_FIND_LINKS", "PIP_FIND_LINKS"):
-        found += [p for p in re.split(r"[\s,]+", os.environ.get(var, "")) if p]
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.read(pip_config_files())
-    for section in ("global", "install"):
-        if parser.has_option(section, "find-links"):
-            found += parser.get(section, "find-links").split()
-    return list(dict.fromkeys(found))
-
-
-def pip_config_files() -> list[str]:
-    if os.environ.get("PIP_CONFIG_FILE"):
-        return [os.environ["PIP_CONFIG_FILE"]]
-    xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
-    home = os.path.expanduser("~")
-    config_home = os.environ.get("XDG_CONFIG_HOME", os.path.join(home, ".config"))
-    return [
-        *(os.path.join(d, "pip", "pip.conf") for d in xdg),
-        "/etc/pip.conf",
-        os.path.join(home, ".pip", "pip.conf"),
-        os.path.join(config_home, "pip", "pip.conf"),
-    ]
-
-
-def find_links_for(profile: Profile) -> list[str]:
-    return list(dict.fromkeys([*profile.dependencies.find_links, *environment_find_links()]))
-
-
 def install_text_for(lock: Lock, profile: Profile) -> str:
     """The lock as the profile's target installs it. On this machine, a wheel the lock names
     by its index URL is taken from a local find-links directory holding the very same file
     (a cache); a remote target has its own disks, and downloads."""
-    return lock.install_text(cache=() if profile.target.remote else find_links_for(profile))
-
-
-def wheel_in_find_links(links: list[str], name: str, version: str) -> bool:
-    """Whether a local find-links directory holds a wheel of exactly name==version."""
-    wanted = canonicalize_name(name)
-    for link in links:
-        directory = Path(link.removeprefix("file://"))
-        if not directory.is_dir():
-            continue
-        for wheel in directory.glob("*.whl"):
-            try:
-                wname, wversion, _, _ = parse_wheel_filename(wheel.name)
-            except ValueError:
-                continue
-            if wname == wanted and str(wversion) == version:
-                return True
-    return False
+    return lock.install_text(cache=cache_links(profile))
 
 
 def resolver_input(profile: Profile, links: list[str]) -> str:
@@ -464,7 +423,7 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
         input_file.write_text(resolver_input(profile, links))
         output = Path(tmp) / f"pylock.{profile.name}.toml"
         argv = [*uv_compile_argv(profile, input_file, output, links), *extra_args]
-        env = {**os.environ, **uv_index_env(profile)}
+        env = {**(resolver_env(profile) or os.environ), **uv_index_env(profile)}
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env)
         if proc.returncode != 0 and clean_damaged_cache(profile, proc.stderr):
             proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env)
@@ -479,6 +438,7 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
         here = profile.path.parent.resolve()
         body = record_index_sources(output.read_text(), here, torch_index_asker(profile))
         body = relative_to_profile(body, here)
+    refuse_undeclared(profile, body)
     return body.rstrip("\n") + "\n" + envlock_table(profile)
 
 
@@ -500,6 +460,20 @@ def clean_damaged_cache(profile: Profile, stderr: str) -> bool:
     )
     subprocess.run([uv_path(), "cache", "clean", *sorted(names)], capture_output=True)
     return True
+
+
+def refuse_undeclared(profile: Profile, body: str) -> None:
+    """A lock that must use the profile's own sources names no other local file (only a uv
+    configuration of this machine could have added one): refused before it is written."""
+    stray = undeclared(profile, body, profile.path.parent)
+    if stray:
+        raise LockError(
+            f"{profile.path.name}: uv took {len(stray)} wheel(s) from outside the profile's "
+            f"find-links: {', '.join(stray[:3])}" + (" …" if len(stray) > 3 else ""),
+            hint="a remote or offline profile resolves from its own [dependencies] "
+            "find-links and indexes: add that directory there if the target has it too, or "
+            "remove it from this machine's uv configuration",
+        )
 
 
 def relative_to_profile(body: str, directory: Path) -> str:
@@ -540,24 +514,38 @@ def _resolve_hint(profile: Profile, links: list[str], reason: str = "") -> str:
             "[dependencies], or put a wheel of it in find-links"
         )
     torch = profile.torch
+    hint = "check the package names and versions; is the index reachable?"
     if (
         torch
         and torch.backend_index
         and not wheel_in_find_links(links, "torch", torch.pinned_version)
     ):
-        return (
+        hint = (
             f"torch {torch.pinned_version} is taken from {redact_text(torch.backend_index)}: is it "
             "reachable? Otherwise set [torch] index-url to a mirror, or put the wheel in "
             "[dependencies] find-links"
         )
-    return "check the package names and versions; is the index reachable?"
+    mine = [link for link in environment_find_links() if link not in links]
+    if own_sources_only(profile) and mine:
+        # What resolved before may have come from there: say why it is not used now.
+        hint += (
+            f"; the find-links this machine's pip or uv is configured with ({', '.join(mine)})"
+            " are not used for a remote target or an offline profile: list a directory the "
+            "target also has in [dependencies] find-links"
+        )
+    return hint
 
 
-def write_lock(profile: Profile) -> tuple[Lock, bool]:
-    """Resolve and write the lock atomically; returns (lock, changed)."""
+def write_lock(
+    profile: Profile, *, accept: Callable[[Lock], None] | None = None
+) -> tuple[Lock, bool]:
+    """Resolve and write the lock atomically; returns (lock, changed). `accept` may refuse
+    the resolved lock by raising, before anything is written (`lock --portable`)."""
     text = resolve(profile)
     path = profile.lock_path
     lock = parse_lock(path, text, lock_policy(profile))  # never write a lock envlock refuses
+    if accept is not None:
+        accept(lock)
     old = path.read_text() if path.exists() else None
     if old != text:
         write_atomic(path, text.encode())

@@ -59,6 +59,35 @@ TORCH_FAMILY = frozenset(
     }
 )
 
+# Variables that decide which interpreter and standard library `python` is. `envlock run`
+# sets them for the generation, so [env] cannot: each with the alternative to offer.
+INTERPRETER_ENV = {
+    "VIRTUAL_ENV": (
+        "envlock sets VIRTUAL_ENV to the active generation, so that the locked interpreter runs",
+        "remove it; to run in another environment, give that environment its own profile",
+    ),
+    "PYTHONHOME": (
+        "PYTHONHOME would make the generation's python load another standard library",
+        "remove it; to add import directories set PYTHONPATH in [env] "
+        "(it is joined after envlock's own)",
+    ),
+}
+# Joined after what envlock puts first, never replacing it (runs/environment.py).
+JOINED_ENV = ("PATH", "PYTHONPATH")
+
+
+def pass_env_refusal(name: str) -> tuple[str, str] | None:
+    """(why, what to do) when `[run] pass-env` or `run --env` names a variable envlock
+    composes itself: the caller's PATH or PYTHONPATH names this machine's directories."""
+    if name in INTERPRETER_ENV:
+        return INTERPRETER_ENV[name]
+    if name in JOINED_ENV:
+        return (
+            f"envlock composes {name} for the command, so the caller's cannot be passed",
+            f"set {name} in [env]: it is joined after the generation's own entries",
+        )
+    return None
+
 
 @dataclass(frozen=True)
 class TorchSpec:
@@ -505,6 +534,8 @@ class _ProfileReader:
                 )
             if "\0" in value:
                 t.fail(key, "environment values cannot contain NUL characters")
+            if key in INTERPRETER_ENV:
+                t.fail(key, *INTERPRETER_ENV[key])
             env[key] = value
         return env
 
@@ -559,6 +590,9 @@ class _ProfileReader:
                 )
             if name in names[:index]:
                 t.fail(key, f'duplicate variable "{name}"', hint="list each variable once")
+            refusal = pass_env_refusal(name)
+            if refusal:
+                t.fail(key, *refusal)
             if name in env:
                 # Which value would win is a guess nobody should have to make.
                 t.fail(

@@ -3,6 +3,7 @@ ask, then write the profile and lock and apply them into a new generation."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable
 
@@ -10,6 +11,7 @@ import click
 
 from envlock import ui
 from envlock.atomic import write_atomic
+from envlock.commands.undo import Written, undone_on_failure
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE
 from envlock.guard import Proposal, Refused, propose
 from envlock.lock import load_fresh_lock
@@ -88,14 +90,39 @@ def commit(proposal: Proposal, original: str) -> None:
             f"{path.name} changed while the change was being resolved",
             hint="run the command again; nothing was written",
         )
-    write_atomic(path, proposal.edit.text.encode(), path.stat().st_mode & 0o777)
-    write_atomic(proposal.candidate.path, proposal.candidate.text.encode())
+    redo = shlex.join(["envlock", *sys.argv[1:]])
+    written = write_both(proposal, redo)
     ui.out.print(f"[green]✓[/] wrote {ui.escape(path.name)} and {proposal.candidate.path.name}")
     if not proposal.installs_differently:
         ui.info("the lock installs the same packages: no new generation is needed")
     from envlock.commands import apply  # here: dry runs never pay for its imports
 
-    click.get_current_context().invoke(apply.command, profile=str(path), yes=True)
+    # An apply that fails leaves the profile and lock as they were found, and says so. It
+    # may have failed after its switch (verifying): `check` tells, `apply` returns.
+    then = (
+        f"`envlock check {shlex.quote(str(path))}` says whether the root still matches them; "
+        f"once the cause is fixed, run `{redo}` again"
+    )
+    with undone_on_failure(written, "the apply", then):
+        click.get_current_context().invoke(apply.command, profile=str(path), yes=True)
+
+
+def write_both(proposal: Proposal, redo: str) -> list[Written]:
+    """Write the profile, then the lock (each atomically); what each held before. A lock
+    that cannot be written puts the profile back."""
+    path, lock_path = proposal.profile.path, proposal.candidate.path
+    mode = path.stat().st_mode & 0o777
+    lock_before = lock_path.read_bytes() if lock_path.exists() else None
+    written = [
+        Written(path, path.read_bytes(), proposal.edit.text.encode(), mode),
+        Written(lock_path, lock_before, proposal.candidate.text.encode()),
+    ]
+    done: list[Written] = []
+    with undone_on_failure(done, "writing the lock", f"once fixed, run `{redo}` again"):
+        for item in written:
+            write_atomic(item.path, item.after, item.mode)
+            done.append(item)
+    return written
 
 
 # -- showing ------------------------------------------------------------------------------

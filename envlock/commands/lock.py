@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import click
 
 from envlock import ui
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_DRIFT, UsageError
-from envlock.lock import lock_policy, read_lock, stale_reasons, write_lock
-from envlock.profile import load_profile
+from envlock.lock import Lock, lock_policy, read_lock, stale_reasons, write_lock
+from envlock.lock_links import target_paths
+from envlock.profile import Profile, load_profile
 
 
 @click.command("lock")
@@ -43,17 +45,12 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
             ui.out.print(f"[green]✓[/] {prof.lock_path.name} is fresh")
         sys.exit(EXIT_DRIFT if reasons else 0)
     with ui.status(f"resolving {prof.path.name} with uv", quiet=as_json):
-        lock, changed = write_lock(prof)
+        # Refused before it is written: the file on disk stays what it was, and
+        # `lock --check` keeps telling the truth about it.
+        lock, changed = write_lock(prof, accept=refuse_tied(prof) if portable else None)
     torch = lock.packages.get("torch")
     tied = lock.machine_paths()
-    if portable and tied:
-        raise UsageError(
-            f"{lock.path.name} is tied to this machine: it names {len(tied)} wheel(s) by a "
-            f"local path outside {prof.path.parent}: {', '.join(tied[:3])}"
-            + (" …" if len(tied) > 3 else ""),
-            hint="put those wheels in a find-links directory beside the profile (recorded "
-            "relative to the lock), or let an index serve them",
-        )
+    needed = target_paths(prof, lock.text, lock.path.parent)
     if as_json:
         ui.emit_json(
             {
@@ -63,6 +60,7 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
                 "packages": lock.versions(),
                 "torch": torch.version if torch else None,
                 "machine_paths": tied,
+                "target_paths": needed,
             }
         )
         return
@@ -72,9 +70,33 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
         f"[green]✓[/] {verb} {lock.path.name}: {len(lock.packages)} packages"
         f"{torch_text}, lock {lock.short_hash}"
     )
-    if tied:
+    if needed:
+        # A remote target installs these wheels from the same paths: they must be there too.
+        ui.info(
+            f"the target must also have: {', '.join(needed)} (its install reads the lock's "
+            "wheels there, at the same paths)"
+        )
+    elif tied:
         ui.info(
             f"note: the lock is tied to this machine: {len(tied)} wheel(s) by a local path "
             f"({', '.join(tied[:2])}{' …' if len(tied) > 2 else ''}); `lock --portable` "
             "refuses that"
         )
+
+
+def refuse_tied(prof: Profile) -> Callable[[Lock], None]:
+    """`--portable`: refuse a resolved lock that names wheels by a path of this machine."""
+
+    def accept(lock: Lock) -> None:
+        tied = lock.machine_paths()
+        if tied:
+            raise UsageError(
+                f"{lock.path.name} is tied to this machine: it names {len(tied)} wheel(s) by "
+                f"a local path outside {prof.path.parent}: {', '.join(tied[:3])}"
+                + (" …" if len(tied) > 3 else ""),
+                hint="put those wheels in a find-links directory beside the profile (recorded "
+                f"relative to the lock), or let an index serve them; {lock.path.name} was "
+                "not written",
+            )
+
+    return accept

@@ -11,6 +11,7 @@ import click
 from envlock import ui
 from envlock.commands.common import across_fleet, drift_table, print_fixes, with_context
 from envlock.errors import UsageError
+from envlock.profile import pass_env_refusal
 from envlock.reconcile.context import Context, check_all, hold_notice
 from envlock.reconcile.kinds import Drift, blocking
 from envlock.runs.environment import (
@@ -33,12 +34,18 @@ from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remot
     multiple=True,
     metavar="NAME",
     help="Pass this variable of yours to a remote command (repeatable; see [run] pass-env).",
+    callback=lambda _ctx, _param, names: refuse_composed(names),
 )
 @click.option(
     "--snapshot-into",
     "snapshot_dir",
     type=click.Path(file_okay=False),
-    help="Write DIR/envlock-snapshot.json before CMD starts.",
+    help="Write DIR/envlock-snapshot.json before CMD starts (refused when DIR holds one).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --snapshot-into: replace the snapshot already in DIR.",
 )
 @click.option(
     "--compile-artifacts",
@@ -54,6 +61,7 @@ def command(
     deep: bool,
     names: tuple[str, ...],
     snapshot_dir: str | None,
+    force: bool,
     artifacts: str | None,
     cmd: tuple[str, ...],
 ) -> None:
@@ -61,6 +69,8 @@ def command(
     argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
     if not argv:
         raise UsageError("no command given", hint="envlock run PROFILE -- python train.py")
+    if force and not snapshot_dir:
+        raise UsageError("--force goes with --snapshot-into", hint="drop --force")
     # A snapshot records the cache's warmth and the active generation's own lock.
     wanted = bool(snapshot_dir)
     # The container's drift refuses a run like any other.
@@ -95,11 +105,14 @@ def command(
         from envlock.runs.snapshot_file import write_snapshot
 
         data = build_snapshot(ctx, state, environ=env, command=argv)
-        ui.info(f"envlock: snapshot written to {write_snapshot(snapshot_dir, data)}")
+        # A snapshot already in DIR (a run's own, written by envlock.snapshot() with its
+        # config and argv) is refused, not replaced: the command has not started yet.
+        path = write_snapshot(snapshot_dir, data, replace=force)
+        ui.info(f"envlock: snapshot written to {path}")
     gen = generation_dir(ctx.profile, state)
     if not remote:
         exec_local(argv, env)
-    spec = remote_spec(env, f"{gen}/bin", SCRUBBED)
+    spec = remote_spec(env, f"{gen}/bin", SCRUBBED, ctx.profile.env.get("PATH"))
     sys.exit(run_remote(ctx.transport, ctx.profile.target.root, argv, spec))
 
 
@@ -112,6 +125,16 @@ def refuse(ctx: Context, why: str, drifts: list[Drift], *, allow: bool = False) 
     if allow:
         ui.info("  or run anyway: envlock run --allow-drift …")
     sys.exit(refused_exit())
+
+
+def refuse_composed(names: tuple[str, ...]) -> tuple[str, ...]:
+    """`--env` follows the rule of [run] pass-env, checked while parsing: before the profile
+    and lock are even read."""
+    for name in names:
+        refusal = pass_env_refusal(name)
+        if refusal:
+            raise UsageError(f"--env {name}: {refusal[0]}", hint=refusal[1])
+    return names
 
 
 def passed_env(ctx: Context, names: tuple[str, ...]) -> dict[str, str]:

@@ -17,12 +17,18 @@ from envlock.runs.snapshot import take_snapshot, write_snapshot
 
 
 def snapshot_member(
-    ctx: Context, progress: Progress, *, directory: Path, config_file: str | None, as_json: bool
+    ctx: Context,
+    progress: Progress,
+    *,
+    directory: Path,
+    config_file: str | None,
+    force: bool,
+    as_json: bool,
 ) -> MemberResult:
     """snapshot of one fleet member, into DIR/<vmid>/ (each container records its own)."""
     settings = ctx.profile.target.settings
     data = take_snapshot(ctx, command=sys.argv, config=read_config(config_file))
-    path = write_snapshot(directory / str(settings.vmid), data)
+    path = write_snapshot(directory / str(settings.vmid), data, replace=force)
     number, _, lock = str(data["generation"] or "").partition("-")
     return MemberResult(
         0,
@@ -53,12 +59,17 @@ def read_config(config_file: str | None) -> object:
     type=click.Path(dir_okay=False, exists=True),
     help="A JSON file with the run's config (hyperparameters) to record.",
 )
+@click.option(
+    "--force", is_flag=True, help="Replace a snapshot already in DIR (refused without it)."
+)
 @json_option
-def command(ctx: Context, directory: Path, config_file: str | None, as_json: bool) -> None:
+def command(
+    ctx: Context, directory: Path, config_file: str | None, force: bool, as_json: bool
+) -> None:
     """Write DIR/envlock-snapshot.json: lock, observed state, scripts, env, cache, config."""
     config = read_config(config_file)
     data = take_snapshot(ctx, command=sys.argv, config=config)
-    path = write_snapshot(directory, data)
+    path = write_snapshot(directory, data, replace=force)
     torch = (data["torch"] or {}).get("version")
     if as_json:
         ui.emit_json(

@@ -34,21 +34,37 @@ def run_environment(
     the startup set on PYTHONPATH, and what `envlock.snapshot()` in it needs to know."""
     env = {k: v for k, v in base.items() if k not in SCRUBBED}
     gen = generation_dir(profile, state)
-    env["VIRTUAL_ENV"] = gen
-    env["PATH"] = os.pathsep.join([os.path.join(gen, "bin"), base.get("PATH", os.defpath)])
     if state.cache is not None:
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(state.cache.dir, "inductor")
         env["TRITON_CACHE_DIR"] = os.path.join(state.cache.dir, "triton")
+    env.update(profile.env)
+    # What makes `python` the generation's: set after [env], which may only add to it (the
+    # profile validator refuses VIRTUAL_ENV and PYTHONHOME there).
+    env["VIRTUAL_ENV"] = gen
+    env["PATH"] = command_path(os.path.join(gen, "bin"), profile.env.get("PATH"), base)
     # envlock_megacache, the sitecustomize that loads compile artifacts and (unless the lock
     # installs a real one) the `envlock` of envlock.snapshot(): stdlib-only modules.
     where = remote_dir(profile.target.root) if profile.target.remote else package_dir()
-    env["PYTHONPATH"] = python_path(where, api="envlock" not in (state.packages or {}))
-    env.update(profile.env)
+    own = python_path(where, api="envlock" not in (state.packages or {}))
+    env["PYTHONPATH"] = joined(own, profile.env.get("PYTHONPATH"))
     env["ENVLOCK_PROFILE"] = str(profile.path)
     env["ENVLOCK_GENERATION"] = state.current or ""
     env["ENVLOCK_ROOT"] = profile.target.root
     env["ENVLOCK_RUN_CONTEXT"] = json.dumps(run_context(profile, scripts, target), sort_keys=True)
     return env
+
+
+def command_path(generation_bin: str, declared: str | None, base: Mapping[str, str]) -> str:
+    """PATH for the command: the generation's bin first, whatever [env] says, so `python3`
+    is the locked interpreter; an [env] PATH (often a CUDA bin) replaces the caller's after it.
+    The remote launcher applies the same rule to the target's own PATH."""
+    tail = declared if declared is not None else base.get("PATH", os.defpath)
+    return joined(generation_bin, tail)
+
+
+def joined(first: str, after: str | None) -> str:
+    """`first`, then `after` when it says anything: envlock's entries are never replaced."""
+    return os.pathsep.join([first, after]) if after else first
 
 
 def run_context(profile: Profile, scripts: Sequence[str], target: str) -> dict[str, Any]:

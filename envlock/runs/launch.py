@@ -35,9 +35,11 @@ NOT_EXECUTABLE, NOT_FOUND = 126, 127
 
 # Runs on the target in an isolated interpreter (envlock/pythons.py: 3.8+, stdlib only, in
 # `/`), the generation's own when it may be trusted. argv: the env file, the pid file, then
-# the command. The env file is JSON: {"set": {...}, "unset": [...], "path": "<gen>/bin"}.
-# The command itself starts as ssh and pct exec would start it: in the login's home, with
-# the environment given (its interpreter's site, .pth files and PYTHONPATH all apply).
+# the command. The env file is JSON: {"set": {...}, "unset": [...], "path": "<gen>/bin",
+# "tail": [env] PATH or null}. PATH is the generation's bin, then [env] PATH if the profile
+# sets one, else the target's own PATH (environment.command_path). The command itself
+# starts as ssh and pct exec would start it: in the login's home, with the environment
+# given (its interpreter's site, .pth files and PYTHONPATH all apply).
 LAUNCHER = r"""
 import json, os, sys
 env_file, pid_file, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -48,7 +50,10 @@ env = dict(os.environ)
 for name in spec["unset"]:
     env.pop(name, None)
 env.update(spec["set"])
-env["PATH"] = spec["path"] + os.pathsep + os.environ.get("PATH", os.defpath)
+tail = spec.get("tail")
+if tail is None:
+    tail = os.environ.get("PATH", os.defpath)
+env["PATH"] = spec["path"] + (os.pathsep + tail if tail else "")
 target = str(os.getpid())
 if not sys.stdin.isatty():
     try:
@@ -94,10 +99,17 @@ def exec_local(argv: list[str], env: Mapping[str, str]) -> None:
         sys.exit(NOT_EXECUTABLE)
 
 
-def remote_spec(env: Mapping[str, str], generation_bin: str, unset: tuple[str, ...]) -> bytes:
-    """The env file's content: what the command gets on top of the target's own base."""
+def remote_spec(
+    env: Mapping[str, str],
+    generation_bin: str,
+    unset: tuple[str, ...],
+    declared_path: str | None = None,
+) -> bytes:
+    """The env file's content: what the command gets on top of the target's own base. PATH is
+    composed there, since the target's own PATH is only known there."""
     variables = {k: v for k, v in env.items() if k != "PATH"}
-    return json.dumps({"set": variables, "unset": list(unset), "path": generation_bin}).encode()
+    spec = {"set": variables, "unset": list(unset), "path": generation_bin, "tail": declared_path}
+    return json.dumps(spec).encode()
 
 
 def run_remote(transport: Transport, root: str, argv: list[str], spec: bytes) -> int:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
-from envlock.atomic import write_atomic
+from envlock.atomic import write_atomic, write_new
 from envlock.errors import UsageError
 from envlock.lock import Lock, parse_lock
 from envlock.lock_schema import SHOWN, LockPolicy
@@ -18,12 +19,48 @@ from envlock.runs.snapshot_schema import validate_snapshot
 
 
 def write_snapshot(
-    directory: str | os.PathLike[str], data: dict[str, Any], name: str = SNAPSHOT_FILE
+    directory: str | os.PathLike[str],
+    data: dict[str, Any],
+    name: str = SNAPSHOT_FILE,
+    *,
+    replace: bool = True,
 ) -> Path:
-    """Write DIR/envlock-snapshot.json (or another `name`) atomically; returns its path."""
+    """Write DIR/envlock-snapshot.json (or another `name`) atomically; returns its path.
+    Without `replace`, a snapshot already there is refused, not overwritten: it may be the
+    one a run wrote of itself (its config, argv and rank are nowhere else)."""
     path = Path(directory) / name
-    write_atomic(path, (json.dumps(data, indent=1, sort_keys=False) + "\n").encode())
+    text = (json.dumps(data, indent=1, sort_keys=False) + "\n").encode()
+    if replace:
+        write_atomic(path, text)
+        return path
+    try:
+        write_new(path, text)
+    except FileExistsError:
+        raise UsageError(
+            f"{path}: a snapshot is already here{already_there(path)}",
+            hint="pass --force to replace it, or write the snapshot into another directory",
+        ) from None
     return path
+
+
+def already_there(path: Path) -> str:
+    """A few words on the snapshot found at `path` (its data is untrusted: only fields of a
+    known shape are quoted)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    said = []
+    generation, created = data.get("generation"), data.get("created")
+    if isinstance(generation, str) and re.fullmatch(r"\d+-[0-9a-f]{1,64}", generation):
+        said.append(f"generation {generation}")
+    if isinstance(created, str) and re.fullmatch(r"[0-9T:Z-]{1,32}", created):
+        said.append(f"taken {created}")
+    if isinstance(data.get("process"), dict):
+        said.append("written inside the run by envlock.snapshot(), with its config and argv")
+    return f" ({', '.join(said)})" if said else ""
 
 
 def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
