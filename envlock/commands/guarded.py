@@ -4,7 +4,9 @@ ask, then write the profile and lock and apply them into a new generation."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -93,9 +95,24 @@ def commit(proposal: Proposal, original: str) -> None:
     ui.out.print(f"[green]✓[/] wrote {ui.escape(path.name)} and {proposal.candidate.path.name}")
     if not proposal.installs_differently:
         ui.info("the lock installs the same packages: no new generation is needed")
-    from envlock.commands import apply  # here: dry runs never pay for its imports
+    converge_now(path)
 
-    click.get_current_context().invoke(apply.command, profile=str(path), yes=True)
+
+def converge_now(path: Path) -> None:
+    """The converge `envlock apply -y` runs, on the profile just written, rendered as apply
+    renders it."""
+    # Here: dry runs never pay for these imports.
+    from envlock.commands.apply import make_gate, render
+    from envlock.commands.common import progress_printer
+    from envlock.reconcile.context import open_context
+    from envlock.reconcile.converge import converge
+
+    started = time.perf_counter()
+    ctx = open_context(path)
+    done = converge(
+        ctx, progress=progress_printer(False), gate=make_gate(ctx, yes=True, as_json=False)
+    )
+    render(done, started=started, as_json=False)
 
 
 # -- showing ------------------------------------------------------------------------------

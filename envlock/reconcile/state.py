@@ -201,6 +201,9 @@ class State:
     gpu: GpuFacts = GpuFacts()
     hold: Hold | None = None
     active_lock: str | None = None  # the active generation's own lock text, when asked/held
+    # The agent's fingerprint of the root (generations, current, hold, history): a plan
+    # carries it, and the agent refuses the plan under the root's lock if it changed.
+    root_fingerprint: str = ""
 
     @property
     def current_generation(self) -> Generation | None:
@@ -239,6 +242,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         gpu=_gpu(raw.get("hardware")),
         hold=_hold(raw.get("hold")),
         active_lock=raw.get("active_lock"),
+        root_fingerprint=str(raw.get("root_fingerprint") or ""),
     )
 
 
