@@ -75,6 +75,7 @@ def converge(
     expect = expectation(ctx, snapshot_dir)
     container_steps = container_changes(container, restart)
     report += waiting_for_restart(container, restart)
+    provisioned = False
     for replans in range(REPLANS + 1):
         # Against the profile's lock (hold=False): apply returns there from a rollback.
         state, drifts = check(ctx, deep=deep, hold=False, meanwhile=ui.prepare)
@@ -83,10 +84,14 @@ def converge(
         plan = make_plan(expect, state, drifts)
         if snapshot_dir:
             plan = without_mismatched_scripts(ctx, plan)
+        active = state.current
         if plan.empty and not container_steps:
+            if provisioned:
+                break  # the container changed on an earlier round: verify as usual
             return Converged(plan, tuple(report), False, snapshotted, state.current, replans)
         stop(container_steps, plan)
         if container_steps:
+            provisioned = True
             # The container changes whatever the root's lock says: its snapshot comes first.
             if not snapshotted:
                 report += snapshot_first(ctx, state, progress)
@@ -103,6 +108,7 @@ def converge(
         answer = execute(ctx, plan, wait=not no_wait, on_progress=progress, when_locked=locked)
         report += taken
         snapshotted = snapshotted or bool(taken)
+        active = str(answer.get("current") or "") or active
         if not answer.get("replan"):
             break
         if progress is not None:
@@ -120,14 +126,7 @@ def converge(
         ignore=("script-modified", "script-missing") if scripts_skipped else (),
         deep=deep,
     )
-    return Converged(
-        plan,
-        tuple(report),
-        True,
-        snapshotted,
-        current or answer.get("current", state.current),
-        replans,
-    )
+    return Converged(plan, tuple(report), True, snapshotted, current or active, replans)
 
 
 def expectation(ctx: Context, snapshot_dir: str | None) -> Expectation:
