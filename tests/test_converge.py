@@ -211,7 +211,8 @@ def test_a_generation_built_from_a_snapshot_is_held_until_apply(
     probe = ["python", "-c", "import tinydep; print(tinydep.VERSION)"]
     ran = envlock("run", seed, "--", *probe)  # no --allow-drift: judged by its own lock
     assert ran.returncode == 0 and ran.stdout.strip() == "1.0", ran.stderr
-    assert envlock("check", seed).returncode == 0
+    checked = envlock("check", seed)
+    assert checked.returncode == 0 and "held (apply --from-snapshot)" in checked.stderr
     assert envlock("check", "--strict", seed).returncode == 1
     held = hold(envlock, seed)
     assert isinstance(held, dict) and held["generation"].startswith("1-")

@@ -38,6 +38,7 @@ class Hold:
     generation: str
     from_: str | None
     time: str
+    why: str = "rollback"  # or "snapshot": apply --from-snapshot built or chose it
 
     def to_json(self) -> dict[str, Any]:
         return {"generation": self.generation, "from": self.from_, "time": self.time}
@@ -315,7 +316,9 @@ def _switch(entry: dict[str, Any]) -> Switch:
 def _hold(raw: dict[str, Any] | None) -> Hold | None:
     if not raw:
         return None
-    return Hold(raw.get("generation", ""), raw.get("from"), raw.get("time", ""))
+    return Hold(
+        raw.get("generation", ""), raw.get("from"), raw.get("time", ""), raw.get("why", "rollback")
+    )
 
 
 def _uv(raw: dict[str, Any] | None) -> UvState | None:
