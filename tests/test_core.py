@@ -18,8 +18,9 @@ import pytest
 from envlock.errors import UsageError
 from envlock.lock import parse_lock
 from envlock.reconcile.drift import Expectation, compute_drift
+from envlock.reconcile.generations import plan_gc, plan_rollback, previous_generation
 from envlock.reconcile.kinds import KIND, KINDS, ORDER, Drift, Repair, blocking
-from envlock.reconcile.plan import make_plan, plan_gc, plan_rollback, previous_generation
+from envlock.reconcile.plan import make_plan
 from envlock.reconcile.state import (
     CacheState,
     FileChange,

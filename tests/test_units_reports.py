@@ -17,14 +17,8 @@ import pytest
 from envlock.errors import UsageError
 from envlock.lock import Lock, parse_lock
 from envlock.reconcile.drift import compute_drift
-from envlock.reconcile.plan import (
-    Action,
-    Plan,
-    make_plan,
-    plan_gc,
-    plan_rollback,
-    previous_generation,
-)
+from envlock.reconcile.generations import plan_gc, plan_rollback, previous_generation
+from envlock.reconcile.plan import Action, Plan, make_plan
 from envlock.reconcile.state import (
     FileChange,
     FilesReport,

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 
 # subprocess and shutil are imported by the steps that build or remove (a rollback's switch
@@ -26,6 +27,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         make_durable,
         progress,
         read_json,
+        root_fingerprint,
         sha256_file,
         symlink_atomic,
         uv_cache_damage,
@@ -344,14 +346,34 @@ def do_switch(req, action):
         )
     previous = current_generation(root)
     why = action.get("why", "switch")
-    if why == "rollback":
-        # Written before the switch: a reader never sees the rolled-back generation unheld.
-        hold = {"generation": action["name"], "from": previous, "time": utc_now()}
-        write_atomic(os.path.join(root, HOLD), json.dumps(hold, sort_keys=True).encode())
+    held = why in HELD_SWITCHES
+    if held:
+        # Written before the switch: a reader never sees the held generation unheld.
+        write_hold(root, action["name"], previous, why)
     symlink_atomic(os.path.join(root, "current"), os.path.join("generations", action["name"]))
-    if why != "rollback" and os.path.lexists(os.path.join(root, HOLD)):
+    if not held and os.path.lexists(os.path.join(root, HOLD)):
         os.unlink(os.path.join(root, HOLD))
     append_history(root, {"action": why, "from": previous, "to": action["name"]})
+
+
+# Switches that hold the root on their generation until the next converge: a rollback, and
+# an apply of a snapshot's lock (both judged by the generation's own lock meanwhile).
+HELD_SWITCHES = ("rollback", "snapshot")
+
+
+def write_hold(root, name, previous, why):
+    hold = {"generation": name, "from": previous, "time": utc_now(), "why": why}
+    write_atomic(os.path.join(root, HOLD), json.dumps(hold, sort_keys=True).encode())
+
+
+def do_hold(req, action):
+    """Hold the active generation (a snapshot's lock) or end a hold (the profile's lock is
+    active again): what a converge that stays on the active generation owes the hold."""
+    root = req["root"]
+    if action["held"]:
+        write_hold(root, action["name"], None, "snapshot")
+    elif os.path.lexists(os.path.join(root, HOLD)):
+        os.unlink(os.path.join(root, HOLD))
 
 
 def utc_now():
@@ -448,6 +470,7 @@ ACTIONS = {
     "build": do_build,
     "repair": do_repair,
     "switch": do_switch,
+    "hold": do_hold,
     "link-venv": do_link_venv,
     "scripts": do_scripts,
     "cache-dir": do_cache_dir,
@@ -483,6 +506,14 @@ def apply(req):
     done = []
     seconds = []
     with RootLock(root, req.get("wait", True)):
+        # Decided under the lock: a plan made from a root that another operation changed
+        # meanwhile (the one this apply waited for) is planned again, not carried out.
+        assumed = req.get("assumed")
+        if assumed is not None and root_fingerprint(root) != assumed["fingerprint"]:
+            progress("the root changed since this plan was made: planning again")
+            return {"replan": True, "done": [], "current": current_generation(root)}
+        if req.get("handshake") and not handshake():
+            return {"aborted": True, "done": [], "current": current_generation(root)}
         number_builds(root, req["actions"])
         for action in req["actions"]:
             progress(action["description"])
@@ -496,6 +527,18 @@ def apply(req):
         "current": current_generation(root),
         "freed": sum(FREED),
     }
+
+
+LOCKED = "envlock-locked: "
+
+
+def handshake():
+    """Say that the lock is held and the plan still holds, then wait for the controller's
+    word: it acts before the first change (a Proxmox snapshot of the container) while no
+    other apply can start. True: go on; anything else (or the controller gone): stop."""
+    sys.stderr.write(LOCKED + "ready\n")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip() == "go"
 
 
 COMMANDS["apply"] = apply

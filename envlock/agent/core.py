@@ -219,6 +219,23 @@ def current_generation(root):
     return os.path.basename(target.rstrip("/"))
 
 
+def root_fingerprint(root):
+    """What a plan assumes about a root: its generations (their generation.json included,
+    which a repair rewrites), `current`, the hold and the switch history's length. The
+    probe returns it and apply compares it under the root's lock: one function for both."""
+    try:
+        history = os.stat(os.path.join(root, "history.jsonl")).st_size
+    except OSError:
+        history = None
+    facts = {
+        "generations": list_generations(root),
+        "current": current_generation(root),
+        "hold": read_json(os.path.join(root, HOLD)),
+        "history": history,
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
+
+
 def read_history(root, limit=200):
     try:
         with open(os.path.join(root, "history.jsonl")) as handle:
@@ -260,7 +277,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     command = argv[0] if argv else "probe"
     try:
-        req = json.loads(argv[1] if len(argv) > 1 else sys.stdin.read() or "{}")
+        # One line: apply may read an answer from stdin after it (agent/apply.py handshake).
+        req = json.loads(argv[1] if len(argv) > 1 else sys.stdin.readline() or "{}")
         result = COMMANDS[command](req)
     except AgentError as exc:
         return fail({"kind": exc.kind, "message": str(exc)})

@@ -17,6 +17,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         list_generations,
         read_history,
         read_json,
+        root_fingerprint,
         sha256_file,
         write_atomic,
     )
@@ -203,8 +204,12 @@ def cache_warmth(path):
 
 def probe(req):
     root = req["root"]
+    # First: a change after this point makes it stale, so a plan from what follows is
+    # refused under the lock rather than executed against another root.
+    fingerprint = root_fingerprint(root)
     state = {
         "agent": 1,
+        "root_fingerprint": fingerprint,
         "python": interpreter_facts(root),
         "hostname": os.uname().nodename,
         "machine": os.uname().machine,

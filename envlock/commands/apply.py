@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import click
 
@@ -30,12 +28,10 @@ from envlock.commands.common import (
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE, INTERRUPTED, UsageError
 from envlock.fleet import Fleet, MemberResult, Progress, is_fleet, members_of, run_fleet
 from envlock.proxmox.fleet import Member
-from envlock.reconcile.context import Context, check, check_container, open_context
-from envlock.reconcile.execute import execute, verify_after
+from envlock.reconcile.context import Context, open_context
+from envlock.reconcile.converge import Converged, Gate, converge
 from envlock.reconcile.kinds import Drift
-from envlock.reconcile.plan import Plan, make_plan
-from envlock.reconcile.state import State
-from envlock.targets.base import ContainerCheck
+from envlock.reconcile.plan import Plan
 
 
 @click.command("apply")
@@ -124,27 +120,40 @@ def command(
             members=members,  # those whose plans were shown
         )
     refuse_on(on, fail_fast)
-    progress = progress_printer(as_json)
-
-    def gate(steps: list[Drift], plan: Plan | None) -> None:
-        nonlocal yes
-        show_container_steps(steps, as_json)
-        if plan is not None and not as_json:
-            print_plan(plan)
-        confirm(yes)
-        yes = True
-        click.get_current_context().meta[INTERRUPTED] = interrupted_note(ctx)
-
     done = converge(
         ctx,
         deep=deep,
         restart=restart,
         no_wait=no_wait,
         snapshot_dir=snapshot_dir,
-        progress=progress,
-        gate=gate,
+        progress=progress_printer(as_json),
+        gate=make_gate(ctx, yes=yes, as_json=as_json),
     )
-    plan, report = done.plan, done.report
+    render(done, started=started, as_json=as_json, snapshot_dir=snapshot_dir)
+
+
+def make_gate(ctx: Context, *, yes: bool, as_json: bool) -> Gate:
+    """Before the first change: show the container's steps and the plan, ask once (unless
+    `yes`), and say what an interrupt from then on leaves."""
+    asked = yes
+
+    def gate(steps: list[Drift], plan: Plan | None) -> None:
+        nonlocal asked
+        show_container_steps(steps, as_json)
+        if plan is not None and not as_json:
+            print_plan(plan)
+        confirm(asked)
+        asked = True
+        click.get_current_context().meta[INTERRUPTED] = interrupted_note(ctx)
+
+    return gate
+
+
+def render(
+    done: Converged, *, started: float, as_json: bool, snapshot_dir: str | None = None
+) -> None:
+    """A converge's result for people (or --json)."""
+    plan, report = done.plan, list(done.report)
     if not done.applied:
         if as_json:
             ui.emit_json({**plan_json(plan), "applied": done.snapshotted, "container": report})
@@ -154,13 +163,12 @@ def command(
             print_plan(plan)
         return
     elapsed = time.perf_counter() - started
-    current = done.current
     if as_json:
         ui.emit_json(
             {
                 **plan_json(plan),
                 "applied": True,
-                "current": current,
+                "current": done.current,
                 "container": report,
                 "seconds": round(elapsed, 3),
             }
@@ -168,86 +176,13 @@ def command(
         return
     for line in report:
         ui.out.print(f"  container: {ui.escape(line)}")
-    ui.out.print(f"[green]✓[/] applied: generation {current} is active ({elapsed:.1f}s)")
+    ui.out.print(f"[green]✓[/] applied: generation {done.current} is active ({elapsed:.1f}s)")
     if snapshot_dir:
         ui.info(
-            "note: this generation follows the snapshot's lock, not the profile's; "
-            "`envlock check` reports that until you apply the profile again"
+            "note: this generation follows the snapshot's lock, not the profile's, and is "
+            "held as a rollback is (`envlock run` judges it by that lock); "
+            "`envlock apply` returns to the profile's"
         )
-
-
-@dataclass(frozen=True)
-class Converged:
-    """What one apply did: its plan, the container's report lines, the generation active."""
-
-    plan: Plan
-    report: list[str]
-    applied: bool  # False: nothing to do (the plan is empty)
-    snapshotted: bool
-    current: str | None  # the active generation's name, "<number>-<lock>"
-
-
-Gate = Callable[[list[Drift], "Plan | None"], None]
-
-
-def converge(
-    ctx: Context,
-    *,
-    deep: bool,
-    restart: bool,
-    no_wait: bool,
-    snapshot_dir: str | None,
-    progress: Callable[[str], None] | None,
-    gate: Gate,
-) -> Converged:
-    """Provision the container, plan and converge the environment: apply's work on one
-    target. `gate(container steps, plan)` runs before the first change (shows, confirms)."""
-    report: list[str] = []
-    provisioner = ctx.provisioner
-    if restart and provisioner is None:
-        raise UsageError("--restart needs a proxmox-lxc target with a [container] table")
-    container = check_container(ctx)
-    snapshotted = False
-    if provisioner is not None and container is not None and not container.running:
-        # Nothing inside can be planned before the container runs: provision it first.
-        gate(list(container.drifts), None)
-        report += snapshot_first(ctx, None, progress)
-        snapshotted = True
-        report += provisioner.provision(restart=restart, on_progress=progress)
-        container = None
-    # Against the profile's lock: apply returns there from a rollback.
-    state, drifts = check(ctx, deep=deep, hold=False, meanwhile=ui.prepare)
-    if snapshot_dir:
-        refuse_incompatible(ctx, snapshot_dir, state)
-    plan = make_plan(ctx.expectation(), state, drifts)
-    if snapshot_dir:
-        plan = without_mismatched_scripts(ctx, plan)
-    container_steps = container_changes(container, restart)
-    report += waiting_for_restart(container, restart)
-    if plan.empty and not container_steps:
-        return Converged(plan, report, False, snapshotted, state.current)
-    gate(container_steps, plan)
-    if not snapshotted:
-        report += snapshot_first(ctx, state, progress)
-    if container_steps and provisioner is not None:
-        report += provisioner.provision(restart=restart, on_progress=progress)
-    answer = execute(ctx, plan, wait=not no_wait, on_progress=progress)
-    kinds = {a.kind for a in plan.actions}
-    if "switch" in kinds and "build" not in kinds:
-        # The generation switched to was not verified before (only the active one is):
-        # if it drifted while inactive (a polluting install, then a rollback), repair it now.
-        after_state, after_drifts = check(ctx, deep=deep, hold=False)
-        repair = make_plan(ctx.expectation(), after_state, after_drifts)
-        if not repair.empty:
-            answer = execute(ctx, repair, wait=not no_wait, on_progress=progress)
-    scripts_skipped = bool(snapshot_dir) and ctx.profile.script_hashes() != ctx.scripts
-    verify_after(
-        ctx,
-        plan,
-        ignore=("script-modified", "script-missing") if scripts_skipped else (),
-        deep=deep,
-    )
-    return Converged(plan, report, True, snapshotted, answer.get("current", state.current))
 
 
 def apply_member(
@@ -270,7 +205,7 @@ def apply_member(
         generation=int(number) if number.isdigit() else None,
         lock=lock,
         note=f"{len(done.plan.actions)} action(s)" if done.applied else "",
-        data={**plan_json(done.plan), "container": done.report, "current": done.current},
+        data={**plan_json(done.plan), "container": list(done.report), "current": done.current},
     )
 
 
@@ -368,63 +303,7 @@ def interrupted_note(ctx: Context) -> str:
     return note
 
 
-def snapshot_first(
-    ctx: Context, state: State | None, on_progress: Callable[[str], None] | None
-) -> list[str]:
-    """The container's snapshot before this apply changes anything (once per apply), named
-    after the generation active in it (unknown while the container is stopped)."""
-    if ctx.provisioner is None:
-        return []
-    active = state.current_generation if state is not None else None
-    generation = None if state is None else (active.name if active else "none")
-    name = ctx.provisioner.snapshot(
-        generation=generation,
-        lock=active.lock_hash if active else "",
-        applying=ctx.lock.short_hash,
-        on_progress=on_progress,
-    )
-    return [f"snapshot {name}"] if name else []
-
-
-def container_changes(container: ContainerCheck | None, restart: bool) -> list[Drift]:
-    """What apply changes about the container: a pending restart only when asked."""
-    if container is None:
-        return []
-    return [d for d in container.drifts if restart or d.kind != "container-restart"]
-
-
-def waiting_for_restart(container: ContainerCheck | None, restart: bool) -> list[str]:
-    """Changes the container takes at its next start, said when apply leaves them."""
-    if container is None or restart:
-        return []
-    return [d.detail for d in container.drifts if d.kind == "container-restart"]
-
-
 def show_container_steps(drifts: list[Drift], as_json: bool) -> None:
     if drifts and not as_json:
         ui.out.print(f"[bold]container: {len(drifts)} change(s)[/]")
         ui.out.print(drift_table(drifts))
-
-
-def refuse_incompatible(ctx: Context, snapshot_dir: str, state: State) -> None:
-    from envlock.runs.snapshot import snapshot_compatibility
-    from envlock.runs.snapshot_file import load_snapshot
-
-    problems = snapshot_compatibility(ctx, load_snapshot(snapshot_dir), state)
-    if problems:
-        raise UsageError(
-            f"cannot rebuild the snapshot's environment here: {'; '.join(problems)}",
-            hint="apply it on a target of the same platform",
-        )
-
-
-def without_mismatched_scripts(ctx: Context, plan: Plan) -> Plan:
-    """Scripts are deployed only when this machine's copies are the snapshot's."""
-    if ctx.profile.script_hashes() == ctx.scripts:
-        return plan
-    if any(a.kind == "scripts" for a in plan.actions):
-        ui.warn(
-            "the scripts here differ from the snapshot's pinned hashes: not deploying them "
-            "(check out the commit the snapshot records)"
-        )
-    return Plan(tuple(a for a in plan.actions if a.kind != "scripts"), plan.reason)

@@ -8,7 +8,7 @@ from envlock import ui
 from envlock.commands.common import json_option, plan_json, print_plan, with_context
 from envlock.reconcile.context import Context, gather_state
 from envlock.reconcile.execute import execute
-from envlock.reconcile.plan import plan_gc
+from envlock.reconcile.generations import plan_gc
 
 
 @click.command("gc")

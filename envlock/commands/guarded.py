@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -95,7 +97,6 @@ def commit(proposal: Proposal, original: str) -> None:
     ui.out.print(f"[green]✓[/] wrote {ui.escape(path.name)} and {proposal.candidate.path.name}")
     if not proposal.installs_differently:
         ui.info("the lock installs the same packages: no new generation is needed")
-    from envlock.commands import apply  # here: dry runs never pay for its imports
 
     # An apply that fails leaves the profile and lock as they were found, and says so. It
     # may have failed after its switch (verifying): `check` tells, `apply` returns.
@@ -104,7 +105,7 @@ def commit(proposal: Proposal, original: str) -> None:
         f"once the cause is fixed, run `{redo}` again"
     )
     with undone_on_failure(written, "the apply", then):
-        click.get_current_context().invoke(apply.command, profile=str(path), yes=True)
+        converge_now(path)
 
 
 def write_both(proposal: Proposal, redo: str) -> list[Written]:
@@ -123,6 +124,23 @@ def write_both(proposal: Proposal, redo: str) -> list[Written]:
             write_atomic(item.path, item.after, item.mode)
             done.append(item)
     return written
+
+
+def converge_now(path: Path) -> None:
+    """The converge `envlock apply -y` runs, on the profile just written, rendered as apply
+    renders it."""
+    # Here: dry runs never pay for these imports.
+    from envlock.commands.apply import make_gate, render
+    from envlock.commands.common import progress_printer
+    from envlock.reconcile.context import open_context
+    from envlock.reconcile.converge import converge
+
+    started = time.perf_counter()
+    ctx = open_context(path)
+    done = converge(
+        ctx, progress=progress_printer(False), gate=make_gate(ctx, yes=True, as_json=False)
+    )
+    render(done, started=started, as_json=False)
 
 
 # -- showing ------------------------------------------------------------------------------

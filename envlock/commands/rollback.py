@@ -20,8 +20,9 @@ from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, own_context
 from envlock.reconcile.drift import compute_drift
 from envlock.reconcile.execute import execute, verify_after
+from envlock.reconcile.generations import plan_rollback
 from envlock.reconcile.kinds import Drift
-from envlock.reconcile.plan import Plan, plan_rollback, repair_action
+from envlock.reconcile.plan import Plan, repair_action
 from envlock.reconcile.state import State
 
 

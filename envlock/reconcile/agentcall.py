@@ -10,7 +10,7 @@ import os
 import threading
 import zlib
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from envlock import agent as agent_package
 from envlock.errors import OperationError, UsageError
@@ -125,25 +125,72 @@ def call_agent(
     env_python: bool = False,
     on_progress: Callable[[str], None] | None = None,
     meanwhile: Callable[[], object] | None = None,
+    when_locked: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
     """Run one agent command; returns its JSON answer or raises OperationError.
 
     `meanwhile` runs here while the target works (the controller loading what renders the
-    answer: on two cores the two overlap)."""
+    answer: on two cores the two overlap). `when_locked` (apply only) runs once the agent
+    holds the root's lock and found the plan still holds, before its first change; the
+    agent waits for it, and stops without changing anything if it raises."""
+    dialogue = Dialogue(json.dumps(request).encode()) if when_locked is not None else None
+    failed: list[BaseException] = []
 
     def stderr_line(line: str) -> None:
-        if on_progress is not None and line.startswith(PROGRESS_PREFIX):
+        if dialogue is not None and when_locked is not None and line == LOCKED_READY:
+            try:
+                when_locked()
+            except BaseException as exc:  # raised below, after the agent stopped
+                failed.append(exc)
+                dialogue.answer(b"abort\n")
+            else:
+                dialogue.answer(b"go\n")
+        elif on_progress is not None and line.startswith(PROGRESS_PREFIX):
             on_progress(line[len(PROGRESS_PREFIX) :])
 
     def run() -> Result:
         return transport.run(
             agent_argv(transport, root, command, env_python=env_python),
-            stdin=json.dumps(request).encode(),
+            stdin=cast(IO[bytes], dialogue) if dialogue else json.dumps(request).encode(),
             on_stderr_line=stderr_line,
         )
 
     result = run() if meanwhile is None else run_while(run, meanwhile)
+    if failed:
+        raise failed[0]
     return parse_answer(transport, command, result)
+
+
+# The agent's apply says this on stderr when it holds the lock and waits for a word.
+LOCKED_READY = "envlock-locked: ready"
+
+
+class Dialogue:
+    """An agent's stdin that answers once: the request line first, then one word when the
+    agent asks for it (on stderr), then its end. Read by the transport's stdin feeder."""
+
+    def __init__(self, request: bytes) -> None:
+        self.pending = [request + b"\n"]
+        self.over = False
+        self.ready = threading.Condition()
+
+    def read(self, size: int = -1) -> bytes:
+        with self.ready:
+            while not self.pending and not self.over:
+                self.ready.wait()
+            return self.pending.pop(0) if self.pending else b""
+
+    def answer(self, word: bytes) -> None:
+        with self.ready:
+            self.pending.append(word)
+            self.over = True
+            self.ready.notify_all()
+
+    def ended(self) -> None:
+        """The command exited: nothing more to say (the feeder stops waiting)."""
+        with self.ready:
+            self.over = True
+            self.ready.notify_all()
 
 
 def run_while(work: Callable[[], Result], meanwhile: Callable[[], object]) -> Result:

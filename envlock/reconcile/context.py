@@ -190,10 +190,11 @@ def hold_notice(ctx: Context, state: State) -> str | None:
     """What to tell a user while a rollback holds the root (None when nothing is held)."""
     held = held_context(ctx, state)
     gen = state.current_generation
-    if held is None or gen is None:
+    if held is None or gen is None or state.hold is None:
         return None
+    how = "held (apply --from-snapshot)" if state.hold.why == "snapshot" else "rolled back"
     return (
-        f"rolled back: generation {gen.number} (lock {held.lock.short_hash}) is active; "
+        f"{how}: generation {gen.number} (lock {held.lock.short_hash}) is active; "
         f"the profile's lock is {ctx.lock.short_hash} — `envlock apply` returns to it"
     )
 

@@ -28,6 +28,9 @@ class Expectation:
     stale: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()  # device nodes the container should have
     gpu_count: int | None = None  # GPUs the environment should see; None: undeclared
+    # The lock is not the profile's (a snapshot's): the generation apply ends on is held,
+    # as a rollback holds one, so that `run` judges it by its own lock.
+    held: bool = False
 
 
 def compute_drift(expect: Expectation, state: State) -> list[Drift]:

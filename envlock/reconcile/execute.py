@@ -52,6 +52,11 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         **install_limits(ctx),
         "wait": wait,
         "actions": actions,
+        # What the plan assumed; the agent compares it under the root's lock (None: a
+        # rollback's or gc's plan, carried out whatever the root became).
+        "assumed": None
+        if plan.assumed is None
+        else {"current": plan.assumed.current, "fingerprint": plan.assumed.fingerprint},
     }
 
 
@@ -89,11 +94,15 @@ def execute(
     *,
     wait: bool = True,
     on_progress: Callable[[str], None] | None = None,
+    when_locked: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
-    """Carry out a plan on the target (under the root's lock) and return the agent's answer."""
+    """Carry out a plan on the target (under the root's lock) and return the agent's answer:
+    `{"replan": True}` when the root is no longer what the plan assumed. `when_locked` runs
+    under the lock, before the first change, once the plan is known to hold."""
     if plan.empty:
         return {"done": []}
     request = apply_request(ctx, plan, wait=wait)
+    request["handshake"] = when_locked is not None
     for action in request["actions"]:
         if action["kind"] == "install-uv":
             upload_uv(ctx.transport, action, on_progress)
@@ -103,6 +112,7 @@ def execute(
         "apply",
         request,
         on_progress=on_progress,
+        when_locked=when_locked,
     )
 
 

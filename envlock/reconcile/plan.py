@@ -1,11 +1,15 @@
 """Planning: a pure function of (expectation, state, drift) to ordered actions.
 
-What each kind of drift asks of apply is declared in kinds.py; the plan reads the drift, and
-the state only for what drift does not describe (the generations on the root).
+What each kind of drift asks of apply is declared in kinds.py (its `Repair`); each repair
+apply carries out has exactly one planner here (`PLANNERS`), and every action kind a plan
+may hold is declared once (`ACTION_KINDS`, each one an agent handler). A plan also carries
+what it assumed about the root, so that the agent can refuse it under the root's lock when
+another operation changed the root meanwhile.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +19,22 @@ from envlock.reconcile.kinds import Drift, Repair, of_repair
 from envlock.reconcile.state import Generation, State
 from envlock.uvbin import uv_version
 
+# Every action a plan may hold: each is one handler in the agent's apply (agent/apply.py
+# ACTIONS; a test ties the two).
+ACTION_KINDS = frozenset(
+    (
+        "install-uv",
+        "cleanup",
+        "build",
+        "repair",
+        "cache-dir",
+        "switch",
+        "hold",
+        "scripts",
+        "link-venv",
+    )
+)
+
 
 @dataclass(frozen=True)
 class Action:
@@ -22,18 +42,56 @@ class Action:
     description: str
     args: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.kind not in ACTION_KINDS:
+            raise ValueError(f"undeclared action kind {self.kind!r}")
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "description": self.description, **self.args}
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """What a plan was made from: the agent carries it out only if the root still is so."""
+
+    current: str | None
+    fingerprint: str  # the probe's fingerprint of the root (agent/core.py root_fingerprint)
 
 
 @dataclass(frozen=True)
 class Plan:
     actions: tuple[Action, ...]
     reason: str = ""
+    assumed: Assumed | None = None
 
     @property
     def empty(self) -> bool:
         return not self.actions
+
+
+@dataclass(frozen=True)
+class Goal:
+    """The generation apply ends on, and the build that makes it (None: it exists)."""
+
+    name: str
+    build: Action | None = None
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What every planner reads: the expectation, the state, the drift, and the goal."""
+
+    expect: Expectation
+    state: State
+    drifts: list[Drift]
+    goal: Goal
+
+    @property
+    def moving(self) -> bool:
+        return self.goal.name != self.state.current
+
+
+Planner = Callable[[Situation], list[Action]]
 
 
 def make_plan(expect: Expectation, state: State, drifts: list[Drift]) -> Plan:
@@ -44,56 +102,61 @@ def make_plan(expect: Expectation, state: State, drifts: list[Drift]) -> Plan:
             hint="run `envlock lock` first",
         )
     refuse_real_venv_dir(expect, state)
-    actions: list[Action] = []
-    if of_repair(drifts, Repair.INSTALL_UV):
-        actions.append(install_uv(expect))
-    stray = [g.name for g in state.generations if not g.complete and g.name != state.current]
-    if stray:
-        actions.append(
-            Action(
-                "cleanup",
-                f"remove {len(stray)} incomplete generation(s): " + ", ".join(stray),
-                {"names": stray},
-            )
-        )
-    name, steps = generation_steps(expect, state, drifts)
-    actions += steps
-    if name != state.current:
-        actions.append(
-            Action(
-                "cache-dir",
-                "make sure the build's compile-cache dir exists (kept if it does)",
-                {"generation": name},
-            )
-        )
-        why = " (return to the profile's lock: a rollback holds the target)" if state.hold else ""
-        actions.append(
-            Action(
-                "switch",
-                f"switch current to generation {name}{why}",
-                {"name": name, "why": "apply"},
-            )
-        )
-    elif of_repair(drifts, Repair.CACHE_DIR):
-        actions.append(
-            Action("cache-dir", "create the compile-cache dir of the build", {"generation": name})
-        )
-    moving = name != state.current and state.scripts is None
-    if of_repair(drifts, Repair.SCRIPTS) or (expect.scripts and moving):
-        actions.append(
-            Action(
-                "scripts",
-                f"deploy {len(expect.scripts)} pinned script(s)",
-                {"files": sorted(expect.scripts)},
-            )
-        )
-    if of_repair(drifts, Repair.LINK):
-        actions.append(Action("link-venv", f"point {expect.venv} at {expect.root}/current"))
+    seen = Situation(expect, state, drifts, destination(expect, state, drifts))
+    actions = cleanup_strays(state)
+    for planner in PLANNERS.values():
+        actions += planner(seen)
+    actions += plan_hold(seen)
     reason = ""
     active = state.current_generation
     if not actions and active is not None:
         reason = f"generation {active.number} matches lock {expect.lock.short_hash}"
-    return Plan(tuple(actions), reason)
+    return Plan(tuple(actions), reason, Assumed(state.current, state.root_fingerprint))
+
+
+# -- where apply ends -----------------------------------------------------------------------
+def destination(expect: Expectation, state: State, drifts: list[Drift]) -> Goal:
+    """The active generation when it can be repaired in place; else a complete generation
+    of the lock; else a fresh build. A generation whose interpreter does not start and one
+    with files outside any package changed are rebuilt: no sync restores them."""
+    lock_hash = expect.lock.short_hash
+    active = state.current_generation
+    fresh = f"{state.next_number}-{lock_hash}"
+    build = {"name": fresh, "number": state.next_number}
+    broken = any(d.kind == "interpreter" for d in drifts)
+    if active is not None and active.complete and active.lock_hash == lock_hash:
+        if broken:
+            why = "its interpreter does not start"
+        elif unrepairable(drifts):
+            why = "files outside any package changed"
+        else:
+            return Goal(active.name)
+        return Goal(
+            fresh,
+            Action("build", f"rebuild lock {lock_hash} as generation {fresh} ({why})", build),
+        )
+    existing = state.complete_with_hash(lock_hash)
+    if existing is not None:
+        return Goal(existing.name)
+    return Goal(
+        fresh,
+        Action(
+            "build",
+            f"build generation {fresh} from lock {lock_hash} "
+            f"({len(expect.lock.packages)} packages)",
+            build,
+        ),
+    )
+
+
+def unrepairable(drifts: list[Drift]) -> bool:
+    """A file that no package installed was changed or deleted."""
+    return any(not d.dist for d in drifts if d.kind in ("file-modified", "file-missing"))
+
+
+# -- one planner per repair ----------------------------------------------------------------
+def plan_install_uv(seen: Situation) -> list[Action]:
+    return [install_uv(seen.expect)] if of_repair(seen.drifts, Repair.INSTALL_UV) else []
 
 
 def install_uv(expect: Expectation) -> Action:
@@ -104,49 +167,129 @@ def install_uv(expect: Expectation) -> Action:
     )
 
 
-def generation_steps(
-    expect: Expectation, state: State, drifts: list[Drift]
-) -> tuple[str, list[Action]]:
-    """The generation apply ends on, and what it takes to get there (build or repair)."""
-    lock_hash = expect.lock.short_hash
-    active = state.current_generation
-    fresh = f"{state.next_number}-{lock_hash}"
-    build = {"name": fresh, "number": state.next_number}
-    if (
-        active is not None
-        and active.complete
-        and active.lock_hash == lock_hash
-        and state.in_generation
-    ):
-        if unrepairable(drifts):
-            # A file no wheel installed (bin/activate, pyvenv.cfg) changed: sync cannot
-            # restore it, so the lock is built again into a fresh generation.
-            return fresh, [
-                Action(
-                    "build",
-                    f"rebuild lock {lock_hash} as generation {fresh} "
-                    "(files outside any package changed)",
-                    build,
-                )
-            ]
-        repair = repair_action(active, drifts)
-        return active.name, [repair] if repair is not None else []
-    existing = state.complete_with_hash(lock_hash)
-    if existing is not None:
-        return existing.name, []
-    return fresh, [
+def plan_switch(seen: Situation) -> list[Action]:
+    """Build or switch to the goal (whatever drift moved it: the table's SWITCH kinds, or a
+    rebuild that a re-sync cannot do)."""
+    if not seen.moving:
+        return []
+    goal, state = seen.goal, seen.state
+    held = seen.expect.held
+    if held:
+        why = " (held, as a rollback is: `envlock apply` returns to the profile's lock)"
+    elif state.hold:
+        why = " (return to the profile's lock: a rollback holds the target)"
+    else:
+        why = ""
+    return [
+        *([goal.build] if goal.build is not None else []),
         Action(
-            "build",
-            f"build generation {fresh} from lock {lock_hash} "
-            f"({len(expect.lock.packages)} packages)",
-            build,
+            "cache-dir",
+            "make sure the build's compile-cache dir exists (kept if it does)",
+            {"generation": goal.name},
+        ),
+        Action(
+            "switch",
+            f"switch current to generation {goal.name}{why}",
+            {"name": goal.name, "why": "snapshot" if held else "apply"},
+        ),
+    ]
+
+
+def plan_resync(seen: Situation) -> list[Action]:
+    if seen.moving:
+        return []  # the goal is built or switched to: nothing of the active one to re-sync
+    active = seen.state.current_generation
+    repair = repair_action(active, seen.drifts) if active is not None else None
+    return [repair] if repair is not None else []
+
+
+def plan_cache_dir(seen: Situation) -> list[Action]:
+    if seen.moving or not of_repair(seen.drifts, Repair.CACHE_DIR):
+        return []  # a switch makes sure of the goal's cache dir itself
+    return [
+        Action(
+            "cache-dir", "create the compile-cache dir of the build", {"generation": seen.goal.name}
         )
     ]
 
 
-def unrepairable(drifts: list[Drift]) -> bool:
-    """A file that no package installed was changed or deleted."""
-    return any(not d.dist for d in drifts if d.kind in ("file-modified", "file-missing"))
+def plan_scripts(seen: Situation) -> list[Action]:
+    expect = seen.expect
+    first_time = seen.moving and seen.state.scripts is None
+    if not of_repair(seen.drifts, Repair.SCRIPTS) and not (expect.scripts and first_time):
+        return []
+    return [
+        Action(
+            "scripts",
+            f"deploy {len(expect.scripts)} pinned script(s)",
+            {"files": sorted(expect.scripts)},
+        )
+    ]
+
+
+def plan_link(seen: Situation) -> list[Action]:
+    if not of_repair(seen.drifts, Repair.LINK):
+        return []
+    expect = seen.expect
+    return [Action("link-venv", f"point {expect.venv} at {expect.root}/current")]
+
+
+def outside_the_plan(seen: Situation) -> list[Action]:
+    """Repairs apply does not plan for the agent: LOCK is refused before planning, REPORT
+    is only reported, PROVISION is the container step of converge (the provisioner)."""
+    return []
+
+
+PLANNERS: dict[Repair, Planner] = {
+    Repair.INSTALL_UV: plan_install_uv,
+    Repair.SWITCH: plan_switch,
+    Repair.RESYNC: plan_resync,
+    Repair.CACHE_DIR: plan_cache_dir,
+    Repair.SCRIPTS: plan_scripts,
+    Repair.LINK: plan_link,
+    Repair.PROVISION: outside_the_plan,
+    Repair.LOCK: outside_the_plan,
+    Repair.REPORT: outside_the_plan,
+}
+
+
+# -- what no drift kind names: strays and the hold -------------------------------------------
+def cleanup_strays(state: State) -> list[Action]:
+    stray = [g.name for g in state.generations if not g.complete and g.name != state.current]
+    if not stray:
+        return []
+    return [
+        Action(
+            "cleanup",
+            f"remove {len(stray)} incomplete generation(s): " + ", ".join(stray),
+            {"names": stray},
+        )
+    ]
+
+
+def plan_hold(seen: Situation) -> list[Action]:
+    """A converge ends a rollback's hold (a switch does that itself), and holds a snapshot's
+    generation it stays on: `run` then judges it by its own lock, as after a rollback."""
+    if seen.moving or seen.state.current is None:
+        return []
+    name, held = seen.state.current, seen.expect.held
+    if seen.state.hold is not None and not held:
+        return [
+            Action(
+                "hold",
+                f"end the rollback's hold: generation {name} is the profile's lock",
+                {"name": name, "held": False},
+            )
+        ]
+    if seen.state.hold is None and held:
+        return [
+            Action(
+                "hold",
+                f"hold generation {name} (the snapshot's lock, until `envlock apply`)",
+                {"name": name, "held": True},
+            )
+        ]
+    return []
 
 
 def refuse_real_venv_dir(expect: Expectation, state: State) -> None:
@@ -176,74 +319,4 @@ def repair_action(active: Generation, drifts: list[Drift]) -> Action | None:
         "repair",
         f"re-sync generation {active.name} to its lock ({summary})",
         {"name": active.name, "reinstall": reinstall, "clean_cache": clean_cache, "remove": remove},
-    )
-
-
-def plan_rollback(state: State, to: int | None) -> Plan:
-    """Switch current back to the previous generation (or number `to`)."""
-    complete = [g for g in state.generations if g.complete]
-    if not complete:
-        raise UsageError(
-            "nothing applied yet: no generation to roll back to",
-            hint="run `envlock apply` first",
-        )
-    if to is not None:
-        chosen = next((g for g in complete if g.number == to), None)
-        if chosen is None:
-            raise UsageError(f"no complete generation {to}", hint="see `envlock generations`")
-    else:
-        chosen = previous_generation(state)
-        if chosen is None:
-            raise UsageError(
-                "no previous generation to roll back to",
-                hint="use `envlock rollback --resync` to restore the active "
-                "generation from its lock",
-            )
-    if chosen.name == state.current:
-        return Plan((), f"generation {chosen.number} is already active")
-    return Plan(
-        (
-            Action(
-                "switch",
-                f"switch current to generation {chosen.name} (rollback)",
-                {"name": chosen.name, "why": "rollback"},
-            ),
-        )
-    )
-
-
-def previous_generation(state: State) -> Generation | None:
-    """The generation that was active before the current one, by the switch history."""
-    complete = {g.name: g for g in state.generations if g.complete}
-    for entry in reversed(state.history):
-        if entry.to == state.current and entry.from_ in complete and entry.from_ != state.current:
-            return complete[entry.from_]
-    older = [
-        g
-        for g in complete.values()
-        if g.name != state.current
-        and (state.current_generation is None or g.number < state.current_generation.number)
-    ]
-    return max(older, key=lambda g: g.number) if older else None
-
-
-def plan_gc(state: State, keep: int) -> Plan:
-    """Remove all but the `keep` newest complete generations; never the active or the previous."""
-    protected = {state.current}
-    previous = previous_generation(state)
-    if previous is not None:
-        protected.add(previous.name)
-    newest_first = sorted(state.generations, key=lambda g: g.number, reverse=True)
-    kept = {g.name for g in [g for g in newest_first if g.complete][:keep]}
-    doomed = [g.name for g in newest_first if g.name not in kept | protected]
-    if not doomed:
-        return Plan((), f"nothing to remove ({len(state.generations)} generation(s) kept)")
-    return Plan(
-        (
-            Action(
-                "cleanup",
-                f"remove {len(doomed)} generation(s): {', '.join(doomed)}",
-                {"names": doomed},
-            ),
-        )
     )

@@ -38,6 +38,7 @@ class Hold:
     generation: str
     from_: str | None
     time: str
+    why: str = "rollback"  # or "snapshot": apply --from-snapshot built or chose it
 
     def to_json(self) -> dict[str, Any]:
         return {"generation": self.generation, "from": self.from_, "time": self.time}
@@ -204,6 +205,9 @@ class State:
     # The active generation's python when its real file lies inside the root (planted): the
     # probe then ran in the system python instead (envlock/pythons.py).
     refused_python: str | None = None
+    # The agent's fingerprint of the root (generations, current, hold, history): a plan
+    # carries it, and the agent refuses the plan under the root's lock if it changed.
+    root_fingerprint: str = ""
 
     @property
     def current_generation(self) -> Generation | None:
@@ -243,6 +247,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         gpu=_gpu(raw.get("hardware")),
         hold=_hold(raw.get("hold")),
         active_lock=raw.get("active_lock"),
+        root_fingerprint=str(raw.get("root_fingerprint") or ""),
     )
 
 
@@ -315,7 +320,9 @@ def _switch(entry: dict[str, Any]) -> Switch:
 def _hold(raw: dict[str, Any] | None) -> Hold | None:
     if not raw:
         return None
-    return Hold(raw.get("generation", ""), raw.get("from"), raw.get("time", ""))
+    return Hold(
+        raw.get("generation", ""), raw.get("from"), raw.get("time", ""), raw.get("why", "rollback")
+    )
 
 
 def _uv(raw: dict[str, Any] | None) -> UvState | None:

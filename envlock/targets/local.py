@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -57,6 +58,24 @@ def spawn_ignoring_signals(argv: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, preexec_fn=ignore)
 
 
+def feed(pipe: IO[bytes], stdin: bytes | IO[bytes] | None, failed: list[BaseException]) -> None:
+    """Write stdin to the command (then close it: the command sees its end)."""
+    try:
+        if isinstance(stdin, bytes):
+            pipe.write(stdin)
+        elif stdin is not None:
+            for chunk in iter(lambda: stdin.read(1 << 20), b""):  # streamed: no copy in memory
+                pipe.write(chunk)
+                pipe.flush()
+    except (BrokenPipeError, ValueError):
+        pass  # the command exited without reading all of it
+    except BaseException as exc:  # reading the stream failed: raised in the caller's thread
+        failed.append(exc)
+    finally:
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            pipe.close()
+
+
 def communicate(
     proc: subprocess.Popen[bytes],
     argv: list[str],
@@ -75,19 +94,20 @@ def communicate(
     assert proc.stderr is not None and proc.stdout is not None and proc.stdin is not None
     reader = threading.Thread(target=pump, args=(proc.stderr,), daemon=True)
     reader.start()
-    try:
-        if isinstance(stdin, bytes):
-            proc.stdin.write(stdin)
-        elif stdin is not None:
-            import shutil  # only for streamed input (cache restore): not every command's
-
-            shutil.copyfileobj(stdin, proc.stdin, 1 << 20)  # streamed: no copy in memory
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
+    # stdin is fed beside the reading: a stream may be a dialogue with the command (an
+    # answer given once it asks on stderr), so each chunk goes out as soon as it is read.
+    failed: list[BaseException] = []
+    writer = threading.Thread(target=feed, args=(proc.stdin, stdin, failed), daemon=True)
+    writer.start()
     stdout = proc.stdout.read()
     code = proc.wait()
+    ended = getattr(stdin, "ended", None)
+    if callable(ended):
+        ended()  # a dialogue still waiting for its next word: the command is gone
+    writer.join()
     reader.join()
+    if failed:
+        raise failed[0]
     return Result(tuple(argv), code, stdout, b"".join(err_chunks))
 
 
