@@ -126,8 +126,10 @@ def undeclared(profile: Profile, text: str, directory: Path) -> list[str]:
     for link in profile.dependencies.find_links:
         if not re.match(r"[a-z]+://", link) or link.startswith("file://"):
             allowed.append(Path(unquote(link.removeprefix("file://"))).resolve())
+    # The wheel's directory is resolved, not the wheel: a find-links directory may hold
+    # links to wheels kept elsewhere, and those are its wheels.
     return [
         str(wheel)
         for wheel in local_wheels(text, directory)
-        if not any(wheel.resolve().is_relative_to(base) for base in allowed)
+        if not any((wheel.parent.resolve() / wheel.name).is_relative_to(base) for base in allowed)
     ]

@@ -78,7 +78,7 @@ def test_init_from_a_pip_venv_writes_the_profile_locks_and_compares(
     # Top-level distributions only: tinydep is trainutil's; torch is [torch]'s.
     assert prof.dependencies.packages == ("trainutil==2.0",)
     assert prof.dependencies.find_links == (str(wheelhouse),)
-    assert Path(prof.target.venv) == pip_venv
+    assert Path(prof.target.venv) != pip_venv  # the surveyed venv is left alone
     # The lock installs what is installed, the editable project and the venv's tooling aside.
     locked = read_lock(Path(report["lock"])).versions()
     assert locked["torch"] == "2.11.0+cu128" and locked["tinydep"] == "1.0"
@@ -106,6 +106,12 @@ def test_init_from_an_exactly_reproducible_venv_exits_0(
     assert "the lock installs exactly the 4 installed packages" in result.stdout
     prof = load_profile(profile)
     assert prof.torch is not None and prof.torch.backend == "cpu"
+    # The round trip: the imported profile builds and runs; the original is untouched.
+    before = tree_digest(venv)
+    assert envlock("apply", "-y", profile).returncode == 0
+    ran = envlock("run", profile, "--", "python", "-c", "import trainutil, torch; print('ok')")
+    assert ran.returncode == 0 and ran.stdout.strip() == "ok", ran.stderr
+    assert tree_digest(venv) == before
 
 
 def test_init_from_refuses_what_it_cannot_import(

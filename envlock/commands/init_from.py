@@ -43,9 +43,14 @@ def init_from(
     links = [*starter.find_links, *found.find_links]
     if target.type == "local":  # the profile's relative paths are taken from its directory
         links = [relative_to(link, profile.parent) for link in links]
-        target = replace(target, venv=target.venv or relative_to(venv, profile.parent))
-    else:
-        target = replace(target, venv=target.venv or venv)
+    # The profile's venv is a new path (the starter's default, or --venv): the surveyed venv
+    # stays exactly as it is, beside the generations envlock builds.
+    if target.venv is not None and os.path.abspath(target.venv) == os.path.abspath(venv):
+        raise UsageError(
+            f"--venv {target.venv} is the venv being read: envlock links its venv path to a "
+            "generation, and never replaces a real directory",
+            hint="leave out --venv, or name another path",
+        )
     imported = replace(
         starter,
         target=target,
@@ -56,7 +61,11 @@ def init_from(
         packages=found.packages,
         find_links=tuple(dict.fromkeys(links)),
         description=f"imported from {venv}",
-        notes=(f"Imported by `envlock init --from {venv}`: {summary(survey, found)}.",),
+        notes=(
+            f"Imported by `envlock init --from {venv}`: {summary(survey, found)}.",
+            f"{venv} itself is left as it is; the environment built from this profile is",
+            "reached at [target] venv below.",
+        ),
     )
     prof = write_starter(profile, starter_text(imported))
     lock_path, comparison, failure = lock_and_compare(prof, survey)
@@ -119,7 +128,7 @@ def render(
     as_json: bool,
 ) -> None:
     shown = ui.shown_path(profile)
-    steps = [f"envlock apply --adopt {shown}"]
+    steps = [f"envlock apply {shown}", f"envlock run {shown} -- python …"]
     if as_json:
         ui.emit_json(
             {
