@@ -400,7 +400,7 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
 
     with tempfile.TemporaryDirectory(prefix="envlock-lock-") as tmp:
         input_file = Path(tmp) / "pyproject.toml"
-        input_file.write_text(resolver_input(profile, links))
+        write_atomic(input_file, resolver_input(profile, links).encode())
         output = Path(tmp) / f"pylock.{profile.name}.toml"
         argv = [*uv_compile_argv(profile, input_file, output, links), *extra_args]
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp)

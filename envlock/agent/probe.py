@@ -18,6 +18,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         read_history,
         read_json,
         sha256_file,
+        trust_facts,
         write_atomic,
     )
     from envlock.agent.files import (
@@ -222,6 +223,7 @@ def probe(req):
         "current": current_generation(root),
         "history": read_history(root, 20),
         "venv_link": link_state(req.get("venv"), root),
+        "trust": trust_facts(root, req.get("cache_dir")),
     }
     state["hold"] = hold_state(root, state["current"])
     if state["current"] and (state["hold"] or req.get("active_lock")):
@@ -244,7 +246,8 @@ def probe(req):
         state["cache"] = cache_state(
             req.get("cache_dir"), facts["fingerprint"], full=req.get("warmth", False)
         )
-        remember_warmth(root, state["cache"])
+        if state["trust"]["root"] is None:  # never write into a root that is not ours
+            remember_warmth(root, state["cache"])
     state["scripts"] = scripts_state(req.get("scripts"))
     state["uv"] = uv_state(req.get("uv"))
     return state

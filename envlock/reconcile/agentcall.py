@@ -25,10 +25,18 @@ OS_HINTS = {
 }
 
 # Picks the environment's own interpreter when the root has a current generation, else the
-# target's python3. The root arrives as "$1": data, never code.
+# target's python3. The root arrives as "$1": data, never code. The root's interpreter runs
+# only from a root that is this user's or root's and writable by no one else (`mine`, the
+# agent's ownership rule in sh: `ls -ldn` owner and mode bits), judged after `cd -P` into it
+# and run relative to it, so nobody can swap the checked directory for theirs through a
+# parent in between. Otherwise the target's python3 runs (from /) and the probe reports who
+# owns the root (drift `root-owner`).
 CHOOSE_PYTHON = (
-    'p="$1/current/bin/python"; fallback="$2"; shift 2; '
-    '[ -x "$p" ] && [ -e "$(readlink -f "$p")" ] || p="$fallback"; exec "$p" "$@"'
+    'mine() { f=$1; set -- $(ls -ldn -- "$f" 2>/dev/null) ""; case $1 in '
+    '?????w*|????????w*|"") return 1;; esac; [ "$3" = 0 ] || [ -O "$f" ]; }; '
+    'p=./current/bin/python; fallback="$2"; '
+    'cd -P -- "$1" 2>/dev/null && mine . && [ -x "$p" ] && [ -e "$(readlink -f "$p")" ] '
+    '|| { cd / && p="$fallback"; }; shift 2; exec "$p" "$@"'
 )
 
 
@@ -42,7 +50,8 @@ AGENT_EXTRA = {"apply": ("apply.py",), "cache": ("cache.py",)}
 # atomically; anything unreadable there is compiled afresh), so a probe does not compile
 # 1,700 lines each time. The code is ours: it came in this command line, and the key is its
 # hash. The directory is used only while it is this user's and no one else may write it
-# (`mine`): a file planted there would run as this user.
+# (`mine`): a file planted there would run as this user. The cache file is written by the
+# agent's own write_atomic (exclusive temp file, never through a link), once it is loaded.
 BOOTSTRAP = """\
 import binascii,marshal,os,sys,zlib
 g={'__name__':'envlock_agent','__envlock_agent__':True}
@@ -59,18 +68,16 @@ if t:
         if mine():
             with open(f,'rb') as h: c=marshal.loads(h.read())
     except Exception: c=None
+w=t and not isinstance(c,list)
 if not isinstance(c,list):
     s=%(packed)r
     c=[compile(zlib.decompress(binascii.a2b_base64(p)),'envlock-agent/'+n,'exec') for n,p in s]
-    if t:
-        try:
-            os.makedirs(d,0o700,exist_ok=True)
-            if mine():
-                w='%%s.%%d.tmp'%%(f,os.getpid())
-                with open(w,'wb') as h: h.write(marshal.dumps(c))
-                os.replace(w,f)
-        except OSError: pass
 for x in c: exec(x,g)
+if w:
+    try:
+        os.makedirs(d,0o700,exist_ok=True)
+        if mine(): g['write_atomic'](f,marshal.dumps(c),0o600)
+    except Exception: pass
 sys.exit(g['main']())
 """
 

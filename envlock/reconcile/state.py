@@ -180,6 +180,15 @@ class GpuFacts:
 
 
 @dataclass(frozen=True)
+class Trust:
+    """Why the root or the compile-cache dir is not this user's (None: it is), as the
+    agent's ownership rule judged it on the target."""
+
+    root: str | None = None
+    cache_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class State:
     """A parsed probe answer. `packages` and below are None when no generation is active."""
 
@@ -201,6 +210,7 @@ class State:
     gpu: GpuFacts = GpuFacts()
     hold: Hold | None = None
     active_lock: str | None = None  # the active generation's own lock text, when asked/held
+    trust: Trust = Trust()
 
     @property
     def current_generation(self) -> Generation | None:
@@ -239,6 +249,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         gpu=_gpu(raw.get("hardware")),
         hold=_hold(raw.get("hold")),
         active_lock=raw.get("active_lock"),
+        trust=_trust(raw.get("trust")),
     )
 
 
@@ -279,6 +290,11 @@ def _files(raw: dict[str, Any] | None) -> FilesReport | None:
         missing=tuple(_change(i) for i in raw.get("missing", [])),
         added=tuple(_change(i) for i in raw.get("added", [])),
     )
+
+
+def _trust(raw: dict[str, Any] | None) -> Trust:
+    raw = raw or {}
+    return Trust(root=raw.get("root"), cache_dir=raw.get("cache_dir"))
 
 
 def _cache(raw: dict[str, Any] | None) -> CacheState | None:

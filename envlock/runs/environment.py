@@ -36,7 +36,8 @@ def run_environment(
     gen = generation_dir(profile, state)
     env["VIRTUAL_ENV"] = gen
     env["PATH"] = os.pathsep.join([os.path.join(gen, "bin"), base.get("PATH", os.defpath)])
-    if state.cache is not None:
+    # A cache dir another user owns or may write is never exported: torch loads code from it.
+    if state.cache is not None and state.trust.cache_dir is None:
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(state.cache.dir, "inductor")
         env["TRITON_CACHE_DIR"] = os.path.join(state.cache.dir, "triton")
     # envlock_megacache, the sitecustomize that loads compile artifacts and (unless the lock
