@@ -17,7 +17,7 @@ import contextlib
 import os
 import stat
 
-from envlock.errors import UsageError
+from envlock.errors import OperationError, UsageError
 
 TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -38,7 +38,10 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        refuse_non_regular(path)  # again: the directory is shared, the check is cheap
+            ours = os.fstat(handle.fileno())
+        # Again, just before the rename: the directory may be shared, the checks are cheap.
+        refuse_non_regular(path)
+        refuse_replaced(tmp, ours)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -63,6 +66,20 @@ def create_temp(path: str, mode: int) -> tuple[int, str]:
             raise
         return fd, tmp
     raise FileExistsError(f"{path}: no free temp name beside it")
+
+
+def refuse_replaced(tmp: str, ours: os.stat_result) -> None:
+    """The temp file is still the one we wrote (a user who may write the directory can
+    rename their link over it: renaming that into place would publish their link)."""
+    try:
+        st = os.lstat(tmp)
+    except FileNotFoundError:
+        st = None
+    if st is None or (st.st_ino, st.st_dev) != (ours.st_ino, ours.st_dev):
+        raise OperationError(
+            f"{tmp} was replaced while envlock wrote it: someone else may write "
+            f"{os.path.dirname(tmp)}; write where only you can"
+        )
 
 
 def refuse_non_regular(path: str) -> None:

@@ -32,7 +32,9 @@ def write_atomic(path, data, mode=0o644):
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+            ours = os.fstat(handle.fileno())
         refuse_non_regular(path)
+        refuse_replaced(tmp, ours)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -59,6 +61,20 @@ def create_temp(path, mode):
             raise
         return fd, tmp
     raise FileExistsError(f"{path}: no free temp name beside it")
+
+
+def refuse_replaced(tmp, ours):
+    """The temp file is still the one we wrote (a user who may write the directory can
+    rename their link over it: renaming that into place would publish their link)."""
+    try:
+        st = os.lstat(tmp)
+    except FileNotFoundError:
+        st = None
+    if st is None or (st.st_ino, st.st_dev) != (ours.st_ino, ours.st_dev):
+        raise NotRegularFile(
+            f"{tmp} was replaced while envlock wrote it: someone else may write "
+            f"{os.path.dirname(tmp)}; write where only you can"
+        )
 
 
 def refuse_non_regular(path):
