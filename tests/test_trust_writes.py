@@ -96,9 +96,9 @@ def secret(base: Path, name: str) -> Path:
     return path
 
 
-def unchanged(path: Path) -> tuple[int, str]:
+def unchanged(path: Path) -> tuple[int, bytes]:
     st = os.lstat(path)
-    return stat.S_IMODE(st.st_mode), path.read_text()
+    return stat.S_IMODE(st.st_mode), path.read_bytes()
 
 
 # -- one write function, three copies that behave the same ----------------------------------
@@ -147,7 +147,7 @@ def outcome(tmp_path: Path, writer: str, what: str) -> dict[str, Any]:
         "dest": atomic.kind_of(st.st_mode) if not stat.S_ISREG(st.st_mode) else "a file",
         "content": path.read_bytes() if stat.S_ISREG(st.st_mode) else None,
         "mode": stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None,
-        "victim": victim.read_text(),
+        "victim": victim.read_bytes(),
         "left_behind": sorted(set(os.listdir(where)) - before - {"dest"}),
     }
 
@@ -171,7 +171,7 @@ def test_the_three_atomic_writes_behave_the_same(
     seen = {writer: outcome(tmp_path, writer, what) for writer in WRITERS}
     assert seen["agent"] == seen["controller"] == seen["startup"], seen
     got = seen["controller"]
-    assert (got["refused"], got["dest"], got["victim"]) == (refused, dest, "victim")
+    assert (got["refused"], got["dest"], got["victim"]) == (refused, dest, b"victim")
     assert got["left_behind"] == []  # no temp file stays, written or refused
     if not refused:
         # The mode is the one asked for, whatever the umask: set on the descriptor.
@@ -221,13 +221,26 @@ def snapshot_writers() -> dict[str, Callable[[Path, bytes], object]]:
 
     return {
         "controller": lambda folder, data: write_snapshot(folder, {"data": data.hex()}),
-        "api": lambda folder, data: envlock_write.write_atomic(
-            str(folder / "envlock-snapshot.json"), data
-        ),
+        "api": lambda folder, data: api_write_file()(str(folder / "envlock-snapshot.json"), data),
         "agent": lambda folder, data: agent_core.write_atomic(
             str(folder / "envlock-snapshot.json"), data
         ),
     }
+
+
+def api_write_file() -> Callable[[str, bytes], None]:
+    """snapshot_doc's write_file as `envlock.snapshot()` runs it inside a run: in one
+    namespace with the files the in-process API loads (its SHARED list), not envlock's."""
+    api = (PACKAGE / "startup" / "envlock_api" / "envlock" / "__init__.py").read_text()
+    shared = next(
+        ast.literal_eval(node.value)
+        for node in ast.parse(api).body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SHARED"
+    )
+    space: dict[str, Any] = {"__name__": "envlock_doc", "__envlock_agent__": True}
+    for rel in shared:
+        exec(compile((PACKAGE / rel).read_text(), rel, "exec"), space)
+    return space["write_file"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("writer", list(snapshot_writers()))
@@ -471,7 +484,7 @@ def test_cache_save_force_never_replaces_what_is_not_a_regular_file(
     saved = run_envlock("cache", profile, "save", "--force", file)
     assert saved.returncode == 2, saved.stdout + saved.stderr
     assert "not a regular file" in saved.stderr and str(file) in saved.stderr
-    assert atomic.kind_of(os.lstat(file).st_mode) == kind and victim.read_text() == "victim"
+    assert atomic.kind_of(os.lstat(file).st_mode) == kind and victim.read_bytes() == b"victim"
     # A regular file is still replaced, as --force says.
     file.unlink()
     file.write_text("old archive")
