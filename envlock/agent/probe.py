@@ -204,6 +204,8 @@ def cache_warmth(path):
 
 def probe(req):
     root = req["root"]
+    trust = trust_facts(root, req.get("cache_dir"))
+    ours = trust["root"] is None  # a root another user may write is neither read nor written
     state = {
         "agent": 1,
         "python": {
@@ -219,13 +221,13 @@ def probe(req):
         else None,
         "container": container_kind(),
         "root_exists": os.path.isdir(root),
-        "generations": list_generations(root),
-        "current": current_generation(root),
-        "history": read_history(root, 20),
+        "generations": list_generations(root) if ours else [],
+        "current": current_generation(root) if ours else None,
+        "history": read_history(root, 20) if ours else [],
         "venv_link": link_state(req.get("venv"), root),
-        "trust": trust_facts(root, req.get("cache_dir")),
+        "trust": trust,
     }
-    state["hold"] = hold_state(root, state["current"])
+    state["hold"] = hold_state(root, state["current"]) if ours else None
     if state["current"] and (state["hold"] or req.get("active_lock")):
         # The active generation's own lock: what a hold is judged by, what a snapshot records.
         lock_path = os.path.join(root, "generations", state["current"], LOCK_COPY)
@@ -246,8 +248,7 @@ def probe(req):
         state["cache"] = cache_state(
             req.get("cache_dir"), facts["fingerprint"], full=req.get("warmth", False)
         )
-        if state["trust"]["root"] is None:  # never write into a root that is not ours
-            remember_warmth(root, state["cache"])
+        remember_warmth(root, state["cache"])
     state["scripts"] = scripts_state(req.get("scripts"))
     state["uv"] = uv_state(req.get("uv"))
     return state

@@ -29,13 +29,13 @@ OS_HINTS = {
 # only from a root that is this user's or root's and writable by no one else (`mine`, the
 # agent's ownership rule in sh: `ls -ldn` owner and mode bits), judged after `cd -P` into it
 # and run relative to it, so nobody can swap the checked directory for theirs through a
-# parent in between. Otherwise the target's python3 runs (from /) and the probe reports who
-# owns the root (drift `root-owner`).
+# parent in between (`-x` follows links: a dangling interpreter is not chosen). Otherwise the
+# target's python3 runs (from /) and the probe reports who owns the root (`root-owner`).
 CHOOSE_PYTHON = (
     'mine() { f=$1; set -- $(ls -ldn -- "$f" 2>/dev/null) ""; case $1 in '
     '?????w*|????????w*|"") return 1;; esac; [ "$3" = 0 ] || [ -O "$f" ]; }; '
     'p=./current/bin/python; fallback="$2"; '
-    'cd -P -- "$1" 2>/dev/null && mine . && [ -x "$p" ] && [ -e "$(readlink -f "$p")" ] '
+    'cd -P -- "$1" 2>/dev/null && mine . && [ -x "$p" ] '
     '|| { cd / && p="$fallback"; }; shift 2; exec "$p" "$@"'
 )
 
