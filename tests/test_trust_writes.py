@@ -31,7 +31,8 @@ from tests.conftest import run_envlock
 from tests.projects import torch_profile_text
 
 USER = "envlock-t24w"
-SYSTEM_PYTHON = "/usr/bin/python3"  # the other user's: it cannot reach envlock's venv
+# The other user's Python: the system's (envlock's venv may lie where they cannot reach).
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or "python3"
 PACKAGE = Path(__file__).resolve().parents[1] / "envlock"
 FAKE_TORCH = """
 [dependencies]
