@@ -19,6 +19,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envlock.atomic import write_atomic
 from envlock.errors import EXIT_DRIFT, EnvlockError, UsageError
 from envlock.lock import Lock, ResolutionFailed, lock_policy, parse_lock, resolve
 from envlock.lock_changes import LockChanges, lock_changes, torch_moves
@@ -86,7 +87,7 @@ def resolve_candidate(profile: Profile, text: str) -> str:
     (relative paths mean the same); the real profile is not touched."""
     temp = profile.path.parent / f".{profile.path.stem}.envlock-candidate-{os.getpid()}.toml"
     try:
-        temp.write_text(text)
+        write_atomic(temp, text.encode())  # never through a link planted at its name
         try:
             candidate = load_profile(temp)
         except UsageError as exc:

@@ -420,7 +420,7 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
 
     with tempfile.TemporaryDirectory(prefix="envlock-lock-") as tmp:
         input_file = Path(tmp) / "pyproject.toml"
-        input_file.write_text(resolver_input(profile, links))
+        write_atomic(input_file, resolver_input(profile, links).encode())
         output = Path(tmp) / f"pylock.{profile.name}.toml"
         argv = [*uv_compile_argv(profile, input_file, output, links), *extra_args]
         env = {**(resolver_env(profile) or os.environ), **uv_index_env(profile)}

@@ -20,6 +20,8 @@ from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name
 
+from envlock.atomic import write_atomic
+
 # (name, version) -> the index's wheel entries for exactly that release ([] when it has none)
 AskIndex = Callable[[str, str], list[dict[str, Any]]]
 
@@ -131,7 +133,7 @@ def ask_index(
 
     with tempfile.TemporaryDirectory(prefix="envlock-index-") as tmp:
         project_file = Path(tmp) / "pyproject.toml"
-        project_file.write_text(project)
+        write_atomic(project_file, project.encode())
         output = Path(tmp) / "pylock.index.toml"
         argv = argv_for(project_file, output)
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env)

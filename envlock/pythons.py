@@ -8,10 +8,12 @@ PYTHON* variables, no script or working directory on sys.path) and `-S` (no `sit
 it keeps its normal environment.
 
 Everything goes through one `sh` line, the same on every transport (local, ssh, pct): it
-picks the interpreter, changes to `/` and execs. The environment's own interpreter
-(`<root>/current/bin/python`) is used only while its real file lies outside the root: a
-venv's python is a link to a base interpreter, so a binary inside the root was planted
-there; the target's system python runs instead, and the probe reports the interpreter.
+picks the interpreter and execs it; the program's first line changes to `/`. The
+environment's own interpreter (`<root>/current/bin/python`) is used only from a root that is
+this user's (or root's) and writable by no one else, and only while its real file lies
+outside the root: a venv's python is a link to a base interpreter, so a binary inside the
+root was planted there. Otherwise the target's system python runs, and the probe reports
+the interpreter (or who owns the root).
 
 Under `-S` the interpreter's `sys.prefix` is the base one (venv detection is site.py's
 work): the probe derives the environment from `sys.executable` (agent/probe.py).
@@ -29,15 +31,26 @@ ISOLATION = ("-I", "-S")
 
 # argv after `sh -c START sh`: the root ("" for none), the fallback python, the program,
 # then the program's arguments. The root and every argument are data ("$1", "$@"), never
-# code. `readlink -f` resolves every link of the chain, as the kernel's exec will.
+# code. The root's interpreter is chosen only when
+# - the root is this user's or root's and writable by no one else (`mine`: the ownership
+#   rule of envlock/ownership.py, from `ls -ldn`), judged after `cd -P` into it, and the
+#   interpreter is then named relative to it, so that no parent can be swapped in between;
+# - its real file (`readlink -f`: every link of the chain, as the kernel's exec resolves
+#   them) is an executable file outside the root (a venv's python links to a base one).
+# The program then changes to `/` itself (PREAMBLE): the interpreter starts in the root.
 START = (
-    'root=$1 python=$2 program=$3; shift 3; if [ -n "$root" ]; then '
-    'p="$root/current/bin/python"; '
-    'if real=$(readlink -f "$p") && top=$(readlink -f "$root") '
-    '&& [ -f "$real" ] && [ -x "$real" ]; then '
-    'case "$real" in "$top"/*) ;; *) python=$p ;; esac; fi; fi; '
-    'cd / && exec "$python" ' + " ".join(ISOLATION) + ' -c "$program" "$@"'
+    'mine() { f=$1; set -- $(ls -ldn -- "$f" 2>/dev/null) ""; case $1 in '
+    '?????w*|????????w*|"") return 1;; esac; [ "$3" = 0 ] || [ -O "$f" ]; }; '
+    "root=$1 python=$2 program=$3; shift 3; cd / || exit 125; "
+    'if [ -n "$root" ] && cd -P -- "$root" 2>/dev/null && mine . '
+    '&& real=$(readlink -f ./current/bin/python) && [ -f "$real" ] && [ -x "$real" ]; then '
+    'case "$real" in "$(pwd -P)"/*) cd / ;; *) python=./current/bin/python ;; esac; '
+    "else cd /; fi; "
+    'exec "$python" ' + " ".join(ISOLATION) + ' -c "$program" "$@"'
 )
+
+# Every program starts in `/`, whichever directory its interpreter was started from.
+PREAMBLE = "import os as _envlock_os; _envlock_os.chdir('/'); del _envlock_os\n"
 
 
 def own_python(
@@ -46,4 +59,4 @@ def own_python(
     """The argv that runs `program` (Python source) in an isolated interpreter on the
     transport's machine, with `args` as its sys.argv[1:]; with `root`, the environment's own
     interpreter when it may be trusted, else the target's system python."""
-    return ["sh", "-c", START, "sh", root or "", transport.system_python, program, *args]
+    return ["sh", "-c", START, "sh", root or "", transport.system_python, PREAMBLE + program, *args]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from envlock.errors import UsageError
+from envlock.errors import OperationError, UsageError
 from envlock.lock import parse_lock
 from envlock.reconcile.drift import Expectation, compute_drift
 from envlock.reconcile.generations import plan_gc, plan_rollback, previous_generation
@@ -34,12 +34,14 @@ from envlock.reconcile.state import (
     State,
     Switch,
     TorchBuild,
+    Trust,
     UvState,
     VenvLink,
     parse_state,
 )
 
 ROOT = "/opt/envlock"
+OTHERS = "/opt/envlock is owned by mallory (uid 1001), not by root"
 VENV = "/opt/venv"
 SCRIPT_SHA = "a" * 64
 LOCK_TEXT = """lock-version = "1.0"
@@ -164,6 +166,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         f"{GEN} is incomplete",
     ),
     ("interpreter", {}, {"in_generation": False}, f"{ROOT}/current/bin/python", "does not start"),
+    ("root-owner", {}, {"trust": Trust(root=OTHERS)}, ROOT, OTHERS),
+    ("cache-owner", {}, {"trust": Trust(cache_dir=OTHERS)}, "compile-cache dir", OTHERS),
     (
         "generation-lock",
         {},
@@ -475,6 +479,16 @@ def test_incomplete_generations_are_cleaned_up_but_never_the_active_one() -> Non
     gens = (Generation(1, GEN, HASH, True), Generation(2, "2-x", "x", False))
     plan = make_plan(expect(), state(generations=gens), [])
     assert [(a.kind, a.args.get("names")) for a in plan.actions] == [("cleanup", ["2-x"])]
+
+
+@pytest.mark.parametrize("trust", [Trust(root=OTHERS), Trust(cache_dir=OTHERS)])
+def test_a_directory_of_another_user_is_refused_before_planning(trust: Trust) -> None:
+    # Not repaired, not built into: a person decides whose the directory is.
+    observed = state(trust=trust, in_generation=False)
+    drifts = compute_drift(expect(), observed)
+    assert blocking(drifts)[0].declared.repair is Repair.OWNER
+    with pytest.raises(OperationError, match="refusing to apply: /opt/envlock is owned"):
+        make_plan(expect(), observed, drifts)
 
 
 def test_a_stale_lock_is_refused_before_planning() -> None:

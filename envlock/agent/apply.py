@@ -27,6 +27,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         make_durable,
         progress,
         read_json,
+        refuse_untrusted,
         root_fingerprint,
         sha256_file,
         symlink_atomic,
@@ -54,7 +55,9 @@ class RootLock:
         self.fd = -1
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Never through a link: a lock file planted as one would be truncated below.
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.fd = os.open(self.path, flags, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -307,8 +310,7 @@ def write_pip_shims(req, gen_dir, number):
     for name in ("pip", "pip3"):
         path = os.path.join(gen_dir, "bin", name)
         if not os.path.lexists(path):
-            write_atomic(path, script.encode())
-            os.chmod(path, 0o755)
+            write_atomic(path, script.encode(), 0o755)
 
 
 def do_repair(req, action):
@@ -401,8 +403,7 @@ def do_scripts(req, action):
             raise AgentError("integrity", f"script {rel} arrived corrupted")
         path = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomic(path, data)
-        os.chmod(path, item.get("mode", 0o644))
+        write_atomic(path, data, item.get("mode", 0o644))
         if sha256_file(path) != item["sha256"]:
             raise AgentError("integrity", f"script {path} does not match its pinned hash")
 
@@ -411,6 +412,7 @@ def do_cache_dir(req, action):
     gen_dir = os.path.join(req["root"], "generations", action["generation"])
     fingerprint = generation_facts(gen_dir, nvidia_facts())["fingerprint"]
     if fingerprint is not None:
+        refuse_untrusted(req["cache_dir"], "the compile-cache dir")
         path = os.path.join(req["cache_dir"], fingerprint["id"])
         os.makedirs(os.path.join(path, "inductor"), exist_ok=True)
         os.makedirs(os.path.join(path, "triton"), exist_ok=True)
@@ -450,10 +452,19 @@ FREED = []  # type: list  # bytes given back by the cleanups of this apply
 def do_install_uv(req, action):
     """Verify the uploaded uv binary's hash, then move it into place atomically."""
     tmp, final = action["tmp"], action["path"]
-    if sha256_file(tmp) != action["sha256"]:
-        os.unlink(tmp)
-        raise AgentError("integrity", "the uploaded uv binary does not match its sha256")
-    os.chmod(tmp, 0o755)
+    # Hashed and made executable through one descriptor: the file checked is the one moved.
+    fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            digest = hashlib.sha256()
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != action["sha256"]:
+            os.unlink(tmp)
+            raise AgentError("integrity", "the uploaded uv binary does not match its sha256")
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
     os.replace(tmp, final)
     st = os.stat(final)
     record = {
@@ -502,7 +513,9 @@ def number_builds(root, actions):
 
 def apply(req):
     root = req["root"]
+    refuse_untrusted(root, "the root")  # before creating anything in it
     os.makedirs(os.path.join(root, "generations"), exist_ok=True)
+    refuse_untrusted(root, "the root")  # a root is whoever's created it first
     done = []
     seconds = []
     with RootLock(root, req.get("wait", True)):

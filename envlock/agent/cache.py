@@ -22,6 +22,8 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         current_generation,
         list_generations,
         make_durable,
+        refuse_untrusted,
+        write_atomic,
     )
     from envlock.agent.probe import cache_warmth, generation_facts, nvidia_facts
 
@@ -169,6 +171,7 @@ def restore_stream(req, fingerprint):
                 "fingerprint",
                 "the archive's compile cache belongs to another build; " + "; ".join(problems),
             )
+        refuse_untrusted(req["cache_dir"], "the compile-cache dir")
         dest = os.path.join(req["cache_dir"], fingerprint["id"])
         os.makedirs(dest, exist_ok=True)
         real_dest = os.path.realpath(dest)
@@ -200,15 +203,14 @@ def inside(real_dest, path):
 
 
 def write_member(source, target):
-    """Stream a member to a new file beside `target` (never through a link), then rename."""
-    tmp = target + ".envlock-tmp"
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    with os.fdopen(os.open(tmp, flags, 0o644), "wb") as out:
+    """Stream a member to a new file beside `target` (write_atomic: exclusive, never through
+    a link, a link or device at `target` refused), then rename."""
+
+    def fill(out):
         if source is not None:
             shutil.copyfileobj(source, out, 1 << 20)
-    os.replace(tmp, target)
+
+    write_atomic(target, fill)
 
 
 def safe_member(member):

@@ -15,11 +15,13 @@ Compatible with Python 3.8+ (the target's interpreter is not ours to choose).
 """
 
 import base64
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import re
+import stat
 import sys
 import time
 
@@ -53,23 +55,193 @@ def record_hash(path):
     return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
-def write_atomic(path, data):
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))  # the rename itself, durable
+# -- writing files: by descriptor, never through a link ------------------------------------
+# The agent's copy of envlock/atomic.py's write_atomic (the agent cannot import envlock): keep
+# them in step; tests/test_trust_writes.py runs both on the same cases.
+TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def write_atomic(path, data, mode=0o644):
+    """Replace `path` with `data`: a temp file created exclusively beside it, its mode set
+    on the descriptor, fsync, rename, fsync of the directory. A destination that is not a
+    regular file (a link, a FIFO, a device) is refused. `data` is bytes, or a function that
+    writes a stream to the open file (an archive member, the stat index)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    refuse_non_regular(path)
+    fd, tmp = create_temp(path, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if callable(data):
+                data(handle)
+            else:
+                handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+            ours = os.fstat(handle.fileno())
+        refuse_non_regular(path)
+        refuse_replaced(tmp, ours)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def create_temp(path, mode):
+    """A new file beside `path` (a random name: one planted in advance is skipped)."""
+    for _ in range(100):
+        tmp = "{}/.{}.{}.tmp".format(
+            os.path.dirname(path) or ".", os.path.basename(path), os.urandom(6).hex()
+        )
+        try:
+            fd = os.open(tmp, TEMP_FLAGS, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        return fd, tmp
+    raise FileExistsError(f"{path}: no free temp name beside it")
+
+
+def refuse_replaced(tmp, ours):
+    """The temp file is still the one we wrote (a user who may write the directory can
+    rename their link over it: renaming that into place would publish their link)."""
+    try:
+        st = os.lstat(tmp)
+    except FileNotFoundError:
+        st = None
+    if st is None or (st.st_ino, st.st_dev) != (ours.st_ino, ours.st_dev):
+        raise AgentError(
+            "replaced",
+            f"{tmp} was replaced while envlock wrote it: someone else may write "
+            f"{os.path.dirname(tmp)}; write where only you can",
+        )
+
+
+def refuse_non_regular(path):
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise AgentError(
+            "not-regular",
+            f"{path} exists and is not a regular file: envlock replaces only regular files; "
+            "remove it or write elsewhere",
+        )
+
+
+def fsync_dir(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- whose paths these are ----------------------------------------------------------------
+# The agent's twin of envlock/ownership.py's `untrusted` (keep them in step; a test runs both
+# on the same shapes). The rule the code cache (BOOTSTRAP's `mine`) follows, for the root and
+# the compile-cache dir: what root's processes write and load must be root's.
+def untrusted(path, uid=None):
+    """Why `path` is not this user's to trust, or None. It and each existing parent must be
+    owned by this user or root and not writable by group or others; a parent may be a
+    sticky directory such as /tmp (others cannot move what is ours there), the path itself
+    may not, nor be a symlink. A symlink among the parents is followed when this user or root
+    owns it. A part that does not exist yet is created later inside a trusted parent."""
+    uid = os.getuid() if uid is None else uid
+    parts = [p for p in os.path.abspath(path).split("/") if p]
+    current = "/"
+    reason = judge_path(current, os.lstat(current), uid, last=not parts)
+    hops = 0
+    while parts and reason is None:
+        name = parts.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        here = os.path.join(current, name)
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"{here} cannot be checked ({exc.strerror})"
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if not parts:
+                return f"{here} is a symlink: name the directory itself"
+            if st.st_uid not in (uid, 0):
+                return f"{here} is a symlink owned by {owner_name(st.st_uid)}"
+            if hops > 40:
+                return f"{here}: too many levels of symlinks"
+            target = os.readlink(here)
+            current = "/" if target.startswith("/") else current
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        reason = judge_path(here, st, uid, last=not parts)
+        current = here
+    return reason
+
+
+def judge_path(path, st, uid, last):
+    if st.st_uid not in (uid, 0):
+        mine = "root" if uid == 0 else f"{owner_name(uid)} or root"
+        return f"{path} is owned by {owner_name(st.st_uid)}, not by {mine}"
+    sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    if st.st_mode & 0o022 and (last or not sticky_dir):
+        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def owner_name(uid):
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def trust_facts(root, cache_dir):
+    """For the probe: why the root or the compile-cache dir is not ours (None: it is)."""
+    return {"root": untrusted(root), "cache_dir": untrusted(cache_dir) if cache_dir else None}
+
+
+def refuse_untrusted(path, what):
+    reason = untrusted(path)
+    if reason is not None:
+        raise AgentError(
+            "untrusted",
+            f"refusing {what} {path}: {reason}. What is in it is not yours to run or write "
+            "through: move it aside (do not run what it holds) or choose a directory you own",
+        )
 
 
 def symlink_atomic(link, target):
-    tmp = f"{link}.{os.getpid()}.tmp"
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    os.symlink(target, tmp)
-    os.replace(tmp, link)
-    fsync_dir(os.path.dirname(link))
+    # A symlink made under a random name cannot be pre-planted; os.replace moves the name.
+    for _ in range(100):
+        tmp = f"{link}.{os.urandom(6).hex()}.tmp"
+        try:
+            os.symlink(target, tmp)
+        except FileExistsError:
+            continue
+        os.replace(tmp, link)
+        fsync_dir(os.path.dirname(link) or ".")  # the switch itself, durable
+        return
+    raise FileExistsError(f"{link}: no free temp name beside it")
 
 
 # -- uv's cache after a crash --------------------------------------------------------------
@@ -98,14 +270,6 @@ def uv_cache_damage(stderr):
 # -- durability ---------------------------------------------------------------------------
 # A power cut keeps names and renames but may drop any data not yet on disk: whatever a
 # rename makes count (generation.json, `current`) must follow the data it points at.
-def fsync_dir(path):
-    fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def make_durable(tree):
     """Every file and directory under `tree` on disk. One syncfs() of its file system where
     the kernel can (ext4, xfs, btrfs: ~30 ms, where an fsync per file of a 16k-file venv
@@ -253,7 +417,8 @@ def read_history(root, limit=200):
 
 def append_history(root, entry):
     entry = dict(entry, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    fd = os.open(os.path.join(root, "history.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(os.path.join(root, "history.jsonl"), flags, 0o644)
     try:
         os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
         os.fsync(fd)

@@ -19,6 +19,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         read_json,
         root_fingerprint,
         sha256_file,
+        trust_facts,
         write_atomic,
     )
     from envlock.agent.files import (
@@ -207,6 +208,8 @@ def probe(req):
     # First: a change after this point makes it stale, so a plan from what follows is
     # refused under the lock rather than executed against another root.
     fingerprint = root_fingerprint(root)
+    trust = trust_facts(root, req.get("cache_dir"))
+    ours = trust["root"] is None  # a root another user may write is neither read nor written
     state = {
         "agent": 1,
         "root_fingerprint": fingerprint,
@@ -218,12 +221,13 @@ def probe(req):
         else None,
         "container": container_kind(),
         "root_exists": os.path.isdir(root),
-        "generations": list_generations(root),
-        "current": current_generation(root),
-        "history": read_history(root, 20),
+        "generations": list_generations(root) if ours else [],
+        "current": current_generation(root) if ours else None,
+        "history": read_history(root, 20) if ours else [],
         "venv_link": link_state(req.get("venv"), root),
+        "trust": trust,
     }
-    state["hold"] = hold_state(root, state["current"])
+    state["hold"] = hold_state(root, state["current"]) if ours else None
     if state["current"] and (state["hold"] or req.get("active_lock")):
         # The active generation's own lock: what a hold is judged by, what a snapshot records.
         lock_path = os.path.join(root, "generations", state["current"], LOCK_COPY)

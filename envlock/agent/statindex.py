@@ -15,7 +15,7 @@ import os
 import sys
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
-    from envlock.agent.core import META_DIR
+    from envlock.agent.core import META_DIR, write_atomic
 
 STAT_INDEX = META_DIR + "/stat-index"
 MAGIC = b"envlock-stat-index 1\n"
@@ -43,8 +43,8 @@ def write_stat_index(venv, files, dirs):
     except OverflowError:
         remove_quietly(path)  # a filesystem with 64-bit unsigned inodes: the slow path
         return False
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as handle:
+
+    def fill(handle):
         # Sealed: a directory changed in the same clock tick as this file may show the same
         # ctime after a later change (coarse kernel timestamps), so such ones are always listed.
         sealed = os.fstat(handle.fileno()).st_ctime_ns
@@ -60,9 +60,8 @@ def write_stat_index(venv, files, dirs):
         }
         handle.write(MAGIC + json.dumps(header).encode() + b"\n")
         handle.write(dir_block + name_block + packed)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+
+    write_atomic(path, fill)
     return True
 
 

@@ -9,6 +9,7 @@ import click
 from rich.table import Table
 
 from envlock import ui
+from envlock.atomic import refuse_non_regular
 from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.errors import EXIT_DRIFT, UsageError
 from envlock.fleet import MemberResult, Progress
@@ -71,7 +72,9 @@ def command(ctx: Context, action: str, file: Path | None, force: bool, as_json: 
 
 
 def refuse_pointless_save(ctx: Context, file: Path, force: bool) -> None:
-    """Never overwrite an archive unasked, nor write one that holds nothing."""
+    """Never overwrite an archive unasked, nor write one that holds nothing; never replace
+    what is not a regular file (a link, a device such as /dev/null), --force or not."""
+    refuse_non_regular(str(file))
     if file.exists() and not force:
         raise UsageError(f"{file} exists", hint="pass --force to overwrite it, or another FILE")
     active = [entry for entry in cache_status(ctx)["dirs"] if entry["active"]]

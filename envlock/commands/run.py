@@ -11,9 +11,12 @@ import click
 from envlock import ui
 from envlock.commands.common import across_fleet, drift_table, print_fixes, with_context
 from envlock.errors import UsageError
+from envlock.ownership import untrusted
 from envlock.profile import pass_env_refusal
 from envlock.reconcile.context import Context, check_all, hold_notice
-from envlock.reconcile.kinds import Drift, blocking
+from envlock.reconcile.drift import trust_drift
+from envlock.reconcile.kinds import Drift, Repair, blocking, of_repair
+from envlock.reconcile.state import Trust
 from envlock.runs.environment import (
     SCRUBBED,
     command_environment,
@@ -80,6 +83,9 @@ def command(
     if state is None:
         refuse(ctx, "the container is not running", drifts)
     refusing = blocking(drifts)
+    owned = of_repair(drifts, Repair.OWNER)
+    if owned:  # not even --allow-drift: it would run another user's interpreter as us
+        refuse(ctx, "refusing to run: a directory it needs is not yours", owned)
     if state.current is None or not state.in_generation:
         refuse(ctx, "no working environment on the target", drifts)
     if refusing and not allow_drift:
@@ -111,9 +117,20 @@ def command(
         ui.info(f"envlock: snapshot written to {path}")
     gen = generation_dir(ctx.profile, state)
     if not remote:
+        refuse_untrusted_local(ctx)
         exec_local(argv, env)
     spec = remote_spec(env, f"{gen}/bin", SCRUBBED, ctx.profile.env.get("PATH"))
     sys.exit(run_remote(ctx.transport, ctx.profile.target.root, argv, spec))
+
+
+def refuse_untrusted_local(ctx: Context) -> None:
+    """The ownership rule once more where the command starts: the probe's answer is a
+    moment old, and this process is the one that runs the root's interpreter."""
+    profile = ctx.profile
+    trust = Trust(root=untrusted(profile.target.root), cache_dir=untrusted(profile.cache_dir))
+    owned = trust_drift(trust, profile.target.root)
+    if owned:
+        refuse(ctx, "refusing to run: a directory it needs is not yours", owned)
 
 
 def refuse(ctx: Context, why: str, drifts: list[Drift], *, allow: bool = False) -> NoReturn:

@@ -40,7 +40,8 @@ AGENT_EXTRA = {
 # atomically; anything unreadable there is compiled afresh), so a probe does not compile
 # 1,700 lines each time. The code is ours: it came in this command line, and the key is its
 # hash. The directory is used only while it is this user's and no one else may write it
-# (`mine`): a file planted there would run as this user.
+# (`mine`): a file planted there would run as this user. The cache file is written by the
+# agent's own write_atomic (exclusive temp file, never through a link), once it is loaded.
 BOOTSTRAP = """\
 import binascii,marshal,os,sys,zlib
 g={'__name__':'envlock_agent','__envlock_agent__':True}
@@ -57,18 +58,16 @@ if t:
         if mine():
             with open(f,'rb') as h: c=marshal.loads(h.read())
     except Exception: c=None
+w=t and not isinstance(c,list)
 if not isinstance(c,list):
     s=%(packed)r
     c=[compile(zlib.decompress(binascii.a2b_base64(p)),'envlock-agent/'+n,'exec') for n,p in s]
-    if t:
-        try:
-            os.makedirs(d,0o700,exist_ok=True)
-            if mine():
-                w='%%s.%%d.tmp'%%(f,os.getpid())
-                with open(w,'wb') as h: h.write(marshal.dumps(c))
-                os.replace(w,f)
-        except OSError: pass
 for x in c: exec(x,g)
+if w:
+    try:
+        os.makedirs(d,0o700,exist_ok=True)
+        if mine(): g['write_atomic'](f,marshal.dumps(c),0o600)
+    except Exception: pass
 sys.exit(g['main']())
 """
 

@@ -13,7 +13,7 @@ from envlock.cuda import cuda_major, cuda_majors, is_torch_cuda_library
 from envlock.lock import Lock
 from envlock.reconcile.gpu import gpu_drift
 from envlock.reconcile.kinds import Drift, in_order
-from envlock.reconcile.state import FileChange, State, TorchBuild
+from envlock.reconcile.state import FileChange, State, TorchBuild, Trust
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,40 @@ class Expectation:
 def compute_drift(expect: Expectation, state: State) -> list[Drift]:
     """Every drift of `state` against `expect`, most consequential first."""
     drifts = [Drift("stale-lock", "lock", "fresh", reason) for reason in expect.stale]
+    drifts += trust_drift(state.trust, expect.root)
     drifts += uv_drift(expect, state)
     drifts += generation_drift(expect, state)
     drifts += script_drift(expect, state)
     drifts += link_drift(expect, state)
     drifts += gpu_drift(state.gpu, state.torch, expect.devices, expect.gpu_count)
     return in_order(drifts)
+
+
+def trust_drift(trust: Trust, root: str) -> list[Drift]:
+    """A root or compile-cache dir that is not this user's: never run, written or exported."""
+    drifts = []
+    if trust.root:
+        drifts.append(
+            Drift(
+                "root-owner",
+                root,
+                "yours or root's, writable by no one else",
+                trust.root,
+                "envlock neither runs the interpreter of a root another user may write nor "
+                "writes into it",
+            )
+        )
+    if trust.cache_dir:
+        drifts.append(
+            Drift(
+                "cache-owner",
+                "compile-cache dir",
+                "yours or root's, writable by no one else",
+                trust.cache_dir,
+                "never exported to a run: torch loads pickles and .so files from it",
+            )
+        )
+    return drifts
 
 
 def uv_drift(expect: Expectation, state: State) -> list[Drift]:

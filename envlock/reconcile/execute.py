@@ -155,7 +155,9 @@ def upload_uv(
         on_progress(f"uploading uv {action['version']} to {final}")
     with open(uv_path(), "rb") as handle:
         data = handle.read()
-    script = 'mkdir -p "$1" && cat > "$2"'
+    # A new file, never through a link (noclobber: `>` creates it exclusively); the agent
+    # then hashes and moves it through one descriptor.
+    script = 'mkdir -p "$1" && rm -f -- "$2" && set -C && cat > "$2"'
     result = transport.run(
         ["sh", "-c", script, "sh", os.path.dirname(final), action["tmp"]], stdin=data
     )

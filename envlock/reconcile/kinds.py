@@ -24,6 +24,7 @@ class Repair(Enum):
     LINK = "link"  # point the stable venv path at current
     CACHE_DIR = "cache-dir"  # create the build's compile-cache dir
     REPORT = "report"  # apply cannot repair it: reported only
+    OWNER = "owner"  # apply refuses: a person decides whose the directory is
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,20 @@ KINDS: tuple[Kind, ...] = (
     Kind("container-config", Repair.PROVISION),
     # A config change the running container takes only at its next start.
     Kind("container-restart", Repair.PROVISION, fix="envlock apply --restart {profile}"),
+    # What root's processes load and write must be root's (envlock/ownership.py): a root or
+    # compile-cache dir another user owns or may write is never used, run or repaired.
+    Kind(
+        "root-owner",
+        Repair.OWNER,
+        fix="move the root aside (it is not yours: do not run what it holds) and apply again, "
+        "or set [target] root to a directory you own",
+    ),
+    Kind(
+        "cache-owner",
+        Repair.OWNER,
+        fix="move the compile-cache dir aside (torch loads code from it) or set [cache] dir "
+        "to a directory you own",
+    ),
     Kind("uv", Repair.INSTALL_UV),
     Kind("no-environment", Repair.SWITCH),
     Kind("interpreter", Repair.SWITCH),

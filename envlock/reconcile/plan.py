@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envlock.errors import UsageError
+from envlock.errors import OperationError, UsageError
 from envlock.reconcile.drift import Expectation
 from envlock.reconcile.kinds import Drift, Repair, of_repair
 from envlock.reconcile.state import Generation, State
@@ -100,6 +100,12 @@ def make_plan(expect: Expectation, state: State, drifts: list[Drift]) -> Plan:
         raise UsageError(
             "the lock is stale: " + "; ".join(d.actual for d in stale),
             hint="run `envlock lock` first",
+        )
+    owned = of_repair(drifts, Repair.OWNER)
+    if owned:
+        raise OperationError(
+            "refusing to apply: " + "; ".join(d.actual for d in owned),
+            hint=owned[0].declared.fix,
         )
     refuse_real_venv_dir(expect, state)
     seen = Situation(expect, state, drifts, destination(expect, state, drifts))

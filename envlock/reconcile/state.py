@@ -181,6 +181,15 @@ class GpuFacts:
 
 
 @dataclass(frozen=True)
+class Trust:
+    """Why the root or the compile-cache dir is not this user's (None: it is), as the
+    agent's ownership rule judged it on the target."""
+
+    root: str | None = None
+    cache_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class State:
     """A parsed probe answer. `packages` and below are None when no generation is active."""
 
@@ -208,6 +217,7 @@ class State:
     # The agent's fingerprint of the root (generations, current, hold, history): a plan
     # carries it, and the agent refuses the plan under the root's lock if it changed.
     root_fingerprint: str = ""
+    trust: Trust = Trust()
 
     @property
     def current_generation(self) -> Generation | None:
@@ -248,6 +258,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         hold=_hold(raw.get("hold")),
         active_lock=raw.get("active_lock"),
         root_fingerprint=str(raw.get("root_fingerprint") or ""),
+        trust=_trust(raw.get("trust")),
     )
 
 
@@ -288,6 +299,11 @@ def _files(raw: dict[str, Any] | None) -> FilesReport | None:
         missing=tuple(_change(i) for i in raw.get("missing", [])),
         added=tuple(_change(i) for i in raw.get("added", [])),
     )
+
+
+def _trust(raw: dict[str, Any] | None) -> Trust:
+    raw = raw or {}
+    return Trust(root=raw.get("root"), cache_dir=raw.get("cache_dir"))
 
 
 def _cache(raw: dict[str, Any] | None) -> CacheState | None:

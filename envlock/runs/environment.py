@@ -34,7 +34,8 @@ def run_environment(
     the startup set on PYTHONPATH, and what `envlock.snapshot()` in it needs to know."""
     env = {k: v for k, v in base.items() if k not in SCRUBBED}
     gen = generation_dir(profile, state)
-    if state.cache is not None:
+    # A cache dir another user owns or may write is never exported: torch loads code from it.
+    if state.cache is not None and state.trust.cache_dir is None:
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(state.cache.dir, "inductor")
         env["TRITON_CACHE_DIR"] = os.path.join(state.cache.dir, "triton")
     env.update(profile.env)

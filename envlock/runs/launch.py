@@ -61,7 +61,7 @@ if not sys.stdin.isatty():
         target = "-" + target
     except OSError:
         pass
-fd = os.open(pid_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+fd = os.open(pid_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
 os.write(fd, target.encode())
 os.close(fd)
 try:
@@ -132,7 +132,8 @@ def run_remote(transport: Transport, root: str, argv: list[str], spec: bytes) ->
 
 def write_private(transport: Transport, run_dir: str, path: str, data: bytes) -> None:
     """Write `data` to a 0600 file on the target; the bytes travel on stdin."""
-    script = 'umask 077 && mkdir -p "$1" && cat > "$2"'
+    # A new file, never through a link (noclobber: `>` creates it exclusively).
+    script = 'umask 077 && mkdir -p "$1" && set -C && cat > "$2"'
     result = transport.run(["sh", "-c", script, "sh", run_dir, path], stdin=data)
     if not result.ok:
         raise OperationError(

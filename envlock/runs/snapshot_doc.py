@@ -12,17 +12,16 @@ runs/secrets.py, the way reconcile/agentcall.py ships the agent.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
+    from envlock.atomic import write_atomic
     from envlock.runs.secrets import redact_argv, redact_config, redact_env, redact_text
 
 SCHEMA = 1
@@ -232,19 +231,7 @@ def snapshot_name(rank: int | None = None) -> str:
 
 
 def write_file(path: str, data: bytes) -> None:
-    """Readers see the old file or the new one, never a part: a temp file of a unique name
-    in the same directory (ranks writing at once never share one), fsync, rename."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Readers see the old file or the new one, never a part: write_atomic's exclusive temp
+    file of a unique name (ranks writing at once never share one), mode set on its
+    descriptor, fsync, rename; a link or device at `path` is refused."""
+    write_atomic(path, data, 0o644)

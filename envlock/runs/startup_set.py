@@ -22,7 +22,11 @@ from envlock.targets.base import Transport
 
 # Paths inside the envlock package. The agent is taken whole, as reconcile/agentcall.py does.
 SHARED = ("runs/secrets.py", "runs/snapshot_doc.py")
-STARTUP = ("startup/sitecustomize.py", "startup/envlock_megacache.py")
+STARTUP = (
+    "startup/sitecustomize.py",
+    "startup/envlock_megacache.py",
+    "startup/envlock_write.py",
+)
 API = "startup/envlock_api/envlock/__init__.py"
 COMPLETE = ".complete"
 
@@ -76,6 +80,7 @@ def python_path(base: str, *, api: bool) -> str:
 INSTALLER = r"""
 import base64, hashlib, json, os, shutil, sys
 final, version = sys.argv[1], sys.argv[2]
+NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW  # a new file, never through a link
 files = json.load(sys.stdin)
 os.makedirs(os.path.dirname(final), exist_ok=True)
 tmp = "%s.%d.tmp" % (final, os.getpid())
@@ -84,7 +89,7 @@ manifest = ""
 for rel in sorted(files):
     path = os.path.join(tmp, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as handle:
+    with os.fdopen(os.open(path, NEW, 0o644), "wb") as handle:
         handle.write(base64.b64decode(files[rel]))
     with open(path, "rb") as handle:
         manifest += "%s %s\n" % (rel, hashlib.sha256(handle.read()).hexdigest())
@@ -92,7 +97,7 @@ if hashlib.sha256(manifest.encode()).hexdigest()[:16] != version:
     shutil.rmtree(tmp, ignore_errors=True)
     sys.stderr.write("envlock: the startup files arrived corrupted\n")
     sys.exit(3)
-open(os.path.join(tmp, ".complete"), "w").close()
+os.close(os.open(os.path.join(tmp, ".complete"), NEW, 0o644))
 try:
     os.rename(tmp, final)
 except OSError:

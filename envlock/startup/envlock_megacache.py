@@ -19,6 +19,11 @@ import struct
 import sys
 from typing import Any
 
+if __package__:  # envlock.startup.envlock_megacache, where envlock is installed
+    from .envlock_write import write_atomic
+else:  # the start-up set on a run's PYTHONPATH
+    from envlock_write import write_atomic  # type: ignore[no-redef]
+
 MAGIC = b"ENVLOCK-MEGACACHE\n"
 
 
@@ -56,10 +61,9 @@ def save(path: str) -> dict[str, Any]:
         )
     data, _info = artifacts
     header = json.dumps({"format": 1, "fingerprint": fingerprint()}).encode()
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as handle:
-        handle.write(MAGIC + struct.pack("<Q", len(header)) + header + data)
-    os.replace(tmp, path)
+    # Exclusive temp file, mode on the descriptor: a link planted beside `path` (a shared
+    # directory) is never written through.
+    write_atomic(path, MAGIC + struct.pack("<Q", len(header)) + header + data)
     return {"bytes": len(data), "fingerprint": json.loads(header)["fingerprint"]}
 
 
