@@ -14,6 +14,7 @@ from envlock.lock import Lock, parse_lock
 from envlock.runs.secrets import redact_argv, redact_config, redact_env
 from envlock.runs.snapshot_doc import SCHEMA, SNAPSHOT_FILE
 from envlock.runs.snapshot_schema import validate_snapshot
+from envlock.untrusted import read_untrusted
 
 
 def write_snapshot(
@@ -25,20 +26,24 @@ def write_snapshot(
     return path
 
 
-def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_snapshot(path: str | os.PathLike[str], *, follow_links: bool = False) -> dict[str, Any]:
     """A snapshot from its file or from the directory (checkpoint dir) holding it, checked
-    field by field (a snapshot is data from anywhere) and with its secrets redacted."""
-    file = Path(path)
+    field by field (a snapshot is data from anywhere) and with its secrets redacted.
+
+    It is read through the untrusted-bytes gate: a regular file, size-capped, and the one in a
+    directory must lie inside it unless `follow_links`."""
+    file, within = Path(path), None
     if file.is_dir():
-        file = file / SNAPSHOT_FILE
+        file, within = file / SNAPSHOT_FILE, file
     try:
-        data = json.loads(file.read_text())
+        raw = read_untrusted(
+            file, "snapshot", within=within, follow_links=follow_links, hint=_FOLLOW_HINT
+        )
+        data = json.loads(raw)
     except FileNotFoundError:
         raise UsageError(
             f"{file}: no snapshot here", hint="write one with `envlock snapshot PROFILE DIR`"
         ) from None
-    except OSError as exc:
-        raise UsageError(f"{file}: cannot read: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:
         raise UsageError(f"{file}: not a valid snapshot: {exc}") from None
     schema = data.get("schema") if isinstance(data, dict) else None
@@ -49,6 +54,11 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     validate_snapshot(data, str(file))
     return without_secrets(data)
+
+
+_FOLLOW_HINT = (
+    "pass the snapshot file itself if you trust where it leads (envlock diff: --follow-links)"
+)
 
 
 def without_secrets(data: dict[str, Any]) -> dict[str, Any]:
