@@ -267,7 +267,8 @@ def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
     members, extras, notes = _dir_members(path, follow_links)
     if not members:
         raise UsageError(
-            f"{path}: no checkpoint files here (.pt, .pth, .bin, .ckpt, .safetensors, index)"
+            f"{path}: no checkpoint files here (.pt, .pth, .bin, .ckpt, .safetensors, index)",
+            hint="; ".join(notes) or None,  # the links out it skipped, and the option to read them
         )
     root: dict[str, Any] = {}
     files: list[FileInfo] = []
@@ -286,7 +287,7 @@ def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
         allowance += part.allowance
     for extra in extras:
         try:
-            root[extra.name] = read_json(extra, "JSON file", within=path)
+            root[extra.name] = read_json(extra, "JSON file", within=path, follow_links=follow_links)
         except OperationError as exc:
             notes.append(f"skipped {extra.name}: {exc.message}")
             continue

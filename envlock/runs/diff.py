@@ -157,7 +157,7 @@ def load_side(path: str, follow_links: bool = False) -> Side:
     if not os.path.lexists(target):  # anything else that exists is judged when read
         raise UsageError(f"{target}: no such file or directory")
     if target.name.startswith("pylock.") and target.suffix == ".toml":
-        text = read_text(target)
+        text = read_lock_text(target)
         parse_lock_text(text, str(target), where="")  # a lock from elsewhere is data too
         return Side(str(target), parse_lock(target, text))
     if target.suffix == ".json":
@@ -176,7 +176,7 @@ def load_side(path: str, follow_links: bool = False) -> Side:
     )
 
 
-def read_text(path: Path) -> str:
+def read_lock_text(path: Path) -> str:
     try:
         return read_untrusted(path, "lock").decode()
     except (OSError, UnicodeDecodeError) as exc:
