@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from envlock import ui
+from envlock.checkpoint.dcp import is_dcp_dir
 from envlock.checkpoint.limits import MAX_JSON_ENTRIES, Refused
 from envlock.checkpoint.reader import CHECKPOINT_SUFFIXES, read_checkpoint_config
 from envlock.checkpoint.runfiles import hyperparameters, newest_run_dir, split_run_paths
@@ -21,7 +22,7 @@ from envlock.lock import Lock, parse_lock
 from envlock.runs.secrets import redact_config
 from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
 from envlock.runs.snapshot_schema import parse_lock_text
-from envlock.untrusted import read_untrusted
+from envlock.untrusted import open_untrusted, read_untrusted
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,8 @@ def checkpoint_config(directory: Path, follow_links: bool = False) -> dict[str, 
     limit or the command's budget) ends the diff."""
     candidates = [p for p in directory.iterdir() if p.name.endswith(CHECKPOINT_SUFFIXES)]
     for path in sorted(candidates, key=_mtime, reverse=True):
+        if path.is_dir() and not is_dcp_dir(path):  # a directory under a file's name
+            open_untrusted(path, "checkpoint").close()  # refuses it, saying what it is
         try:
             config = read_checkpoint_config(path, follow_links=follow_links)
         except Refused:
