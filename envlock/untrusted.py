@@ -70,7 +70,9 @@ def open_untrusted(
             )
         limit = MAX_BYTES[kind]
         if info.st_size > limit:
-            raise Refused(f"{where}: a {kind} of {info.st_size:,} bytes", _size(limit))
+            raise Refused(
+                f"{where}: a {kind} of {info.st_size:,} bytes", _size(limit), hint=_size_hint(kind)
+            )
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -98,7 +100,9 @@ def read_counted(f: BinaryIO, limit: int, kind: str, where: str) -> bytes:
     data = f.read(min(limit, max(left, 0)) + 1)
     if len(data) > limit:
         raise Refused(
-            f"{printable(where, 500)}: a {kind} of more than {limit:,} bytes", _size(limit)
+            f"{printable(where, 500)}: a {kind} of more than {limit:,} bytes",
+            _size(limit),
+            hint=_size_hint(kind),
         )
     budget().spend("bytes", len(data), printable(where, 500))
     return data
@@ -132,6 +136,13 @@ def _opened(fd: int, path: str | os.PathLike[str]) -> str:
 
 def _inside(fd: int, path: str | os.PathLike[str], within: Path) -> bool:
     return Path(_opened(fd, path)).is_relative_to(within.resolve())
+
+
+def _size_hint(kind: str) -> str:
+    return (
+        f"no real {kind} comes near this size: the file is corrupt or built to exhaust time or "
+        "memory (envlock's limits are listed in the README)"
+    )
 
 
 def _size(limit: int) -> str:

@@ -78,7 +78,7 @@ def read_safetensors(
 def _count_tensors(path: Path, raw: bytes) -> None:
     # Each tensor is one JSON object and an object's brace cannot be escaped, so counting "{"
     # bounds the tensors before the parser builds them (a brace in a name only overcounts).
-    n = max(raw.count(b"{") - 2, 0)  # the header's own object and __metadata__'s
+    n = max(raw.count(b"{") - 1, 0)  # less the header's own object (__metadata__ counts one)
     if n > MAX_TENSORS:
         raise Refused(f"{path}: a safetensors header of {n:,} tensors", f"{MAX_TENSORS:,} a file")
     budget().spend("tensors", n, str(path))
