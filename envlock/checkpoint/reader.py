@@ -32,7 +32,6 @@ CHECKPOINT_SUFFIXES = (*_TORCH_SUFFIXES, ".safetensors")
 _DIR_PICKLES = (".pkl",)  # accelerate's random_states_N.pkl, custom_checkpoint_N.pkl
 _DIR_JSON = ("config.json", "trainer_state.json")
 _PICKLE_0_STARTS = tuple(bytes([c]) for c in b"(}])cNIFLSVX")
-_FOLLOW_HINT = FOLLOW_HINT
 
 
 def inspect_checkpoint(path: str | Path, *, follow_links: bool = False) -> CheckpointReport:
@@ -68,7 +67,7 @@ def read_checkpoint_config(
         if path.is_dir() and not _dir_members(path, follow_links)[0]:
             return None
         if path.is_file() and not follow_links and not _inside(path, path.parent):
-            raise Unsafe(f"{path} is a link out of its directory", _FOLLOW_HINT)
+            raise Unsafe(f"{path} is a link out of its directory", FOLLOW_HINT)
         report = inspect_checkpoint(path, follow_links=follow_links)
     return summary.config(report.root, report.format == "directory")
 
@@ -185,7 +184,7 @@ def _shard_path(index: Path, shard: str, follow_links: bool) -> Path:
     if not follow_links and not _inside(path, index.parent):
         raise OperationError(
             f"{index}: refusing shard {shown(shard)}: it lies outside the index's directory",
-            hint=_FOLLOW_HINT,
+            hint=FOLLOW_HINT,
         )
     if not path.name.endswith(CHECKPOINT_SUFFIXES):  # never another index: no loops
         raise OperationError(f"{index}: shard {shown(shard)} is not a .safetensors or torch file")
@@ -240,7 +239,7 @@ def _dir_members(path: Path, follow_links: bool) -> tuple[list[Path], list[Path]
             continue
         if not follow_links and not _inside(child, path):
             target = child.resolve()
-            notes.append(f"skipped {name}: a link to {target}, outside {path} ({_FOLLOW_HINT})")
+            notes.append(f"skipped {name}: a link to {target}, outside {path} ({FOLLOW_HINT})")
         else:  # a FIFO, device or directory under such a name is refused when it is read
             wanted.append(child)
     indexes = [p for p in wanted if p.name.endswith(".index.json")]
