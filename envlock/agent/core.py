@@ -343,6 +343,56 @@ def read_json(path, default=None):
         return default
 
 
+# Bytes from elsewhere (a METADATA file a polluting install wrote) are opened only by this
+# function: the rule of envlock/untrusted.py's `open_untrusted`, for the agent, which cannot
+# import envlock. Keep the two in step; tests/test_trust_gate.py checks that they agree.
+UNTRUSTED_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def open_untrusted(path, limit=None, within=None):
+    """`path` open for reading (binary) once its descriptor shows a regular file of at most
+    `limit` bytes, inside `within` when given; AgentError("refused", ...) otherwise.
+
+    Judged by name first (opening some devices acts), then on the descriptor, which is what
+    counts: the name may be swapped in between. OSError (missing, unreadable) is the caller's."""
+    not_regular(path, os.stat(path).st_mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        not_regular(path, info.st_mode)
+        if within is not None:
+            # Linux names what the descriptor opened in /proc; elsewhere the name, resolved.
+            proc = f"/proc/self/fd/{fd}"
+            opened = os.path.realpath(proc if os.path.isdir("/proc/self/fd") else path)
+            top = os.path.realpath(within)
+            if opened != top and not opened.startswith(top.rstrip(os.sep) + os.sep):
+                raise AgentError(
+                    "refused", f"refusing: {path} is a link out of {within} (to {opened})"
+                )
+        if limit is not None and info.st_size > limit:
+            raise AgentError(
+                "refused",
+                f"refusing: {path}: a file of {info.st_size} bytes exceeds {limit} bytes",
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def not_regular(path, mode):
+    if not stat.S_ISREG(mode):
+        what = UNTRUSTED_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise AgentError("refused", f"refusing: {path} is {what}, not a regular file")
+
+
 def progress(message):
     sys.stderr.write(f"envlock-progress: {message}\n")
     sys.stderr.flush()

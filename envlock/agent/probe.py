@@ -13,8 +13,10 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         COMMANDS,
         HOLD,
         LOCK_COPY,
+        AgentError,
         current_generation,
         list_generations,
+        open_untrusted,
         read_history,
         read_json,
         root_fingerprint,
@@ -50,20 +52,57 @@ def installed_distributions(site):
     return found
 
 
+# What one probe reads of the environment's METADATA files: a copy of MAX_ENV_TEXT and
+# MAX_ENV_HEADER in envlock/checkpoint/limits.py (tests/test_trust_gate.py checks they agree),
+# since a polluting install writes these files and `check` shows what they say.
+MAX_ENV_TEXT = 4096  # characters of one Name/Version/Requires-Dist value
+MAX_ENV_HEADER = 16 << 20  # bytes of one METADATA file's header part
+HEADER_BYTES = [0]  # read by this probe so far, in all METADATA files (one process a command)
+MAX_ENV_HEADERS = 256 << 20  # the probe's budget for them together
+
+
 def metadata_headers(path, wanted=("name", "version", "requires-dist")):
     """The wanted header fields of a core-metadata file (the part before the first blank
-    line), each a list of values; continuation lines are not used by these fields."""
+    line), each a list of values; continuation lines are not used by these fields. Read
+    through the agent's gate (a regular file) and bounded: a wanted value past MAX_ENV_TEXT,
+    a header part past MAX_ENV_HEADER or the probe's MAX_ENV_HEADERS is refused."""
     fields = {}  # type: dict
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if not line.strip():
-                    break
-                key, sep, value = line.partition(":")
-                if sep and not line[0].isspace() and key.lower() in wanted:
-                    fields.setdefault(key.lower(), []).append(value.strip())
+        handle = open_untrusted(path)
     except OSError:
-        pass
+        return fields
+    with handle:
+        read, partial, chunk = 0, False, MAX_ENV_TEXT + 64
+        while True:
+            raw = handle.readline(chunk)  # a line, or `chunk` bytes of a longer one
+            read += len(raw)
+            HEADER_BYTES[0] += len(raw)
+            if read > MAX_ENV_HEADER or HEADER_BYTES[0] > MAX_ENV_HEADERS:
+                limit = MAX_ENV_HEADER if read > MAX_ENV_HEADER else MAX_ENV_HEADERS
+                raise AgentError(
+                    "refused",
+                    f"refusing: {path}: the METADATA headers read exceed {limit} bytes",
+                )
+            if not raw:
+                break
+            whole = raw.endswith(b"\n") or len(raw) < chunk
+            if partial:  # the rest of a long line of a field not wanted: skipped
+                partial = not whole
+                continue
+            line = raw.decode("utf-8", "replace")
+            if not line.strip():
+                break
+            key, sep, value = line.partition(":")
+            field = key.lower() if sep and not line[0].isspace() else None
+            if field in wanted and (not whole or len(value.strip()) > MAX_ENV_TEXT):
+                raise AgentError(
+                    "refused",
+                    f"refusing: {path}: its {key.strip()} value of more than {MAX_ENV_TEXT} "
+                    f"characters exceeds {MAX_ENV_TEXT} characters",
+                )
+            if field in wanted:
+                fields.setdefault(field, []).append(value.strip())
+            partial = not whole
     return fields
 
 

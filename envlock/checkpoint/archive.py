@@ -24,11 +24,13 @@ from envlock.checkpoint.limits import (
     MAX_ZIP_ENTRIES,
     MiB,
     Refused,
+    budget,
     printable,
 )
 from envlock.checkpoint.scan import scan
 from envlock.checkpoint.unpickler import RestrictedUnpickler
 from envlock.errors import OperationError, UsageError
+from envlock.untrusted import open_untrusted, read_untrusted
 
 _CORRUPT_HINT = "the checkpoint is truncated or damaged; torch.load would fail on it too"
 _PICKLE_LIMIT = f"{MAX_PICKLE_BYTES // MiB} MiB"
@@ -45,11 +47,18 @@ class LoadedPickle:
     nbytes: int
 
 
-def load_torch_zip(path: Path) -> LoadedPickle:
+def load_torch_zip(
+    path: Path, *, within: Path | None = None, follow_links: bool = False
+) -> LoadedPickle:
     """Unpickle `<root>/data.pkl` of a torch zip checkpoint into inert descriptions."""
-    _check_entries(path)
+    with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
+        return _load_zip(path, f)
+
+
+def _load_zip(path: Path, f: Any) -> LoadedPickle:
+    _check_entries(path, f)
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         raise OperationError(
             f"{path}: not a readable zip archive ({exc}): the checkpoint is truncated or corrupt",
@@ -67,12 +76,11 @@ def load_torch_zip(path: Path) -> LoadedPickle:
     return unpickle(data, where=f"{path}: {pkl}", source=path.name, sizes=sizes, name=pkl)
 
 
-def load_raw_pickle(path: Path) -> LoadedPickle:
+def load_raw_pickle(
+    path: Path, *, within: Path | None = None, follow_links: bool = False
+) -> LoadedPickle:
     """Unpickle a file that is one pickle (no zip around it), e.g. from `pickle.dump`."""
-    with path.open("rb") as f:
-        data = f.read(MAX_PICKLE_BYTES + 1)
-    if len(data) > MAX_PICKLE_BYTES:
-        raise Refused(f"{path}: the pickle's size", _PICKLE_LIMIT)
+    data = read_untrusted(path, "pickle", within=within, follow_links=follow_links)
     return unpickle(data, where=str(path), source=path.name, sizes={}, name=path.name)
 
 
@@ -81,7 +89,7 @@ def unpickle(
 ) -> LoadedPickle:
     """Scan, then unpickle with the restricted unpickler; any failure names `where`."""
     try:
-        scan(data)
+        budget().spend("pickle opcodes", scan(data, budget()).opcodes, where)
         unpickler = RestrictedUnpickler(
             io.BytesIO(data), source=source, storage_sizes=sizes, work=Work(len(data))
         )
@@ -94,14 +102,13 @@ def unpickle(
     return LoadedPickle(root, unpickler.stubbed, name, len(data))
 
 
-def _check_entries(path: Path) -> None:
+def _check_entries(path: Path, f: Any) -> None:
     # zipfile builds an object per entry before anyone can count them: read the count the
     # end-of-directory record declares first (zipfile's own reader of it, where it has one).
     end_record = getattr(zipfile, "_EndRecData", None)
     if end_record is None:
         return
-    with path.open("rb") as f:
-        record = end_record(f)
+    record = end_record(f)
     entries = record[getattr(zipfile, "_ECD_ENTRIES_TOTAL", 4)] if record else 0
     if entries > MAX_ZIP_ENTRIES:
         raise Refused(f"{path}: the zip's {entries:,} entries", f"{MAX_ZIP_ENTRIES:,} entries")
@@ -135,6 +142,7 @@ def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) ->
             f"{where}: inflating {packed:,} bytes to {declared:,}",
             f"{MAX_INFLATION}x compression (past 1 MiB)",
         )
+    budget().spend("bytes", declared, where)  # before inflating: the directory is checked
     return _read_counted(where, archive, info, declared)
 
 

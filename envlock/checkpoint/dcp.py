@@ -11,14 +11,23 @@ when their global name is exactly torch's (torch/distributed/checkpoint/metadata
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from envlock.checkpoint.archive import load_raw_pickle
 from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo
-from envlock.checkpoint.limits import check_dims, check_numel, printable
+from envlock.checkpoint.limits import (
+    MAX_TENSORS,
+    Refused,
+    budget,
+    check_dims,
+    check_numel,
+    printable,
+)
 from envlock.errors import OperationError
+from envlock.untrusted import open_untrusted
 
 METADATA = ".metadata"
 SHARD_SUFFIX = ".distcp"
@@ -32,13 +41,18 @@ _SHARD_NAME = re.compile(r"^__(\d+)_(\d+)\.distcp$")
 
 
 def is_dcp_dir(path: Path) -> bool:
-    return path.is_dir() and (path / METADATA).is_file()
+    # Whatever .metadata is (a link, a FIFO): it is judged when read, not skipped here.
+    return path.is_dir() and os.path.lexists(path / METADATA)
 
 
-def read_dcp(directory: Path) -> tuple[dict[str, Any], list[Path], list[str]]:
-    """`{fqn: TensorInfo or "<object>"}`, the shard files, and notes on shards and ranks."""
+def read_dcp(
+    directory: Path, follow_links: bool = False
+) -> tuple[dict[str, Any], list[Path], list[str], int]:
+    """`{fqn: TensorInfo or "<object>"}`, the shard files, notes on shards and ranks, and the
+    bytes of .metadata. `.metadata` and the shards are members: links out of `directory` are
+    refused unless `follow_links`."""
     meta_path = directory / METADATA
-    loaded = load_raw_pickle(meta_path)
+    loaded = load_raw_pickle(meta_path, within=directory, follow_links=follow_links)
     meta = loaded.root
     if _name(meta) != _METADATA:
         raise OperationError(f"{meta_path}: not a torch.distributed.checkpoint Metadata")
@@ -46,9 +60,14 @@ def read_dcp(directory: Path) -> tuple[dict[str, Any], list[Path], list[str]]:
     entries = fields.get("state_dict_metadata")
     if not isinstance(entries, dict):
         raise OperationError(f"{meta_path}: its state_dict_metadata is not a mapping")
+    if len(entries) > MAX_TENSORS:
+        raise Refused(f"{meta_path}: {len(entries):,} entries", f"{MAX_TENSORS:,} tensors a file")
+    budget().spend("tensors", len(entries), str(meta_path))
     root = {_fqn(k, meta_path): _entry(directory.name, k, v, meta_path) for k, v in entries.items()}
     listed = _shard_names(fields.get("storage_data"))
-    shards = sorted(p for p in directory.iterdir() if p.name.endswith(SHARD_SUFFIX) and p.is_file())
+    shards = sorted(p for p in directory.iterdir() if p.name.endswith(SHARD_SUFFIX))
+    for shard in shards:  # never read (only .metadata places their bytes), but judged alike
+        open_untrusted(shard, "checkpoint", within=directory, follow_links=follow_links).close()
     notes = [_shards_note(directory, listed, shards)]
     missing = sorted(set(listed) - {p.name for p in shards})
     if missing:
@@ -56,7 +75,7 @@ def read_dcp(directory: Path) -> tuple[dict[str, Any], list[Path], list[str]]:
             f"{directory}: shard {printable(missing[0], 200)} is listed in .metadata but "
             f"missing ({len(missing)} of {len(listed)}): an incomplete copy"
         )
-    return with_optimizer_nested(root), shards, notes
+    return with_optimizer_nested(root), shards, notes, loaded.nbytes
 
 
 OPTIMIZER_PARTS = ("state", "param_groups")

@@ -6,16 +6,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from envlock.checkpoint.limits import MAX_JSON_BYTES, MAX_JSON_DEPTH, MiB, Refused
+from envlock.checkpoint.limits import MAX_JSON_DEPTH, Refused
 from envlock.errors import OperationError
+from envlock.untrusted import read_untrusted
 
 
-def read_json(path: Path, what: str) -> Any:
-    """The JSON document in `path`, refused past MAX_JSON_BYTES or MAX_JSON_DEPTH."""
-    with path.open("rb") as f:
-        raw = f.read(MAX_JSON_BYTES + 1)
-    if len(raw) > MAX_JSON_BYTES:
-        raise Refused(f"{path}: the {what}'s size", f"{MAX_JSON_BYTES // MiB} MiB")
+def read_json(
+    path: Path, what: str, *, within: Path | None = None, follow_links: bool = False
+) -> Any:
+    """The JSON document in `path`, refused past MAX_BYTES["json"] or MAX_JSON_DEPTH; with
+    `within`, a member of that directory (see untrusted.py)."""
+    raw = read_untrusted(path, "json", within=within, follow_links=follow_links)
     return parse_json(raw, f"{path}: {what}")
 
 

@@ -1,4 +1,4 @@
-"""Every bound on what reading a checkpoint may cost, in one place.
+"""Every bound on what reading untrusted data may cost, in one place.
 
 A checkpoint is hostile data: a few hundred bytes of pickle can describe an exponential object
 graph, a zip member can inflate a thousandfold, a shape can name 2**63 elements. Each limit
@@ -6,12 +6,18 @@ below is far above what a real checkpoint needs and far below what exhausts a ma
 one is refused with `Refused` ("refusing: … exceeds …", exit 3), never read on regardless.
 Text from a checkpoint that reaches a message goes through `shown`/`brief`: bounded, and with
 control characters escaped so that nothing in the file can write to the terminal.
+
+Two kinds of bound: a limit caps one file (its size by kind: MAX_BYTES, read through
+envlock/untrusted.py); a budget (BUDGET) caps one command: everything one `inspect` or `diff`
+reads, all files of a directory and both sides together, spends from one `Budget`, so a
+directory of files each under its limit is refused as soon as their sum passes the budget.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +51,38 @@ MAX_TEXT = 1_000  # characters of a key, name or value shown (JSON and human out
 # Counting views of one storage once (regions.py): the runs of consecutive elements they are
 # cut into. Past it, views are counted whole, with a note: the count is all that is at stake.
 MAX_VIEW_RUNS = 250_000
+MAX_TENSORS = 250_000  # tensors one file may describe (a 671B model has ~100,000 in all)
+MAX_JSON_ENTRIES = 50_000  # entries of one list in `--json` output; the rest counted in a note
+
+GiB = 2**30
+# The size of one file read as untrusted bytes, by what it is (untrusted.py checks it on the
+# open descriptor). Checkpoints are large but only their headers and pickles are read, whose
+# own limits are above; a cache archive is streamed to the target, never held.
+MAX_BYTES = {
+    "snapshot": 64 * MiB,  # envlock-snapshot.json: a real one is a few hundred kB
+    "lock": 64 * MiB,  # pylock.toml from a snapshot or given to diff
+    "json": MAX_JSON_BYTES,  # config.json, trainer_state.json, *.index.json beside a checkpoint
+    "pickle": MAX_PICKLE_BYTES,  # a raw pickle (.pkl, DCP .metadata, pickle.dump files)
+    "checkpoint": 16 * 2**40,  # a torch zip or safetensors file: its tensor bytes are not read
+    "cache archive": 256 * GiB,  # a compile-cache archive (cache restore)
+}
+
+# Per command (`inspect`, `diff` with both its sides, `check`'s probe in agent/probe.py): what
+# all the untrusted data it reads may cost together. Sized for about BUDGET_SECONDS of one
+# core and a few hundred MiB of memory at the rates measured for this reader (~1 M pickle
+# opcodes/s scanned and unpickled, ~30 us and ~1 kB per tensor described), far above any
+# real checkpoint.
+BUDGET_SECONDS = 10
+BUDGET = {
+    "bytes": 512 * MiB,  # of snapshots, locks, JSON, pickles and headers read (not tensor data)
+    "pickle opcodes": 5_000_000,  # ~60 bytes of memory and ~1 us of time each
+    "tensors": 500_000,  # described, over every file (MAX_TENSORS per file)
+}
+# What check's probe reads from the environment's METADATA files (agent/probe.py keeps a
+# copy: the agent cannot import envlock; tests/test_trust_gate.py checks they agree).
+MAX_ENV_TEXT = 4_096  # characters of one Name/Version/Requires-Dist value
+MAX_ENV_HEADER = 16 * MiB  # bytes of one METADATA file's header part
+MAX_ENV_HEADERS = 256 * MiB  # bytes of all of them one probe reads (its budget)
 
 
 class Refused(OperationError):
@@ -62,6 +100,53 @@ class Refused(OperationError):
     def at(self, where: str) -> Refused:
         """The same refusal, naming the file it came from."""
         return Refused(f"{where}: {self.what}", self.limit, hint=self.hint)
+
+
+class Budget:
+    """What one command has left to spend on untrusted data (BUDGET), shared by every read."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.spent = dict.fromkeys(BUDGET, 0)
+
+    def left(self, kind: str) -> int:
+        return BUDGET[kind] - self.spent[kind]
+
+    def spend(self, kind: str, amount: int, where: str = "") -> None:
+        self.spent[kind] += amount
+        if self.spent[kind] > BUDGET[kind]:
+            raise self.refused(kind, where)
+
+    def refused(self, kind: str, where: str = "") -> Refused:
+        what = f"the {kind} read by this `{self.command}` ({self.spent[kind]:,} so far)"
+        return Refused(
+            f"{where}: {what}" if where else what,
+            f"its budget of {BUDGET[kind]:,} {kind} per command",
+            hint="no real run comes near this budget: the files read are built to exhaust "
+            "time or memory (envlock's budgets are listed in the README)",
+        )
+
+
+_BUDGET: ContextVar[Budget | None] = ContextVar("envlock_budget", default=None)
+
+
+@contextmanager
+def command_budget(command: str) -> Iterator[Budget]:
+    """The budget of the running command: opened once, shared by every read within."""
+    active = _BUDGET.get()
+    if active is not None:
+        yield active
+        return
+    token = _BUDGET.set(Budget(command))
+    try:
+        yield _BUDGET.get() or Budget(command)
+    finally:
+        _BUDGET.reset(token)
+
+
+def budget() -> Budget:
+    """The running command's budget; outside one (a library call), a fresh one for the call."""
+    return _BUDGET.get() or Budget("read")
 
 
 def shown(text: str, limit: int = 200) -> str:

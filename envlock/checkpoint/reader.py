@@ -10,6 +10,7 @@ naming `../shard` is skipped or refused unless `follow_links` is given.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,35 +20,35 @@ from envlock.checkpoint.archive import load_raw_pickle, load_torch_zip
 from envlock.checkpoint.dcp import METADATA, SHARD_SUFFIX, is_dcp_dir, read_dcp
 from envlock.checkpoint.jsondata import read_json
 from envlock.checkpoint.kinds import section_kinds
-from envlock.checkpoint.limits import printable, printable_errors, shown
+from envlock.checkpoint.limits import command_budget, printable, printable_errors, shown
 from envlock.checkpoint.report import CheckpointReport, FileInfo
 from envlock.checkpoint.safetensors import read_safetensors
 from envlock.checkpoint.unpickler import LEGACY_MAGIC
 from envlock.errors import OperationError, UsageError
+from envlock.untrusted import FOLLOW_HINT, Unsafe, open_untrusted
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
 CHECKPOINT_SUFFIXES = (*_TORCH_SUFFIXES, ".safetensors")
 _DIR_PICKLES = (".pkl",)  # accelerate's random_states_N.pkl, custom_checkpoint_N.pkl
 _DIR_JSON = ("config.json", "trainer_state.json")
 _PICKLE_0_STARTS = tuple(bytes([c]) for c in b"(}])cNIFLSVX")
-_FOLLOW_HINT = "pass --follow-links to read files outside the checkpoint's directory"
 
 
 def inspect_checkpoint(path: str | Path, *, follow_links: bool = False) -> CheckpointReport:
     """Read a checkpoint file, a sharded index or a directory of them, without torch."""
     path = Path(path)
-    with printable_errors(path):
+    with printable_errors(path), command_budget("inspect"):
         if is_dcp_dir(path):
-            part = _read_dcp(path)
+            part = _read_dcp(path, follow_links)
             return CheckpointReport(
                 str(path), part.format, _sized(part.files), part.root, part.stubbed, part.notes,
                 part.allowance,
             )  # fmt: skip
         if path.is_dir():
             return _read_dir(path, follow_links)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise UsageError(f"{path}: no such file or directory", hint="pass a checkpoint path")
-        part = _read_file(path, follow_links)
+        part = _read_file(path, follow_links, None)
         return CheckpointReport(
             str(path), part.format, _sized(part.files), part.root, part.stubbed, part.notes,
             part.allowance,
@@ -66,7 +67,7 @@ def read_checkpoint_config(
         if path.is_dir() and not _dir_members(path, follow_links)[0]:
             return None
         if path.is_file() and not follow_links and not _inside(path, path.parent):
-            raise OperationError(f"{path}: a link out of its directory", hint=_FOLLOW_HINT)
+            raise Unsafe(f"{path} is a link out of its directory", FOLLOW_HINT)
         report = inspect_checkpoint(path, follow_links=follow_links)
     return summary.config(report.root, report.format == "directory")
 
@@ -91,9 +92,10 @@ def _inside(path: Path, directory: Path) -> bool:
     return path.resolve().is_relative_to(directory.resolve())
 
 
-def _read_file(path: Path, follow_links: bool) -> _Part:
-    if path.is_dir() or path.name == METADATA:
-        return _read_dcp(path if path.is_dir() else path.parent)
+def _read_file(path: Path, follow_links: bool, within: Path | None) -> _Part:
+    """One file (or a DCP directory); `within`: the directory it was found in, if any."""
+    if is_dcp_dir(path) or path.name == METADATA:
+        return _read_dcp(path if path.is_dir() else path.parent, follow_links)
     if path.name.endswith(SHARD_SUFFIX):
         raise UsageError(
             f"{path}: one shard of a torch.distributed.checkpoint: only the directory's "
@@ -101,19 +103,21 @@ def _read_file(path: Path, follow_links: bool) -> _Part:
             hint=f"inspect its directory: envlock inspect {printable(str(path.parent))}",
         )
     if path.name.endswith(".index.json"):
-        return _read_index(path, follow_links)
-    return _read_tensor_file(path)
+        return _read_index(path, follow_links, within)
+    return _read_tensor_file(path, follow_links, within)
 
 
-def _read_tensor_file(path: Path) -> _Part:
-    with path.open("rb") as f:
+def _read_tensor_file(path: Path, follow_links: bool, within: Path | None) -> _Part:
+    with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
         head = f.read(16)
+        last = _last_byte(f) if head else b""
+    # Each loader opens the file again through the same gate (what it opens is checked again).
     if head.startswith(b"PK\x03\x04"):
-        loaded = load_torch_zip(path)
+        loaded = load_torch_zip(path, within=within, follow_links=follow_links)
         stubbed = tuple(sorted(loaded.stubbed))
         return _Part("torch-zip", loaded.root, _one(path, "torch-zip"), stubbed, loaded.nbytes)
     if len(head) > 8 and head[8:9] == b"{":
-        tensors, header_bytes = read_safetensors(path)
+        tensors, header_bytes = read_safetensors(path, within=within, follow_links=follow_links)
         return _Part("safetensors", tensors, _one(path, "safetensors"), (), header_bytes)
     if head.startswith(LEGACY_MAGIC):
         raise UsageError(
@@ -124,8 +128,8 @@ def _read_tensor_file(path: Path) -> _Part:
             "'import sys, torch; p = sys.argv[1]; "
             f"torch.save(torch.load(p, weights_only=False), p)' {path}",
         )
-    if _is_raw_pickle(path, head):
-        loaded = load_raw_pickle(path)
+    if _is_raw_pickle(head, last):
+        loaded = load_raw_pickle(path, within=within, follow_links=follow_links)
         note = f"{path.name}: a raw pickle, not a torch zip archive (described, not executed)"
         stubbed = tuple(sorted(loaded.stubbed))
         return _Part("pickle", loaded.root, _one(path, "pickle"), stubbed, loaded.nbytes, (note,))
@@ -138,23 +142,23 @@ def _read_tensor_file(path: Path) -> _Part:
     )
 
 
-def _is_raw_pickle(path: Path, head: bytes) -> bool:
+def _last_byte(f: Any) -> bytes:
+    f.seek(-1, 2)
+    return bytes(f.read(1))
+
+
+def _is_raw_pickle(head: bytes, last: bytes) -> bool:
     # Protocol 2+ starts with PROTO; protocols 0 and 1 start with an opcode that builds a
     # value (a dict as "(dp0" or "}q\x00") and, like every pickle, end with STOP.
     if head[:1] == b"\x80":
         return head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")
-    if head[:1] not in _PICKLE_0_STARTS:
-        return False
-    with path.open("rb") as f:
-        f.seek(-1, 2)
-        return f.read(1) == b"."
+    return head[:1] in _PICKLE_0_STARTS and last == b"."
 
 
-def _read_dcp(directory: Path) -> _Part:
-    root, shards, notes = read_dcp(directory)
+def _read_dcp(directory: Path, follow_links: bool) -> _Part:
+    root, shards, notes, allowance = read_dcp(directory, follow_links)
     files: tuple[FileInfo, ...] = (FileInfo(str(directory / METADATA), "dcp-metadata", 0),)
     files += tuple(FileInfo(str(p), "dcp-shard", 0) for p in shards)
-    allowance = (directory / METADATA).stat().st_size
     return _Part("dcp", root, files, (), allowance, tuple(notes))
 
 
@@ -165,8 +169,8 @@ def _one(path: Path, fmt: str) -> tuple[FileInfo, ...]:
 # --- sharded indexes ----------------------------------------------------------------------------
 
 
-def _weight_map(index: Path) -> dict[str, str]:
-    document = read_json(index, "checkpoint index")
+def _weight_map(index: Path, follow_links: bool = False, within: Path | None = None) -> dict:
+    document = read_json(index, "checkpoint index", within=within, follow_links=follow_links)
     weight_map = document.get("weight_map") if isinstance(document, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(s, str) and s and "\0" not in s for s in weight_map.values()
@@ -180,29 +184,29 @@ def _shard_path(index: Path, shard: str, follow_links: bool) -> Path:
     if not follow_links and not _inside(path, index.parent):
         raise OperationError(
             f"{index}: refusing shard {shown(shard)}: it lies outside the index's directory",
-            hint=_FOLLOW_HINT,
+            hint=FOLLOW_HINT,
         )
     if not path.name.endswith(CHECKPOINT_SUFFIXES):  # never another index: no loops
         raise OperationError(f"{index}: shard {shown(shard)} is not a .safetensors or torch file")
     return path
 
 
-def _read_index(path: Path, follow_links: bool) -> _Part:
-    weight_map = _weight_map(path)
+def _read_index(path: Path, follow_links: bool, within: Path | None) -> _Part:
+    weight_map = _weight_map(path, follow_links, within)
     tensors: dict[str, Any] = {}
     shards: list[FileInfo] = []
     stubbed: set[str] = set()
     allowance, read = path.stat().st_size, set()
     for shard in dict.fromkeys(weight_map.values()):
         shard_path = _shard_path(path, shard, follow_links)
-        if not shard_path.is_file():
+        if not os.path.lexists(shard_path):
             raise OperationError(
                 f"{path}: shard {printable(shard)} is listed but missing: incomplete copy"
             )
         if shard_path.resolve() in read:  # one file under two spellings is read once
             continue
         read.add(shard_path.resolve())
-        part = _read_tensor_file(shard_path)
+        part = _read_tensor_file(shard_path, follow_links, path.parent)
         if not isinstance(part.root, dict):
             raise OperationError(f"{shard_path}: a shard must hold a flat state dict")
         shards.append(part.files[0])
@@ -235,8 +239,8 @@ def _dir_members(path: Path, follow_links: bool) -> tuple[list[Path], list[Path]
             continue
         if not follow_links and not _inside(child, path):
             target = child.resolve()
-            notes.append(f"skipped {name}: a link to {target}, outside {path} ({_FOLLOW_HINT})")
-        elif child.is_file():
+            notes.append(f"skipped {name}: a link to {target}, outside {path} ({FOLLOW_HINT})")
+        else:  # a FIFO, device or directory under such a name is refused when it is read
             wanted.append(child)
     indexes = [p for p in wanted if p.name.endswith(".index.json")]
     taken = {(i.parent / s).resolve() for i in indexes for s in _shard_names(i)}
@@ -262,7 +266,8 @@ def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
     members, extras, notes = _dir_members(path, follow_links)
     if not members:
         raise UsageError(
-            f"{path}: no checkpoint files here (.pt, .pth, .bin, .ckpt, .safetensors, index)"
+            f"{path}: no checkpoint files here (.pt, .pth, .bin, .ckpt, .safetensors, index)",
+            hint="; ".join(notes) or None,  # the links out it skipped, and the option to read them
         )
     root: dict[str, Any] = {}
     files: list[FileInfo] = []
@@ -270,7 +275,7 @@ def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
     allowance = 0
     for member in members:
         try:
-            part = _read_file(member, follow_links)
+            part = _read_file(member, follow_links, path)
         except UsageError as exc:  # e.g. a .bin that is no torch file: note it, go on
             notes.append(f"skipped {member.name}: {exc.message}")
             continue
@@ -281,7 +286,7 @@ def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
         allowance += part.allowance
     for extra in extras:
         try:
-            root[extra.name] = read_json(extra, "JSON file")
+            root[extra.name] = read_json(extra, "JSON file", within=path, follow_links=follow_links)
         except OperationError as exc:
             notes.append(f"skipped {extra.name}: {exc.message}")
             continue

@@ -21,6 +21,7 @@ from envlock.checkpoint.limits import printable_errors
 from envlock.checkpoint.summary import plain
 from envlock.checkpoint.tree import is_optimizer, key_text
 from envlock.runs.secrets import redact_config
+from envlock.untrusted import open_untrusted
 
 RUN_JSON = ("config.json", "generation_config.json", "trainer_state.json")
 OPTIMIZERS = ("optimizer.pt", "optimizer.bin")
@@ -41,14 +42,10 @@ def is_run_file(name: str) -> bool:
     return name in RUN_JSON or name in OPTIMIZERS or bool(_PICKLED.match(name))
 
 
-def run_files(directory: Path, follow_links: bool = False) -> list[Path]:
-    """The run files of `directory` itself (links out of it skipped unless followed)."""
-    found = []
-    for child in sorted(directory.iterdir()):
-        inside = child.resolve().is_relative_to(directory.resolve())
-        if is_run_file(child.name) and child.is_file() and (follow_links or inside):
-            found.append(child)
-    return found
+def run_files(directory: Path) -> list[Path]:
+    """The run files of `directory` itself, by name: whatever each is (a link out, a FIFO)
+    is judged when it is read (untrusted.py), never skipped in silence."""
+    return [child for child in sorted(directory.iterdir()) if is_run_file(child.name)]
 
 
 def newest_run_dir(directory: Path) -> Path | None:
@@ -70,9 +67,9 @@ def _step(name: str) -> int:
 def hyperparameters(directory: Path, follow_links: bool = False) -> dict[str, dict[str, Any]]:
     """`{file name: {field: plain value}}` for each run file of `directory`."""
     found: dict[str, dict[str, Any]] = {}
-    for path in run_files(directory, follow_links):
+    for path in run_files(directory):
         with printable_errors(path):
-            fields = _read(path)
+            fields = _read(path, follow_links)
         if fields:
             found[path.name] = redact_config(fields)  # training args may hold a token
     return found
@@ -99,25 +96,27 @@ def split_run_paths(
     return settings, paths
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _read(path: Path, follow_links: bool) -> dict[str, Any] | None:
     if path.name in RUN_JSON:
-        document = read_json(path, "JSON file")
+        document = read_json(path, "JSON file", within=path.parent, follow_links=follow_links)
         if not isinstance(document, dict):
             return None
         dropped = _MEASURED.get(path.name, ())
         return {k: v for k, v in document.items() if k not in dropped}
-    root = _load(path)
+    root = _load(path, follow_links)
     if path.name in OPTIMIZERS:
         return _param_groups(root) if is_optimizer(root) else None
     value = simple(plain(root))
     return value if isinstance(value, dict) else {"value": value}
 
 
-def _load(path: Path) -> Any:
-    with path.open("rb") as f:
+def _load(path: Path, follow_links: bool) -> Any:
+    within = path.parent
+    with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
         head = f.read(4)
     # accelerate writes its .pkl files with torch.save (a zip); plain pickle.dump is read too.
-    return (load_torch_zip(path) if head == b"PK\x03\x04" else load_raw_pickle(path)).root
+    load = load_torch_zip if head == b"PK\x03\x04" else load_raw_pickle
+    return load(path, within=within, follow_links=follow_links).root
 
 
 def _param_groups(optimizer: dict[Any, Any]) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ the file), so nothing from it reaches a report unchecked.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -16,14 +17,17 @@ from envlock.checkpoint.jsondata import parse_json
 from envlock.checkpoint.limits import (
     MAX_DIM,
     MAX_HEADER_BYTES,
+    MAX_TENSORS,
     MiB,
     Refused,
     brief,
+    budget,
     check_dims,
     check_numel,
     shown,
 )
 from envlock.errors import OperationError
+from envlock.untrusted import open_untrusted
 
 _DTYPES = {
     "BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",
@@ -35,10 +39,12 @@ _DTYPES = {
 _MAX_DTYPE = 32  # characters of a dtype name the format does not know
 
 
-def read_safetensors(path: Path) -> tuple[dict[str, TensorInfo], int]:
+def read_safetensors(
+    path: Path, *, within: Path | None = None, follow_links: bool = False
+) -> tuple[dict[str, TensorInfo], int]:
     """The tensors a safetensors file describes, in data order, and its header's size."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
+    with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
+        size = os.fstat(f.fileno()).st_size
         (length,) = struct.unpack("<Q", f.read(8))
         if length > MAX_HEADER_BYTES:
             raise Refused(
@@ -50,7 +56,9 @@ def read_safetensors(path: Path) -> tuple[dict[str, TensorInfo], int]:
                 f"{path}: safetensors header claims {length} bytes but the file has {size}: "
                 "truncated or corrupt"
             )
+        budget().spend("bytes", length, str(path))  # before reading it
         raw = f.read(length)
+    _count_tensors(path, raw)
     header = parse_json(raw, f"{path}: safetensors header")
     try:
         tensors = _tensors(path.name, header)
@@ -65,6 +73,15 @@ def read_safetensors(path: Path) -> tuple[dict[str, TensorInfo], int]:
             "bytes: the file is truncated"
         )
     return dict(sorted(tensors.items(), key=lambda kv: kv[1].offset)), length
+
+
+def _count_tensors(path: Path, raw: bytes) -> None:
+    # Each tensor is one JSON object and an object's brace cannot be escaped, so counting "{"
+    # bounds the tensors before the parser builds them (a brace in a name only overcounts).
+    n = max(raw.count(b"{") - 1, 0)  # less the header's own object (__metadata__ counts one)
+    if n > MAX_TENSORS:
+        raise Refused(f"{path}: a safetensors header of {n:,} tensors", f"{MAX_TENSORS:,} a file")
+    budget().spend("tensors", n, str(path))
 
 
 def _tensors(file: str, header: Any) -> dict[str, TensorInfo]:

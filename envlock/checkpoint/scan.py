@@ -32,6 +32,7 @@ from envlock.checkpoint.limits import (
     MAX_DEPTH,
     MAX_EXPANSION,
     MAX_OPCODES,
+    Budget,
     Refused,
 )
 
@@ -83,11 +84,24 @@ class Scanned:
     expansion: int
 
 
-def scan(data: bytes) -> Scanned:
-    """Refuse (Refused) or reject as corrupt (pickle.UnpicklingError) before unpickling."""
-    machine = _Machine(data)
-    machine.run()
+def scan(data: bytes, budget: Budget | None = None) -> Scanned:
+    """Refuse (Refused) or reject as corrupt (pickle.UnpicklingError) before unpickling.
+
+    With the command's `budget`, its pickle opcodes left bound the count too: a directory of
+    pickles each under MAX_OPCODES is refused once their sum passes the command's budget."""
+    left = budget.left("pickle opcodes") if budget is not None else MAX_OPCODES
+    machine = _Machine(data, min(MAX_OPCODES, left))
+    try:
+        machine.run()
+    except _OverBudget:
+        assert budget is not None
+        budget.spent["pickle opcodes"] += machine.limit + 1
+        raise budget.refused("pickle opcodes") from None
     return Scanned(machine.opcodes, machine.expansion)
+
+
+class _OverBudget(Exception):
+    """The scan passed the command's budget of opcodes (not the per-pickle MAX_OPCODES)."""
 
 
 def _too_deep(depth: int) -> Refused:
@@ -97,8 +111,8 @@ def _too_deep(depth: int) -> Refused:
 class _Machine:
     """The unpickler's stack, marks and memo, holding `Value`s instead of objects."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    def __init__(self, data: bytes, limit: int = MAX_OPCODES) -> None:
+        self.data, self.limit = data, limit
         self.stack: list[Value] = []
         self.marks: list[int] = []
         self.memo: dict[int, Value] = {}
@@ -109,11 +123,14 @@ class _Machine:
         # Runs once per opcode: the common ones are inline, the rest go through `_execute`.
         data, end, stack, marks, memo = self.data, len(self.data), self.stack, self.marks, self.memo
         pos = opcodes = 0
+        limit = self.limit
         while pos < end:
             op = data[pos]
             kind = _KIND[op]
             opcodes += 1  # each makes one object at most
-            if opcodes > MAX_OPCODES:
+            if opcodes > limit:
+                if limit < MAX_OPCODES:
+                    raise _OverBudget
                 raise Refused("the pickle's count of opcodes", f"{MAX_OPCODES:,}")
             if kind in (_PUT, _GET):
                 stop = pos + 1 + _WIDTH[op]

@@ -15,7 +15,7 @@ from math import isfinite
 from typing import Any
 
 from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
-from envlock.checkpoint.limits import MAX_TEXT
+from envlock.checkpoint.limits import MAX_JSON_ENTRIES, MAX_TEXT
 from envlock.checkpoint.report import CheckpointReport
 from envlock.checkpoint.tally import Tally, is_state_dict
 from envlock.checkpoint.tree import (
@@ -95,6 +95,29 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         if pattern is None
         else [_row(e) for e in entries if key_matches(e, pattern, report.format == "directory")],
     }
+
+
+def bounded_lists(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` with every list cut to MAX_JSON_ENTRIES, each cut named in its notes: the
+    output's size is bounded whatever the checkpoint lists (keys of a shared storage, ...)."""
+    cuts: list[str] = []
+    bounded = _bounded(document, "", cuts)
+    bounded["notes"] = [*bounded["notes"], *cuts]
+    return bounded
+
+
+def _bounded(value: Any, where: str, cuts: list[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _bounded(v, f"{where}.{k}" if where else k, cuts) for k, v in value.items()}
+    if not isinstance(value, list):
+        return value
+    if len(value) > MAX_JSON_ENTRIES:
+        cuts.append(
+            f"{where}: {MAX_JSON_ENTRIES:,} of {len(value):,} entries shown "
+            f"(lists are cut at {MAX_JSON_ENTRIES:,})"
+        )
+        value = value[:MAX_JSON_ENTRIES]
+    return [_bounded(v, f"{where}[]", cuts) for v in value]
 
 
 def key_matches(entry: TensorEntry, pattern: str, directory: bool) -> bool:

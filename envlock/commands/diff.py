@@ -10,6 +10,7 @@ import click
 from rich.table import Table
 
 from envlock import ui
+from envlock.checkpoint.limits import command_budget
 from envlock.commands.common import json_option
 from envlock.errors import EXIT_DRIFT
 from envlock.runs.diff import Group, compare, load_side
@@ -19,13 +20,20 @@ from envlock.runs.diff import Group, compare, load_side
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
 @json_option
-def command(a: str, b: str, as_json: bool) -> None:
+@click.option(
+    "--follow-links",
+    is_flag=True,
+    help="Read symlinks in a checkpoint directory that lead outside it.",
+)
+def command(a: str, b: str, as_json: bool, follow_links: bool) -> None:
     """Show what differs between runs A and B (exit 1 when they differ).
 
     Each side is an envlock-snapshot.json, a checkpoint directory holding one, or a lock.
+    Both sides are read within one budget of time and memory (see the README).
     """
-    side_a, side_b = load_side(a), load_side(b)
-    groups = compare(side_a, side_b)
+    with command_budget("diff"):
+        side_a, side_b = load_side(a, follow_links), load_side(b, follow_links)
+    groups = [g.bounded() for g in compare(side_a, side_b)]
     differ = any(g.counted for g in groups)  # run paths alone are no difference
     if as_json:
         ui.emit_json(
@@ -58,7 +66,7 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
             f"[bold]{total} difference(s)[/] between A = {ui.escape(a)} and B = {ui.escape(b)}"
         )
     for group in groups:
-        note = "" if group.counted else f" [dim]({ui.escape(group.note)})[/]"
+        note = f" [dim]({ui.escape(group.note)})[/]" if group.note else ""
         ui.out.print(f"\n[bold]{group.name}[/]{note}")
         table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 2))
         table.add_column("key", no_wrap=True)

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envlock import ui
+from envlock.checkpoint.limits import command_budget
 from envlock.checkpoint.reader import inspect_checkpoint
-from envlock.checkpoint.summary import summary
+from envlock.checkpoint.summary import bounded_lists, summary
 from envlock.commands.common import json_option
 from envlock.errors import EnvlockError
 
@@ -42,7 +43,8 @@ def inspect_cmd(path: Path, as_json: bool, pattern: str | None, follow_links: bo
     reading stays within fixed limits of time and memory, and inside the checkpoint's
     directory unless --follow-links is given.
     """
-    data = summary(inspect_checkpoint(path, follow_links=follow_links), pattern)
+    with command_budget("inspect"):  # every file read shares it (limits.py's BUDGET)
+        data = bounded_lists(summary(inspect_checkpoint(path, follow_links=follow_links), pattern))
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:

@@ -12,6 +12,7 @@ from envlock.errors import OperationError, UsageError
 from envlock.reconcile.agentcall import call_agent, call_agent_raw, parse_answer
 from envlock.reconcile.context import Context
 from envlock.reconcile.state import CacheState
+from envlock.untrusted import open_untrusted
 
 
 def cache_request(ctx: Context) -> dict[str, Any]:
@@ -42,8 +43,8 @@ def save_cache(ctx: Context, file: Path) -> int:
 
 
 def restore_cache(ctx: Context, file: Path, *, force: bool = False) -> dict[str, Any]:
-    try:
-        archive = file.open("rb")  # streamed to the target: an archive is never held whole
+    try:  # streamed to the target: an archive is never held whole
+        archive = open_untrusted(file, "cache archive", hint="pass the archive file itself")
     except OSError as exc:
         raise UsageError(f"{file}: cannot read: {exc.strerror}") from None
     with archive:

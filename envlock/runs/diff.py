@@ -6,11 +6,14 @@ config is read too), or a lock. Comparing is pure: `compare(a, b)` over loaded s
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envlock import ui
+from envlock.checkpoint.dcp import is_dcp_dir
+from envlock.checkpoint.limits import MAX_JSON_ENTRIES, Refused
 from envlock.checkpoint.reader import CHECKPOINT_SUFFIXES, read_checkpoint_config
 from envlock.checkpoint.runfiles import hyperparameters, newest_run_dir, split_run_paths
 from envlock.cuda import is_cuda_library
@@ -18,6 +21,7 @@ from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
 from envlock.lock_schema import SHOWN
 from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
+from envlock.untrusted import open_untrusted, read_untrusted
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,14 @@ class Group:
     note: str = ""
     counted: bool = True  # False: shown, but the sides do not differ for it (run paths)
 
+    def bounded(self) -> Group:
+        """The group with at most MAX_JSON_ENTRIES changes, the rest counted in its note."""
+        if len(self.changes) <= MAX_JSON_ENTRIES:
+            return self
+        cut = f"{len(self.changes) - MAX_JSON_ENTRIES:,} more changes not shown"
+        note = f"{self.note}; {cut}" if self.note else cut
+        return Group(self.name, self.changes[:MAX_JSON_ENTRIES], note, self.counted)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -125,12 +137,16 @@ class Group:
 
 
 # -- loading ------------------------------------------------------------------------------
-def load_side(path: str) -> Side:
+def load_side(path: str, follow_links: bool = False) -> Side:
+    """One side of a diff; every file it reads passes the untrusted-bytes gate, and those of a
+    directory must lie inside it unless `follow_links`."""
     target = Path(path)
+    follow = {"follow_links": follow_links}
     if target.is_dir():
-        snapshot = load_snapshot(target) if (target / SNAPSHOT_FILE).exists() else None
-        config = checkpoint_config(target)
-        run, paths = run_hyperparameters(target)
+        has_snapshot = os.path.lexists(target / SNAPSHOT_FILE)
+        snapshot = load_snapshot(target, **follow) if has_snapshot else None
+        config = checkpoint_config(target, follow_links)
+        run, paths = run_hyperparameters(target, follow_links)
         if snapshot is None and config is None and run is None and paths is None:
             raise UsageError(
                 f"{target}: holds neither {SNAPSHOT_FILE} nor a checkpoint",
@@ -138,42 +154,47 @@ def load_side(path: str) -> Side:
             )
         lock = snapshot_lock(snapshot, target) if snapshot is not None else None
         return Side(str(target), lock, snapshot, config, run, paths)
-    if not target.is_file():
+    if not os.path.lexists(target):  # anything else that exists is judged when read
         raise UsageError(f"{target}: no such file or directory")
     if target.name.startswith("pylock.") and target.suffix == ".toml":
         # A lock from elsewhere is data too: validated, read to be shown.
-        return Side(str(target), parse_lock(target, read_text(target), SHOWN))
+        return Side(str(target), parse_lock(target, read_lock_text(target), SHOWN))
     if target.suffix == ".json":
-        snapshot = load_snapshot(target)
+        snapshot = load_snapshot(target, **follow)
         return Side(str(target), snapshot_lock(snapshot, target), snapshot)
     if target.name.endswith(CHECKPOINT_SUFFIXES):
         # A checkpoint file: its own config, and the snapshot beside it when there is one.
         beside = target.parent / SNAPSHOT_FILE
-        snapshot = load_snapshot(beside) if beside.exists() else None
+        has_snapshot = os.path.lexists(beside)
+        snapshot = load_snapshot(target.parent, **follow) if has_snapshot else None
         lock = snapshot_lock(snapshot, beside) if snapshot is not None else None
-        return Side(str(target), lock, snapshot, read_checkpoint_config(target))
+        return Side(str(target), lock, snapshot, read_checkpoint_config(target, **follow))
     raise UsageError(
         f"{target}: not a snapshot, checkpoint or lock",
         hint="pass envlock-snapshot.json, a checkpoint file or dir, or pylock.<name>.toml",
     )
 
 
-def read_text(path: Path) -> str:
+def read_lock_text(path: Path) -> str:
     try:
-        return path.read_text()
+        return read_untrusted(path, "lock").decode()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read: {exc}") from None
 
 
-def checkpoint_config(directory: Path) -> dict[str, Any] | None:
+def checkpoint_config(directory: Path, follow_links: bool = False) -> dict[str, Any] | None:
     """The config the newest checkpoint in `directory` carries (read without torch, never
-    executed). Keyed by entry name only, so runs whose files are named by step compare."""
-    candidates = [
-        p for p in directory.iterdir() if p.is_file() and p.name.endswith(CHECKPOINT_SUFFIXES)
-    ]
-    for path in sorted(candidates, key=lambda p: p.stat().st_mtime, reverse=True):
+    executed). Keyed by entry name only, so runs whose files are named by step compare.
+    A checkpoint that is not one is passed over; one refused (a FIFO, a link out, past a
+    limit or the command's budget) ends the diff."""
+    candidates = [p for p in directory.iterdir() if p.name.endswith(CHECKPOINT_SUFFIXES)]
+    for path in sorted(candidates, key=_mtime, reverse=True):
+        if path.is_dir() and not is_dcp_dir(path):  # a directory under a file's name
+            open_untrusted(path, "checkpoint").close()  # refuses it, saying what it is
         try:
-            config = read_checkpoint_config(path)
+            config = read_checkpoint_config(path, follow_links=follow_links)
+        except Refused:
+            raise
         except EnvlockError:
             continue
         if config:
@@ -181,14 +202,23 @@ def checkpoint_config(directory: Path) -> dict[str, Any] | None:
     return None
 
 
-def run_hyperparameters(directory: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # a dangling link: read (and refused) last
+        return 0.0
+
+
+def run_hyperparameters(
+    directory: Path, follow_links: bool = False
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """config.json, training_args.bin, optimizer param_groups, ... of `directory` or of its
     newest checkpoint-N/ (read without torch, never executed), and apart from them the paths
     the run wrote to (output_dir, ...); None for either it has none of."""
     run_dir = newest_run_dir(directory)
     if run_dir is None:
         return None, None
-    found = hyperparameters(run_dir)  # its secrets redacted by the reader
+    found = hyperparameters(run_dir, follow_links)  # its secrets redacted by the reader
     settings, paths = split_run_paths(found)
     return settings or None, paths or None
 

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from envlock.atomic import write_atomic, write_new
-from envlock.errors import UsageError
+from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
 from envlock.lock_schema import SHOWN, LockPolicy
 from envlock.runs.secrets import redact_argv, redact_config, redact_env, redact_text
 from envlock.runs.snapshot_doc import SCHEMA, SNAPSHOT_FILE
 from envlock.runs.snapshot_schema import validate_snapshot
+from envlock.untrusted import read_untrusted
 
 
 def write_snapshot(
@@ -47,8 +48,8 @@ def already_there(path: Path) -> str:
     """A few words on the snapshot found at `path` (its data is untrusted: only fields of a
     known shape are quoted)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(read_untrusted(path, "snapshot"))
+    except (EnvlockError, OSError, ValueError, RecursionError):
         return ""
     if not isinstance(data, dict):
         return ""
@@ -63,20 +64,24 @@ def already_there(path: Path) -> str:
     return f" ({', '.join(said)})" if said else ""
 
 
-def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_snapshot(path: str | os.PathLike[str], *, follow_links: bool = False) -> dict[str, Any]:
     """A snapshot from its file or from the directory (checkpoint dir) holding it, checked
-    field by field (a snapshot is data from anywhere) and with its secrets redacted."""
-    file = Path(path)
+    field by field (a snapshot is data from anywhere) and with its secrets redacted.
+
+    It is read through the untrusted-bytes gate: a regular file, size-capped, and the one in a
+    directory must lie inside it unless `follow_links`."""
+    file, within = Path(path), None
     if file.is_dir():
-        file = file / SNAPSHOT_FILE
+        file, within = file / SNAPSHOT_FILE, file
     try:
-        data = json.loads(file.read_text())
+        raw = read_untrusted(
+            file, "snapshot", within=within, follow_links=follow_links, hint=_FOLLOW_HINT
+        )
+        data = json.loads(raw)
     except FileNotFoundError:
         raise UsageError(
             f"{file}: no snapshot here", hint="write one with `envlock snapshot PROFILE DIR`"
         ) from None
-    except OSError as exc:
-        raise UsageError(f"{file}: cannot read: {exc.strerror or exc}") from None
     except (ValueError, RecursionError) as exc:
         raise UsageError(f"{file}: not a valid snapshot: {exc}") from None
     schema = data.get("schema") if isinstance(data, dict) else None
@@ -87,6 +92,11 @@ def load_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     validate_snapshot(data, str(file))
     return without_secrets(data)
+
+
+_FOLLOW_HINT = (
+    "pass the snapshot file itself if you trust where it leads (envlock diff: --follow-links)"
+)
 
 
 def without_secrets(data: dict[str, Any]) -> dict[str, Any]:
