@@ -1,0 +1,166 @@
+"""ARCHITECTURE.md's layers are the real imports: a module imports only its own layer or a
+lower one (function-level imports included, typing-only ones aside); the agent and the
+start-up modules, shipped alone to targets, import nothing of envlock's but their own."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "envlock"
+
+# From the top down, as ARCHITECTURE.md draws them. A module's layer is the first that
+# names it (fnmatch patterns over dotted names); every module must be named.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("cli", ("envlock.cli", "envlock.__main__")),
+    ("commands", ("envlock.commands", "envlock.commands.*")),
+    ("converge and fleets", ("envlock.reconcile.converge", "envlock.fleet")),
+    (
+        "runs and edits",
+        (
+            "envlock.runs",
+            "envlock.runs.*",
+            "envlock.guard",
+            "envlock.lock_changes",
+            "envlock.importer",
+            "envlock.starter",
+        ),
+    ),
+    ("reconcile", ("envlock.reconcile", "envlock.reconcile.*", "envlock.proxmox.fleet")),
+    (
+        "core",
+        (
+            "envlock.lock",
+            "envlock.lock_*",
+            "envlock.profile",
+            "envlock.profile_edit",
+            "envlock.targets",
+            "envlock.targets.*",
+            "envlock.proxmox",
+            "envlock.proxmox.*",
+            "envlock.checkpoint",
+            "envlock.checkpoint.*",
+        ),
+    ),
+    ("pythons", ("envlock.pythons",)),
+    (
+        "leaves",
+        (
+            "envlock",
+            "envlock.errors",
+            "envlock.ui",
+            "envlock.atomic",
+            "envlock.tomlread",
+            "envlock.uvbin",
+            "envlock.cuda",
+            "envlock.gpu_compat",
+            "envlock.schema",
+            "envlock.ownership",
+            "envlock.untrusted",
+            "envlock.checkpoint.limits",
+            "envlock.runs.secrets",
+            "envlock.reconcile.kinds",
+            "envlock.agent",
+            "envlock.agent.*",
+            "envlock.startup",
+            "envlock.startup.*",
+        ),
+    ),
+]
+# The one import that goes up, on purpose: the package re-exports `envlock.snapshot()` (the
+# Python API) lazily, on first use.
+ALLOWED_UP = {("envlock", "envlock.runs.snapshot")}
+
+# Leaves first when matching: a leaf inside a package (checkpoint.limits) is a leaf.
+MATCH_ORDER = [LAYERS[-1], *LAYERS[:-1]]
+
+
+def layer_of(module: str) -> int:
+    for name, patterns in MATCH_ORDER:
+        if any(fnmatch.fnmatchcase(module, p) for p in patterns):
+            return [n for n, _ in LAYERS].index(name)
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS and ARCHITECTURE.md")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def envlock_imports(source: str) -> list[tuple[int, str]]:
+    """(line, module) of every envlock import, typing-only ones aside; `from envlock import
+    ui` imports envlock.ui."""
+    tree = ast.parse(source)
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "envlock":
+                found += [(node.lineno, f"envlock.{a.name}") for a in node.names]
+            elif node.module.startswith("envlock."):
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found += [
+                (node.lineno, a.name)
+                for a in node.names
+                if a.name == "envlock" or a.name.startswith("envlock.")
+            ]
+    return found
+
+
+def as_module(target: str) -> str:
+    """`from envlock.x import name` names module envlock.x unless envlock.x.name is one."""
+    path = PACKAGE.parent / Path(*target.split("."))
+    return target if path.with_suffix(".py").exists() or path.is_dir() else target.rsplit(".", 1)[0]
+
+
+def upward(here: str, source: str) -> list[str]:
+    """The imports of module `here` (its source) that go to a higher layer."""
+    wrong = []
+    for line, imported in envlock_imports(source):
+        target = as_module(imported)
+        if layer_of(target) < layer_of(here) and (here, target) not in ALLOWED_UP:
+            wrong.append(
+                f"{here}:{line} ({LAYERS[layer_of(here)][0]}) imports {target} "
+                f"({LAYERS[layer_of(target)][0]}), a higher layer"
+            )
+    return wrong
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert [w for path in files for w in upward(module_name(path), path.read_text())] == []
+
+
+def test_the_check_catches_an_upward_import() -> None:
+    """The test above can fail: a reconcile module that imports a command is caught, and so
+    is a leaf that imports the reconciler inside a function."""
+    plan = (PACKAGE / "reconcile" / "plan.py").read_text()
+    assert upward("envlock.reconcile.plan", plan + "\nfrom envlock.commands import apply\n")
+    ui = (PACKAGE / "ui.py").read_text()
+    planted = ui + "\ndef f():\n    from envlock.reconcile.context import check\n"
+    assert upward("envlock.ui", planted)
+    assert upward("envlock.ui", ui) == []
+
+
+@pytest.mark.parametrize("package", ["agent", "startup"])
+def test_shipped_modules_import_only_their_own(package: str) -> None:
+    """The agent and the start-up modules run on targets without envlock: they import
+    nothing of envlock's but their own package (in the repository; shipped, one namespace)."""
+    wrong = [
+        f"{path.name}:{line}: {target}"
+        for path in sorted((PACKAGE / package).rglob("*.py"))
+        for line, target in envlock_imports(path.read_text())
+        if not target.startswith(f"envlock.{package}")
+    ]
+    assert wrong == []
