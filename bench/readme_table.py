@@ -53,6 +53,41 @@ def extra_rows() -> list[dict[str, Any]]:
                 "met": snapshot["api_s"] <= 0.10,
             }
         )
+    data = load("data")
+    if data and "fingerprint_s" in data:
+        rows.append(
+            {
+                "operation": f"dataset fingerprint, {data['files']:,} files",
+                "envlock": f"{data['fingerprint_s']:.3f} s",
+                "baseline": f"`find -printf '%s %T@ %p'` {data['find_s']:.3f} s",
+                "ratio": f"{data['fingerprint_vs_find']:.2f}×",
+                "goal": "≤ 1.5×",
+                "met": data["fingerprint_vs_find"] <= 1.5,
+            }
+        )
+        rows.append(
+            {
+                "operation": "`envlock data --deep` throughput",
+                "envlock": f"{data['deep_mb_s']:.0f} MB/s",
+                "baseline": f"`sha256sum` {data['sha256sum_mb_s']:.0f} MB/s",
+                "ratio": f"{data['deep_vs_sha256sum_throughput']:.2f}×",
+                "goal": "≥ 1×",
+                "met": data["deep_vs_sha256sum_throughput"] >= 1,
+            }
+        )
+    durable = load("durability")
+    if durable and "syncfs_s" in durable:
+        rows.append(
+            {
+                "operation": f"making a {durable['files']:,}-file generation durable",
+                "envlock": f"syncfs {durable['syncfs_s'] * 1000:.0f} ms "
+                f"({durable['syncfs_share_of_apply']:.0%} of apply)",
+                "baseline": f"fsync of each file {durable['fsync_each_s']:.2f} s",
+                "ratio": f"{1 / durable['fsync_each_vs_syncfs']:.3f}×",
+                "goal": "≤ 10% of apply",
+                "met": durable["syncfs_share_of_apply"] <= 0.10,
+            }
+        )
     return rows
 
 

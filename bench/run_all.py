@@ -17,6 +17,7 @@ SCRIPTS = [
     "bench_inspect.py",
     "bench_cache.py",
     "bench_data.py",
+    "bench_durability.py",
 ]
 REMOTE = ["bench_remote.py", "bench_fleet.py"]
 

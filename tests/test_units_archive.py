@@ -103,13 +103,15 @@ def test_a_member_is_written_beside_its_target_never_through_a_link(tmp_path: Pa
     victim = tmp_path / "victim"
     victim.write_text("untouched")
     target = tmp_path / "entry"
-    # A link where the temp file goes, and one at the target: neither is followed.
+    # A link at the old temp name and one at the target: neither is followed, and the link
+    # at the target is not replaced either (only regular files are).
     (tmp_path / "entry.envlock-tmp").symlink_to(victim)
     target.symlink_to(victim)
-    write_member(io.BytesIO(b"restored"), str(target))
-    assert victim.read_text() == "untouched"
-    assert not target.is_symlink() and target.read_bytes() == b"restored"
-    assert not (tmp_path / "entry.envlock-tmp").exists()
+    with pytest.raises(AgentError, match="not a regular file"):
+        write_member(io.BytesIO(b"restored"), str(target))
+    assert victim.read_text() == "untouched" and target.is_symlink()
+    write_member(io.BytesIO(b"restored"), str(tmp_path / "plain"))
+    assert (tmp_path / "plain").read_bytes() == b"restored"
     write_member(None, str(tmp_path / "empty"))
     assert (tmp_path / "empty").read_bytes() == b""
     assert (tmp_path / "empty").stat().st_mode & 0o777 == 0o644 & ~current_umask()

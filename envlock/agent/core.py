@@ -357,7 +357,7 @@ UNTRUSTED_KINDS = {
 
 def open_untrusted(path, limit=None, within=None):
     """`path` open for reading (binary) once its descriptor shows a regular file of at most
-    `limit` bytes, inside `within` when given; AgentError("refused", ...) otherwise.
+    `limit` bytes, inside `within` when given; AgentError("unsafe", ...) otherwise (exit 3).
 
     Judged by name first (opening some devices acts), then on the descriptor, which is what
     counts: the name may be swapped in between. OSError (missing, unreadable) is the caller's."""
@@ -373,11 +373,11 @@ def open_untrusted(path, limit=None, within=None):
             top = os.path.realpath(within)
             if opened != top and not opened.startswith(top.rstrip(os.sep) + os.sep):
                 raise AgentError(
-                    "refused", f"refusing: {path} is a link out of {within} (to {opened})"
+                    "unsafe", f"refusing: {path} is a link out of {within} (to {opened})"
                 )
         if limit is not None and info.st_size > limit:
             raise AgentError(
-                "refused",
+                "unsafe",
                 f"refusing: {path}: a file of {info.st_size} bytes exceeds {limit} bytes",
             )
         os.set_blocking(fd, True)
@@ -390,7 +390,7 @@ def open_untrusted(path, limit=None, within=None):
 def not_regular(path, mode):
     if not stat.S_ISREG(mode):
         what = UNTRUSTED_KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise AgentError("refused", f"refusing: {path} is {what}, not a regular file")
+        raise AgentError("unsafe", f"refusing: {path} is {what}, not a regular file")
 
 
 def progress(message):

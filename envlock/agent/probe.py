@@ -80,7 +80,7 @@ def metadata_headers(path, wanted=("name", "version", "requires-dist")):
             if read > MAX_ENV_HEADER or HEADER_BYTES[0] > MAX_ENV_HEADERS:
                 limit = MAX_ENV_HEADER if read > MAX_ENV_HEADER else MAX_ENV_HEADERS
                 raise AgentError(
-                    "refused",
+                    "unsafe",
                     f"refusing: {path}: the METADATA headers read exceed {limit} bytes",
                 )
             if not raw:
@@ -96,7 +96,7 @@ def metadata_headers(path, wanted=("name", "version", "requires-dist")):
             field = key.lower() if sep and not line[0].isspace() else None
             if field in wanted and (not whole or len(value.strip()) > MAX_ENV_TEXT):
                 raise AgentError(
-                    "refused",
+                    "unsafe",
                     f"refusing: {path}: its {key.strip()} value of more than {MAX_ENV_TEXT} "
                     f"characters exceeds {MAX_ENV_TEXT} characters",
                 )
