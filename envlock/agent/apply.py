@@ -56,8 +56,7 @@ class RootLock:
 
     def __enter__(self):
         # Never through a link: a lock file planted as one would be truncated below.
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        self.fd = os.open(self.path, flags, 0o644)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
