@@ -29,7 +29,7 @@ from tests.test_core import CASES, GEN, HASH, LOCK, ROOT, expect, state
 
 # Repairs the agent's plan does not carry out: refused before planning (LOCK), reported
 # only (REPORT), or the container step of converge (PROVISION, the provisioner's).
-NOT_PLANNED = {Repair.LOCK, Repair.REPORT, Repair.PROVISION}
+NOT_PLANNED = {Repair.LOCK, Repair.REPORT, Repair.PROVISION, Repair.OWNER}
 
 
 def test_every_repair_has_exactly_one_planner() -> None:

@@ -104,7 +104,28 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "generation-lock-6": [
+    "root-owner-6": [
+        {
+            "kind": "root-owner",
+            "subject": "/opt/envlock",
+            "expected": "yours or root's, writable by no one else",
+            "actual": "/opt/envlock is owned by mallory (uid 1001), not by root",
+            "detail": "envlock neither runs the interpreter of a root another user may write "
+            "nor writes into it",
+            "dist": "",
+        }
+    ],
+    "cache-owner-7": [
+        {
+            "kind": "cache-owner",
+            "subject": "compile-cache dir",
+            "expected": "yours or root's, writable by no one else",
+            "actual": "/opt/envlock is owned by mallory (uid 1001), not by root",
+            "detail": "never exported to a run: torch loads pickles and .so files from it",
+            "dist": "",
+        }
+    ],
+    "generation-lock-8": [
         {
             "kind": "generation-lock",
             "subject": "1-000000000000",
@@ -114,7 +135,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "python-version-7": [
+    "python-version-9": [
         {
             "kind": "python-version",
             "subject": "python",
@@ -124,7 +145,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "gpu-driver-8": [
+    "gpu-driver-10": [
         {
             "kind": "gpu-driver",
             "subject": "NVIDIA driver",
@@ -142,7 +163,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         },
     ],
-    "gpu-library-9": [
+    "gpu-library-11": [
         {
             "kind": "gpu-library",
             "subject": "/lib/libcuda.so.570.1",
@@ -153,7 +174,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "gpu-device-10": [
+    "gpu-device-12": [
         {
             "kind": "gpu-driver",
             "subject": "NVIDIA driver",
@@ -179,7 +200,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         },
     ],
-    "gpu-count-11": [
+    "gpu-count-13": [
         {
             "kind": "gpu-driver",
             "subject": "NVIDIA driver",
@@ -197,7 +218,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         },
     ],
-    "torch-build-12": [
+    "torch-build-14": [
         {
             "kind": "torch-build",
             "subject": "torch",
@@ -207,7 +228,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "torch",
         }
     ],
-    "cuda-libraries-13": [
+    "cuda-libraries-15": [
         {
             "kind": "cuda-libraries",
             "subject": "nvidia-* libraries",
@@ -217,7 +238,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "nvidia-nccl-cu13",
         }
     ],
-    "torch-build-14": [
+    "torch-build-16": [
         {
             "kind": "torch-build",
             "subject": "torch",
@@ -235,7 +256,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         },
     ],
-    "cuda-libraries-15": [
+    "cuda-libraries-17": [
         {
             "kind": "torch-build",
             "subject": "torch",
@@ -253,7 +274,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "nvidia-cublas",
         },
     ],
-    "package-version-16": [
+    "package-version-18": [
         {
             "kind": "package-version",
             "subject": "numpy",
@@ -263,7 +284,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "numpy",
         }
     ],
-    "package-missing-17": [
+    "package-missing-19": [
         {
             "kind": "package-missing",
             "subject": "numpy",
@@ -273,7 +294,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "numpy",
         }
     ],
-    "package-extra-18": [
+    "package-extra-20": [
         {
             "kind": "package-extra",
             "subject": "sglang",
@@ -283,7 +304,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "sglang",
         }
     ],
-    "pth-injection-19": [
+    "pth-injection-21": [
         {
             "kind": "pth-injection",
             "subject": "lib/site-packages/evil.pth",
@@ -293,7 +314,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "file-modified-20": [
+    "file-modified-22": [
         {
             "kind": "file-modified",
             "subject": "lib/numpy/x.py",
@@ -303,7 +324,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "numpy",
         }
     ],
-    "file-missing-21": [
+    "file-missing-23": [
         {
             "kind": "file-missing",
             "subject": "lib/numpy/y.py",
@@ -313,7 +334,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "numpy",
         }
     ],
-    "file-added-22": [
+    "file-added-24": [
         {
             "kind": "file-added",
             "subject": "lib/site-packages/stray.py",
@@ -323,7 +344,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "script-modified-23": [
+    "script-modified-25": [
         {
             "kind": "script-modified",
             "subject": "/workspace/train.py",
@@ -333,7 +354,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "script-missing-24": [
+    "script-missing-26": [
         {
             "kind": "script-missing",
             "subject": "/workspace/train.py",
@@ -343,7 +364,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "venv-link-25": [
+    "venv-link-27": [
         {
             "kind": "venv-link",
             "subject": "/opt/venv",
@@ -353,7 +374,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "venv-link-26": [
+    "venv-link-28": [
         {
             "kind": "venv-link",
             "subject": "/opt/venv",
@@ -363,7 +384,7 @@ DRIFT_REPORTS: dict[str, list[dict[str, str]]] = {
             "dist": "",
         }
     ],
-    "cache-dir-27": [
+    "cache-dir-29": [
         {
             "kind": "cache-dir",
             "subject": "/opt/envlock/cache/torch-x",

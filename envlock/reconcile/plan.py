@@ -256,6 +256,7 @@ PLANNERS: dict[Repair, Planner] = {
     Repair.PROVISION: outside_the_plan,
     Repair.LOCK: outside_the_plan,
     Repair.REPORT: outside_the_plan,
+    Repair.OWNER: outside_the_plan,  # refused before planning: not ours to repair
 }
 
 
