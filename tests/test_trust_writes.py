@@ -278,7 +278,13 @@ def test_a_swapped_temp_file_never_changes_a_root_only_file(
     # (The other user may write the folder, so they can put a link at the snapshot's own
     # name whenever they like: what matters is that root never writes or chmods through one.)
     assert swaps > 0, "the race was never staged: the other user swapped nothing"
-    assert written > 0, "no write ever succeeded"
+    # On a loaded machine the other user may win every try (each then refused): that the
+    # writer does write is shown where nobody races it.
+    if written == 0:
+        calm = folder.parent / f"{folder.name}-calm"
+        calm.mkdir()
+        write(calm, b"{}")
+        assert any(calm.iterdir()), "the writer wrote nothing even unraced"
 
 
 # -- envlock_megacache.save(PATH): a link planted at its temp path --------------------------
