@@ -8,6 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 TARGET_TYPES = ("local", "ssh", "proxmox-lxc")
+# The [target] keys a starter of each type cannot do without, as `init`'s flags name them
+# (beside the keys target_lines writes for that type).
+REQUIRED_FLAGS = {"ssh": ("host",), "proxmox-lxc": ("host", "vmid")}
+FLAG_EXAMPLES = {"host": "--host pve1", "vmid": "--vmid 200"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,10 @@ class Starter:
     offline: bool = False
     description: str = ""
     notes: Sequence[str] = field(default_factory=tuple)
+
+
+def missing_flags(target: StarterTarget) -> list[str]:
+    return [f for f in REQUIRED_FLAGS.get(target.type, ()) if getattr(target, f) is None]
 
 
 def default_paths(target: StarterTarget, name: str) -> tuple[str, str]:

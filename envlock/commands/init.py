@@ -8,10 +8,16 @@ from pathlib import Path
 import click
 
 from envlock import ui
-from envlock.atomic import write_atomic
+from envlock.commands.starter_file import refuse_existing, write_starter
 from envlock.errors import UsageError
-from envlock.profile import Profile, parse_profile
-from envlock.starter import TARGET_TYPES, Starter, StarterTarget, starter_text
+from envlock.starter import (
+    FLAG_EXAMPLES,
+    TARGET_TYPES,
+    Starter,
+    StarterTarget,
+    missing_flags,
+    starter_text,
+)
 
 
 @click.command("init")
@@ -69,13 +75,15 @@ def command(
     as_json: bool,
 ) -> None:
     """Write a starter profile at PROFILE: commented, valid as written."""
-    if target_type != "local" and not host:
-        raise UsageError(f"--target {target_type} needs --host", hint="e.g. --host pve1")
-    if target_type == "proxmox-lxc" and vmid is None:
-        raise UsageError("--target proxmox-lxc needs --vmid", hint="e.g. --vmid 200")
     if backend is not None and torch is None:
         raise UsageError("--backend needs --torch VERSION", hint="e.g. --torch 2.13.0")
-    target = StarterTarget(target_type, host, user, port, node, vmid, api_url, root, venv)
+    target = StarterTarget(target_type, host or None, user, port, node, vmid, api_url, root, venv)
+    missing = missing_flags(target)
+    if missing:
+        flag = missing[0]
+        raise UsageError(
+            f"--target {target_type} needs --{flag}", hint=f"e.g. {FLAG_EXAMPLES[flag]}"
+        )
     starter = Starter(
         name=profile_name(profile),
         target=target,
@@ -102,24 +110,6 @@ def profile_name(profile: Path) -> str:
             hint="e.g. envlock init train-cu128.toml",
         )
     return name
-
-
-def refuse_existing(profile: Path) -> None:
-    if profile.exists() or profile.is_symlink():
-        raise UsageError(
-            f"{profile} exists: init never overwrites a profile",
-            hint="pick another name, or edit that file",
-        )
-    if not profile.parent.is_dir():
-        raise UsageError(f"{profile.parent} is not a directory", hint="create it first")
-
-
-def write_starter(profile: Path, text: str) -> Profile:
-    """Validate the text as the profile it will be, then write it; never over a file."""
-    refuse_existing(profile)
-    parsed = parse_profile(profile, text)  # a flag's bad value is a ProfileError naming it
-    write_atomic(profile, text.encode())
-    return parsed
 
 
 def report(profile: Path, starter: Starter, as_json: bool) -> None:

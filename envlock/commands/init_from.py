@@ -9,21 +9,24 @@ from pathlib import Path
 from typing import Any
 
 from envlock import ui
+from envlock.commands.starter_file import write_starter
 from envlock.errors import EXIT_DRIFT, OperationError, UsageError
 from envlock.importer import Comparison, Import, Survey, compare, import_survey
 from envlock.profile import parse_profile
 from envlock.starter import Starter, starter_text
+from envlock.targets.base import Target
 
 
 def init_from(
     profile: Path, starter: Starter, venv: str, *, python_given: str | None, as_json: bool
 ) -> int:
     """Returns the exit status: 0 when the lock installs exactly what is installed."""
-    if starter.target.type == "local":
+    target = parse_profile(profile, starter_text(starter)).target
+    if not target.remote:
         venv = os.path.abspath(os.path.expanduser(venv))
     elif not venv.startswith("/"):
         raise UsageError(f"--from {venv}: a remote venv is named by its absolute path")
-    survey = survey_venv(profile, starter, venv)
+    survey = survey_venv(target, venv)
     if survey.managed:
         raise UsageError(
             f"{venv} is already managed by envlock (it is a generation)",
@@ -37,23 +40,20 @@ def init_from(
             f"{venv} is a Python {found.python} venv, not {python_given}",
             hint=f"drop --python, or pass --python {found.python}",
         )
-    from envlock.commands.init import write_starter
-
-    target = starter.target
     links = [*starter.find_links, *found.find_links]
-    if target.type == "local":  # the profile's relative paths are taken from its directory
+    if not target.remote:  # the profile's relative paths are taken from its directory
         links = [relative_to(link, profile.parent) for link in links]
     # The profile's venv is a new path (the starter's default, or --venv): the surveyed venv
     # stays exactly as it is, beside the generations envlock builds.
-    if target.venv is not None and os.path.abspath(target.venv) == os.path.abspath(venv):
+    chosen = starter.target.venv
+    if chosen is not None and os.path.abspath(chosen) == os.path.abspath(venv):
         raise UsageError(
-            f"--venv {target.venv} is the venv being read: envlock links its venv path to a "
+            f"--venv {chosen} is the venv being read: envlock links its venv path to a "
             "generation, and never replaces a real directory",
             hint="leave out --venv, or name another path",
         )
     imported = replace(
         starter,
-        target=target,
         python=found.python,
         torch=found.torch or starter.torch,
         backend=found.backend or starter.backend,
@@ -80,11 +80,10 @@ def relative_to(path: str, directory: Path) -> str:
     return os.path.relpath(full, base) if inside else full
 
 
-def survey_venv(profile: Path, starter: Starter, venv: str) -> Survey:
+def survey_venv(target: Target, venv: str) -> Survey:
     """The agent's survey, run by the target's own Python (isolated), not the venv's."""
     from envlock.reconcile.agentcall import call_agent
 
-    target = parse_profile(profile, starter_text(starter)).target
     raw = call_agent(target.transport(), target.root, "survey", {"venv": venv})
     if "problem" in raw:
         raise UsageError(
