@@ -82,6 +82,9 @@ def test_the_seed_question_reads_as_symptom_then_causes() -> None:
     same = compare(side("a", metrics={"loss": 2.5}), side("b", metrics={"loss": 2.25}))
     assert [(g.name, g.counted) for g in same] == [("metrics", False)]
     assert texts(same)["metrics"] == {"loss": "2.5 → 2.25 (−10%)"}
+    # A snapshot of an envlock before #30 recorded no datasets: not "only in B".
+    older = compare(side("a"), side("b", datasets={"val": fingerprint(1, 1, SHA_A, SHA_A)}))
+    assert older == []
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,9 @@ def metrics_group(a: dict[str, Any], b: dict[str, Any]) -> Group:
 
 
 def data_group(a: dict[str, Any], b: dict[str, Any]) -> Group:
-    da, db = a.get("datasets") or {}, b.get("datasets") or {}
+    if "datasets" not in a or "datasets" not in b:
+        return Group(DATA)  # a snapshot of an older envlock recorded none: nothing to say
+    da, db = a["datasets"] or {}, b["datasets"] or {}
     changes = tuple(
         Change(name, da.get(name), db.get(name), one_side(name, da, db))
         for name in sorted(set(da) | set(db))
