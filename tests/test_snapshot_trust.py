@@ -139,6 +139,8 @@ MALFORMED: list[tuple[str, Mutation, str]] = [
     ("command-string", setting("command", "python train.py"), "command: expected a list"),
     ("git-dirty-string", setting("git", {"commit": "ab", "dirty": "yes"}), "git.dirty"),
     ("config-too-deep", setting("config", nested(200)), "nested at most 64 deep"),
+    ("metric-nan", setting("metrics", {"tok_per_s": float("nan")}), "expected a finite number"),
+    ("dataset-no-missing", setting("datasets", {"train": {"path": "/d"}}), "datasets.train"),
     ("lock-not-toml", setting("lock.text", "[[packages"), "lock.text: not a valid TOML lock"),
     ("lock-no-envlock-table", lock_edit("[tool.envlock]", "[tool.other]"), "[tool.envlock]"),
     (

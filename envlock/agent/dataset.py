@@ -7,7 +7,9 @@ the controller imports it for local paths. Three levels, each seeing more edits:
 - the sample: the first and last 64 KiB of a fixed subset of files (chosen by a hash of
   their path, so the same files are read each time): an edit inside those bytes;
 - `deep`: every byte of every file (sha256, read once, in parallel): any edit.
-A fast fingerprint stats each file once (as `find` does) and reads only the sample."""
+A fast fingerprint stats each file once (as `find` does) and reads only the sample.
+A snapshot gives it a deadline: past it, what was counted is recorded as `incomplete`,
+without digests (a digest of part of a listing would compare as a change)."""
 
 import glob
 import hashlib
@@ -26,11 +28,25 @@ MAX_NAMED = 20  # unreadable files named (all are counted)
 PROGRESS_EVERY = 100000  # files between progress lines, when progress is wanted
 
 
-def dataset_fingerprint(path, deep=False, say=None):
+class OutOfTime(Exception):
+    """The deadline passed; `found` is what was listed until then."""
+
+    def __init__(self, found):
+        Exception.__init__(self, "out of time")
+        self.found = found
+
+
+def dataset_fingerprint(path, deep=False, say=None, deadline=None):
     """The fingerprint of a file, a directory (walked, links to directories not followed)
-    or a glob; `{"missing": True}` when nothing is there."""
+    or a glob; `{"missing": True}` when nothing is there. `deadline` (time.monotonic()):
+    past it the walk stops and the answer says `incomplete`."""
     started = time.perf_counter()
-    files, unreadable = dataset_listing(path, say)
+    try:
+        files, unreadable = dataset_listing(path, say, deadline)
+        if files is not None:
+            sample = sample_digest(files, unreadable, deadline)
+    except OutOfTime as stop:
+        return incomplete(path, stop.found, started)
     if files is None:
         return {"path": path, "missing": True}
     listing_digest = hashlib.sha256(
@@ -45,7 +61,7 @@ def dataset_fingerprint(path, deep=False, say=None):
         "bytes": sum([f[1] for f in files]),
         "newest_mtime": max([f[2] for f in files], default=0) / 1e9,
         "listing_sha256": listing_digest.hexdigest(),
-        "sample_sha256": sample_digest(files, unreadable),
+        "sample_sha256": sample,
         "unreadable": len(unreadable),
         "unreadable_named": sorted(unreadable)[:MAX_NAMED],
     }
@@ -57,7 +73,19 @@ def dataset_fingerprint(path, deep=False, say=None):
     return result
 
 
-def dataset_listing(path, say=None):
+def incomplete(path, found, started):
+    """What a walk cut short by its deadline counted: no digests, said to be incomplete."""
+    return {
+        "path": path,
+        "missing": False,
+        "incomplete": True,
+        "files": len(found),
+        "bytes": sum([f[1] for f in found]),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def dataset_listing(path, say=None, deadline=None):
     """(files, unreadable): each file as (relative path, size, mtime_ns, absolute path),
     sorted; None when the path names nothing."""
     unreadable = set()  # type: set
@@ -68,7 +96,7 @@ def dataset_listing(path, say=None):
         if not matches:
             return None, unreadable
         for match in matches:
-            walk_into(match, base, found, unreadable, say)
+            walk_into(match, base, found, unreadable, say, deadline)
     else:
         try:
             os.stat(path)
@@ -78,12 +106,12 @@ def dataset_listing(path, say=None):
             unreadable.add(os.path.basename(path))
             return [], unreadable
         base = path if os.path.isdir(path) else os.path.dirname(path) or "."
-        walk_into(path, base, found, unreadable, say)
+        walk_into(path, base, found, unreadable, say, deadline)
     found.sort()
     return found, unreadable
 
 
-def walk_into(path, base, found, unreadable, say):
+def walk_into(path, base, found, unreadable, say, deadline=None):
     """Append every regular file under `path` to `found`. Relative paths are cut from the
     absolute ones by a prefix (os.path.relpath per file would cost more than the stat)."""
     prefix = os.path.join(base, "")
@@ -121,6 +149,8 @@ def walk_into(path, base, found, unreadable, say):
         except OSError:
             unreadable.add(directory[cut:] + "/")
             continue
+        if deadline is not None and time.monotonic() > deadline:  # once a directory: cheap
+            raise OutOfTime(found)
         if say is not None and len(found) >= next_say:
             say(f"{len(found):,} files listed")
             next_say += PROGRESS_EVERY
@@ -139,9 +169,11 @@ def sampled(files):
     )
 
 
-def sample_digest(files, unreadable):
+def sample_digest(files, unreadable, deadline=None):
     digest = hashlib.sha256()
     for rel, size, _, full in sampled(files):
+        if deadline is not None and time.monotonic() > deadline:  # a slow file system
+            raise OutOfTime(files)
         try:
             with open(full, "rb") as handle:
                 head = handle.read(SAMPLE_BYTES)
@@ -185,13 +217,20 @@ def content_digest(files, unreadable):
 
 
 def data_command(req):
-    """`{"datasets": {name: path}, "deep": bool}` → each dataset's fingerprint."""
+    """`{"datasets": {name: path}, "deep": bool, "seconds": limit or None}` → each
+    dataset's fingerprint; `seconds` bounds them all together (a snapshot's)."""
     say = progress if req.get("progress") else None
     return {
-        "datasets": {
-            name: dataset_fingerprint(path, deep=bool(req.get("deep")), say=say)
-            for name, path in sorted(req.get("datasets", {}).items())
-        }
+        "datasets": fingerprints(req.get("datasets", {}), req.get("deep"), say, req.get("seconds"))
+    }
+
+
+def fingerprints(datasets, deep=False, say=None, seconds=None):
+    """{name: fingerprint} of {name: path}, all within `seconds` when given."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    return {
+        name: dataset_fingerprint(path, deep=bool(deep), say=say, deadline=deadline)
+        for name, path in sorted(datasets.items())
     }
 
 

@@ -14,6 +14,7 @@ from envlock.checkpoint.limits import command_budget
 from envlock.commands.common import json_option
 from envlock.errors import EXIT_DRIFT
 from envlock.runs.diff import Group, compare, load_side
+from envlock.runs.diff_data import change_text
 
 
 @click.command("diff")
@@ -78,5 +79,6 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
                 text = f"[red]- {ui.untrusted(show(change.a))}[/] (only in A)"
             else:
                 text = f"{ui.untrusted(show(change.a))} → {ui.untrusted(show(change.b))}"
+            text = change_text(group.name, change) or text  # metrics and data say their own
             table.add_row(ui.untrusted(change.key), text)
         ui.out.print(table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from envlock.errors import UsageError
 from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context
 from envlock.runs.snapshot import take_snapshot, write_snapshot
+from envlock.runs.snapshot_doc import checked_metrics
 
 
 def snapshot_member(
@@ -22,12 +24,13 @@ def snapshot_member(
     *,
     directory: Path,
     config_file: str | None,
+    metrics: dict[str, int | float],
     force: bool,
     as_json: bool,
 ) -> MemberResult:
     """snapshot of one fleet member, into DIR/<vmid>/ (each container records its own)."""
     settings = ctx.profile.target.settings
-    data = take_snapshot(ctx, command=sys.argv, config=read_config(config_file))
+    data = take_snapshot(ctx, command=sys.argv, config=read_config(config_file), metrics=metrics)
     path = write_snapshot(directory / str(settings.vmid), data, replace=force)
     number, _, lock = str(data["generation"] or "").partition("-")
     return MemberResult(
@@ -49,6 +52,25 @@ def read_config(config_file: str | None) -> object:
         raise UsageError(f"{config_file}: not valid JSON: {exc}") from None
 
 
+def parse_metrics(values: tuple[str, ...]) -> dict[str, int | float]:
+    """--metric NAME=NUMBER, each checked as envlock.snapshot(metrics=…) checks them."""
+    metrics: dict[str, int | float] = {}
+    for value in values:
+        name, sep, number = value.partition("=")
+        try:
+            metrics[name] = int(number) if re.fullmatch(r"[+-]?\d+", number) else float(number)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise UsageError(
+                f"--metric {value}: expected NAME=NUMBER", hint="e.g. --metric tok_per_s=11600"
+            )
+    try:
+        return checked_metrics(metrics)
+    except ValueError as exc:
+        raise UsageError(str(exc).replace("metrics: ", "--metric ", 1)) from None
+
+
 @click.command("snapshot")
 @with_context(allow_stale=True)
 @across_fleet(snapshot_member, command="snapshot")
@@ -60,15 +82,29 @@ def read_config(config_file: str | None) -> object:
     help="A JSON file with the run's config (hyperparameters) to record.",
 )
 @click.option(
+    "--metric",
+    "metrics",
+    multiple=True,
+    callback=lambda _ctx, _param, value: parse_metrics(value),
+    metavar="NAME=NUMBER",
+    help="A number the run measured (tok_per_s=11600, step=20); repeatable.",
+)
+@click.option(
     "--force", is_flag=True, help="Replace a snapshot already in DIR (refused without it)."
 )
 @json_option
 def command(
-    ctx: Context, directory: Path, config_file: str | None, force: bool, as_json: bool
+    ctx: Context,
+    directory: Path,
+    config_file: str | None,
+    metrics: dict[str, int | float],
+    force: bool,
+    as_json: bool,
 ) -> None:
-    """Write DIR/envlock-snapshot.json: lock, observed state, scripts, env, cache, config."""
+    """Write DIR/envlock-snapshot.json: lock, observed state, scripts, env, cache, config,
+    the fingerprints of the profile's [data] and the metrics given."""
     config = read_config(config_file)
-    data = take_snapshot(ctx, command=sys.argv, config=config)
+    data = take_snapshot(ctx, command=sys.argv, config=config, metrics=metrics)
     path = write_snapshot(directory, data, replace=force)
     torch = (data["torch"] or {}).get("version")
     if as_json:

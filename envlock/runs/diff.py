@@ -303,7 +303,10 @@ def compare(a: Side, b: Side) -> list[Group]:
             cache_group(a, b, torch_changed=torch_a != torch_b),
             Group("hardware and driver", mapping_changes(a.hardware(), b.hardware())),
         ]
-    return [g for g in groups if g.changes]
+    # What the runs measured (first) and read: diff_data.py, which imports this module.
+    from envlock.runs.diff_data import with_metrics_and_data
+
+    return [g for g in with_metrics_and_data(a, b, groups) if g.changes]
 
 
 RUN_PATHS_NOTE = "where each run wrote its files, not how it trained: not counted"

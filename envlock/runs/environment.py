@@ -70,7 +70,8 @@ def joined(first: str, after: str | None) -> str:
 
 def run_context(profile: Profile, scripts: Sequence[str], target: str) -> dict[str, Any]:
     """What envlock.snapshot() inside the command cannot find out there: the profile (whose
-    file may be on another machine), the cache dir, the pinned scripts, the [env] names."""
+    file may be on another machine), the cache dir, the pinned scripts, the [env] names,
+    the [data] paths."""
     return {
         "envlock": __version__,
         "profile": {"name": profile.name, "path": str(profile.path), "sha256": profile.sha256},
@@ -84,6 +85,7 @@ def run_context(profile: Profile, scripts: Sequence[str], target: str) -> dict[s
         },
         "env": sorted(profile.env),
         "target": target,
+        "data": dict(profile.data),  # fingerprinted by each snapshot the command writes
     }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,15 @@ from envlock.profile import load_profile
 from envlock.reconcile.context import Context, gather_state, open_context, own_context
 from envlock.reconcile.state import State
 from envlock.runs.environment import run_environment
-from envlock.runs.snapshot_doc import document, git_state, rank_of, snapshot_name
+from envlock.runs.snapshot_doc import (
+    DATA_SECONDS,
+    checked_data,
+    checked_metrics,
+    document,
+    git_state,
+    rank_of,
+    snapshot_name,
+)
 from envlock.runs.snapshot_file import load_snapshot, snapshot_lock, write_snapshot
 from envlock.runs.snapshot_schema import check_sources
 
@@ -35,9 +43,14 @@ def build_snapshot(
     command: list[str],
     config: Any = None,
     process: dict[str, Any] | None = None,
+    data: Mapping[str, str] | None = None,
+    metrics: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The snapshot document of a context's target in `state` (pure but for git)."""
+    """The snapshot document of a context's target in `state`: pure but for git and the
+    fingerprints of the profile's [data] and of `data` (one agent call, time-bounded)."""
     profile = ctx.profile
+    measured = checked_or_usage(checked_metrics, metrics)
+    datasets = fingerprint_datasets(ctx, {**profile.data, **checked_or_usage(checked_data, data)})
     # The lock of the generation that actually runs (after a rollback, not the profile's).
     ran = own_context(ctx, state).lock
     source = profile.scripts.source if profile.scripts else None
@@ -57,10 +70,39 @@ def build_snapshot(
         config=config,
         process=process,
         envlock_version=__version__,
+        datasets=datasets,
+        metrics=measured,
     )
 
 
-def take_snapshot(ctx: Context, *, command: list[str], config: Any = None) -> dict[str, Any]:
+def checked_or_usage(check: Callable[[Any], dict[str, Any]], value: Any) -> dict[str, Any]:
+    """snapshot_doc's checks (shared with the in-process API) raise ValueError; here a bad
+    argument is a usage error, said without a traceback."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def fingerprint_datasets(ctx: Context, datasets: Mapping[str, str]) -> dict[str, Any]:
+    """Each dataset's fingerprint, taken on the target by the agent within DATA_SECONDS
+    (a path not there is recorded as missing; one too big to walk in time as incomplete)."""
+    if not datasets:
+        return {}
+    from envlock.reconcile.agentcall import call_agent  # only a snapshot with [data] pays
+
+    request = {"datasets": dict(datasets), "deep": False, "seconds": DATA_SECONDS}
+    answer = call_agent(ctx.transport, ctx.profile.target.root, "data", request)
+    return dict(answer["datasets"])
+
+
+def take_snapshot(
+    ctx: Context,
+    *,
+    command: list[str],
+    config: Any = None,
+    metrics: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Gather (metadata only: no file hashing, no torch import) and build a snapshot."""
     state = gather_state(ctx, verify=False, warmth=True, lock=True)
     if state.current_generation is None:
@@ -68,7 +110,7 @@ def take_snapshot(ctx: Context, *, command: list[str], config: Any = None) -> di
             "nothing applied yet: there is no environment to record",
             hint=f"run `envlock apply {ctx.profile.path}` first",
         )
-    return snapshot_of(ctx, state, command=command, config=config)
+    return snapshot_of(ctx, state, command=command, config=config, metrics=metrics)
 
 
 def snapshot_of(ctx: Context, state: State, **what: Any) -> dict[str, Any]:
@@ -86,8 +128,13 @@ def snapshot(
     config: Any = None,
     *,
     all_ranks: bool = False,
+    data: Mapping[str, str | os.PathLike[str]] | None = None,
+    metrics: Mapping[str, Any] | None = None,
 ) -> Path | None:
     """Python API: record the environment (and the run's `config`) into `directory`.
+
+    `data`: {name: path} of datasets the run read, fingerprinted with the profile's [data]
+    (a name in both: this path); `metrics`: {name: number} the run measured (tok/s, step).
 
     Under `envlock run` the profile is known from ENVLOCK_PROFILE. Cheap enough to call at
     every checkpoint save: one probe of package metadata, no file hashing, no torch import.
@@ -100,15 +147,34 @@ def snapshot(
             "no profile given and ENVLOCK_PROFILE is not set",
             hint="pass profile=… or run the script through `envlock run`",
         )
+    checked_or_usage(checked_metrics, metrics)  # said on every rank, not only rank 0's
+    checked_or_usage(checked_data, data)
     place = rank_of(os.environ)
     if place["rank"] != 0 and not all_ranks:
         return None
     ctx = open_context(profile, allow_stale=True)
     state = gather_state(ctx, verify=False, warmth=True, lock=True)
     process = dict(place, argv=list(sys.argv))
-    data = snapshot_of(ctx, state, command=list(sys.argv), config=config, process=process)
+    doc = snapshot_of(
+        ctx,
+        state,
+        command=list(sys.argv),
+        config=config,
+        process=process,
+        data=api_paths(ctx, data),
+        metrics=metrics,
+    )
     name = snapshot_name(place["rank"] if all_ranks else None)
-    return write_snapshot(directory, data, name)
+    return write_snapshot(directory, doc, name)
+
+
+def api_paths(ctx: Context, data: Any) -> dict[str, str]:
+    """data=…'s paths as the agent reads them: on a local target, relative to this process's
+    working directory (the script's), as the script opened them."""
+    checked = checked_or_usage(checked_data, data)
+    if ctx.profile.target.remote:
+        return checked
+    return {name: os.path.abspath(path) for name, path in checked.items()}
 
 
 # -- rebuilding a snapshot's environment ------------------------------------------------

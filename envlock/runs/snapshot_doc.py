@@ -12,6 +12,8 @@ runs/secrets.py, the way reconcile/agentcall.py ships the agent.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import re
 import subprocess
@@ -34,6 +36,14 @@ ENV_PATTERN = re.compile(
 )
 # How deep a config is followed before the rest is recorded as its repr (cycles end there).
 MAX_CONFIG_DEPTH = 32
+# A metric: a name a person would type, and a finite number; a snapshot holds few of them.
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,63}")
+MAX_METRICS = 256
+# A dataset's name, as the profile's [data] allows it.
+DATA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+# What a snapshot may spend fingerprinting its datasets, all together (a million files on a
+# slow file system would otherwise hold up the checkpoint it is written beside).
+DATA_SECONDS = 60.0
 
 
 # -- the run's config as JSON data -----------------------------------------------------------
@@ -90,6 +100,57 @@ def self_exported(value: Any) -> Any:
             except Exception:  # a config that cannot export itself is recorded as its repr
                 return None
     return None
+
+
+# -- what the run measured and read ------------------------------------------------------------
+def checked_metrics(metrics: Any) -> dict[str, int | float]:
+    """The numbers a script measured (tok/s, step, loss) as a snapshot records them: names
+    of at most 64 characters, finite numbers (numpy's scalars too; not bools); ValueError
+    naming the first that is not."""
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, Mapping):
+        raise ValueError(f"metrics: expected a dict of name → number, found {type(metrics)}")
+    if len(metrics) > MAX_METRICS:
+        raise ValueError(f"metrics: at most {MAX_METRICS}, found {len(metrics)}")
+    checked: dict[str, int | float] = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
+            raise ValueError(
+                f"metrics: {name!r} is not a metric name (a letter or _, then up to 63 "
+                "letters, digits or _ . : / -)"
+            )
+        checked[name] = metric_value(name, value)
+    return dict(sorted(checked.items()))
+
+
+def metric_value(name: str, value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"metrics: {name}: expected a number, found {type(value).__name__}")
+    number = int(value) if isinstance(value, numbers.Integral) else float(value)
+    if isinstance(number, int) and abs(number) >= 2**63:  # past what JSON readers keep exact
+        raise ValueError(f"metrics: {name}: {number} is out of range")
+    if not math.isfinite(number):
+        raise ValueError(f"metrics: {name}: expected a finite number, found {number}")
+    return number
+
+
+def checked_data(data: Any) -> dict[str, str]:
+    """{name: path} of the datasets a script names (data=…); ValueError on a bad name."""
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ValueError(f"data: expected a dict of name → path, found {type(data).__name__}")
+    checked = {}
+    for name, path in data.items():
+        if not isinstance(name, str) or not DATA_NAME.fullmatch(name):
+            raise ValueError(
+                f"data: {name!r} is not a dataset name (letters, digits, - and _, up to 64)"
+            )
+        if not isinstance(path, (str, os.PathLike)):
+            raise ValueError(f"data: {name}: expected a path, found {type(path).__name__}")
+        checked[name] = os.fspath(path)
+    return checked
 
 
 # -- what the process sees ---------------------------------------------------------------------
@@ -200,9 +261,12 @@ def document(
     config: Any = None,
     process: dict[str, Any] | None = None,
     envlock_version: str = "",
+    datasets: dict[str, Any] | None = None,
+    metrics: dict[str, int | float] | None = None,
 ) -> dict[str, Any]:
     """The snapshot document (pure): secrets redacted in env, command line, config and the
-    lock's URLs (an index's credentials), by runs/secrets.py's one rule."""
+    lock's URLs (an index's credentials), by runs/secrets.py's one rule. `datasets` are
+    fingerprints already taken; `metrics` numbers already checked (checked_metrics)."""
     facts = observed(probe)
     host = dict(facts.pop("host"), target=target)
     data = {
@@ -219,6 +283,8 @@ def document(
         command=redact_argv([str(a) for a in command]),
         git=git,
         config=redact_config(plain(config)) if config is not None else None,
+        datasets=dict(sorted((datasets or {}).items())),
+        metrics=dict(metrics or {}),
     )
     if process is not None:
         data["process"] = dict(process, argv=redact_argv([str(a) for a in process["argv"]]))

@@ -9,12 +9,14 @@ failure names the field: `snapshot.json: lock.text: expected a string, found 3`.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from envlock.errors import UsageError
 from envlock.lock_schema import SHOWN, artifacts_of, lock_data
+from envlock.runs.snapshot_doc import DATA_NAME, MAX_METRICS, METRIC_NAME
 from envlock.schema import (
     BOOL,
     INT,
@@ -22,15 +24,55 @@ from envlock.schema import (
     PACKAGE_NAME,
     SHA256,
     STR,
+    Check,
     Invalid,
     items,
     json_data,
     mapping,
+    matching,
     nullable,
     obj,
     relative_path,
     shown,
 )
+
+
+# -- what the run read and measured -----------------------------------------------------------
+def finite(value: Any, where: str) -> None:
+    """A metric: a number, not NaN or ±Infinity (which Python's JSON reader accepts)."""
+    NUMBER(value, where)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Invalid(where, "a finite number", value)
+
+
+def at_most(count: int, inner: Check) -> Check:
+    def check(value: Any, where: str) -> None:
+        if isinstance(value, dict) and len(value) > count:
+            raise Invalid(where, f"at most {count} entries", found=f"{len(value):,}")
+        inner(value, where)
+
+    return check
+
+
+DATASET = obj(
+    {
+        "path": STR,
+        "missing": BOOL,
+        "incomplete": BOOL,
+        "files": INT,
+        "bytes": INT,
+        "newest_mtime": NUMBER,
+        "listing_sha256": SHA256,
+        "sample_sha256": SHA256,
+        "content_sha256": SHA256,
+        "unreadable": INT,
+        "unreadable_named": items(STR),
+        "seconds": NUMBER,
+    },
+    ("path", "missing"),
+)
+DATASETS = at_most(MAX_METRICS, mapping(matching(DATA_NAME, "a dataset name"), DATASET))
+METRICS = at_most(MAX_METRICS, mapping(matching(METRIC_NAME, "a metric name"), finite))
 
 # -- the snapshot -----------------------------------------------------------------------------
 OPT_STR = nullable(STR)
@@ -82,6 +124,8 @@ SNAPSHOT = obj(
         "command": nullable(items(STR)),
         "git": nullable(obj({"commit": STR, "dirty": BOOL})),
         "config": json_data(64),
+        "datasets": nullable(DATASETS),
+        "metrics": nullable(METRICS),
         "process": nullable(
             obj(
                 {

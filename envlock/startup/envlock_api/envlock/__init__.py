@@ -73,23 +73,31 @@ class NotUnderEnvlockRun(RuntimeError):
     """envlock.snapshot() was called in a process that `envlock run` did not start."""
 
 
-def snapshot(directory, profile=None, config=None, *, all_ranks=False):
+def snapshot(directory, profile=None, config=None, *, all_ranks=False, data=None, metrics=None):
     """Record this run's environment (and its `config`) into DIRECTORY/envlock-snapshot.json.
 
     Called like envlock's own `envlock.snapshot`; `profile` is accepted and unused: the
     profile recorded is the one `envlock run` started this command with.
 
     `config`: a dict, an argparse.Namespace, a dataclass, or any object with `model_dump()`
-    or `to_dict()` (pydantic, OmegaConf); secrets in it are redacted. In a distributed run
+    or `to_dict()` (pydantic, OmegaConf); secrets in it are redacted. `data`: {name: path}
+    of datasets the run read, fingerprinted with the profile's [data] (files, bytes, digests
+    of the listing and of a sample; a path not there is recorded as missing). `metrics`:
+    {name: number} the run measured (tok/s, step), finite numbers. In a distributed run
     only global rank 0 writes (others return None) unless `all_ranks`: then every rank
     writes envlock-snapshot.rank{N}.json. Returns the path written.
     """
     run = run_context()
     doc = namespace("doc", SHARED)
+    measured = doc["checked_metrics"](metrics)  # ValueError on a bad one, on every rank
+    named = doc["checked_data"](data)
     place = doc["rank_of"](os.environ)
     if place["rank"] != 0 and not all_ranks:
         return None
     probe = gather(run)
+    datasets = dict(run.get("data") or {})
+    datasets.update((name, os.path.abspath(path)) for name, path in named.items())
+    fingerprints = namespace("agent", agent_files())["fingerprints"]
     text = lock_text(run, probe)
     data = doc["document"](
         probe=probe,
@@ -103,6 +111,8 @@ def snapshot(directory, profile=None, config=None, *, all_ranks=False):
         config=config,
         process=dict(place, argv=list(sys.argv)),
         envlock_version=run["envlock"],
+        datasets=fingerprints(datasets, seconds=doc["DATA_SECONDS"]),
+        metrics=measured,
     )
     name = doc["snapshot_name"](place["rank"] if all_ranks else None)
     path = os.path.join(os.fspath(directory), name)
