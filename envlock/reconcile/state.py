@@ -17,6 +17,13 @@ class Generation:
     complete: bool
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def adopted_from(self) -> str | None:
+        """The venv path this generation was adopted from (`apply --adopt`); None when a
+        lock built it."""
+        value = self.meta.get("adopted_from")
+        return value if isinstance(value, str) and value else None
+
 
 @dataclass(frozen=True)
 class Switch:
