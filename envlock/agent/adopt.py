@@ -73,20 +73,20 @@ def refuse_unadoptable(venv, root, generations, number):
     """Checked under the root's lock, before anything is written: the plan's view may be old."""
     if os.path.islink(venv):
         raise AgentError(
-            "state",
+            "refused",
             f"{venv} is already a link (to {os.readlink(venv)}): it is managed by envlock, "
             "nothing to adopt; apply without --adopt",
         )
     if not os.path.isdir(venv):
-        raise AgentError("state", f"{venv} is not a directory: nothing to adopt")
+        raise AgentError("refused", f"{venv} is not a directory: nothing to adopt")
     if not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
         raise AgentError(
-            "state", f"{venv} is not a venv (no pyvenv.cfg): envlock adopts only a venv"
+            "refused", f"{venv} is not a venv (no pyvenv.cfg): envlock adopts only a venv"
         )
     real_venv, real_root = os.path.realpath(venv), os.path.realpath(root)
     if real_root == real_venv or real_root.startswith(real_venv + os.sep):
         raise AgentError(
-            "state", f"the root {root} lies inside {venv}: set [target] root to another path"
+            "refused", f"the root {root} lies inside {venv}: set [target] root to another path"
         )
     reason = untrusted(venv)
     if reason is not None:
@@ -97,14 +97,14 @@ def refuse_unadoptable(venv, root, generations, number):
         )
     if os.stat(venv).st_dev != os.stat(generations).st_dev:
         raise AgentError(
-            "adopt",
+            "refused",
             f"{venv} and the root {root} are on different file systems: adoption moves the "
             "venv with one rename (a copy would change it); set [target] root to a "
             "directory on the venv's file system",
         )
     if any(g["number"] == number for g in list_generations(root)):
         raise AgentError(
-            "state", f"the root {root} already has a generation {number}: nothing adopted"
+            "refused", f"the root {root} already has a generation {number}: nothing adopted"
         )
 
 

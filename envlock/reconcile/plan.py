@@ -345,6 +345,13 @@ def adoption(expect: Expectation, state: State) -> list[Action]:
     if kind != "directory":
         refuse_real_venv_dir(expect, state)
         return []
+    if link is not None and not link.venv:
+        raise UsageError(
+            f"{expect.venv} is a directory but not a venv (no pyvenv.cfg): envlock adopts "
+            "only a venv",
+            hint=f"move it away (e.g. `mv {expect.venv} {expect.venv}.old`) or set [target] "
+            "venv to another path",
+        )
     if any(g.number == ADOPTED_NUMBER for g in state.generations):
         raise UsageError(
             f"the root {expect.root} already has a generation {ADOPTED_NUMBER}: "

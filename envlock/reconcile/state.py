@@ -131,6 +131,7 @@ class VenvLink:
 
     kind: str
     target: str | None = None
+    venv: bool = False  # a directory holding pyvenv.cfg: what `apply --adopt` keeps
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,9 @@ def parse_state(raw: dict[str, Any]) -> State:
 
 
 def _venv_link(raw: dict[str, Any] | None) -> VenvLink | None:
-    return None if raw is None else VenvLink(raw.get("kind", "absent"), raw.get("target"))
+    if raw is None:
+        return None
+    return VenvLink(raw.get("kind", "absent"), raw.get("target"), raw.get("venv") is True)
 
 
 def _torch(raw: dict[str, Any] | None) -> TorchBuild | None:

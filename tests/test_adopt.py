@@ -1,0 +1,144 @@
+"""`envlock apply --adopt`: a venv built by hand with pip (CPU torch) becomes generation 0
+as it is, the lock is built beside it as generation 1, and a rollback returns to the
+original environment — running, through its old path and shebangs, byte for byte as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envlock.profile import load_profile
+from tests.conftest import Envlock
+from tests.support import TORCH_CPU_VERSION, machine_find_links
+
+PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
+SHOW = "import sys, numpy, torch; print(torch.__version__, sys.prefix)"
+
+
+def tree_digest(root: Path) -> str:
+    """Every path, mode and byte under `root` but envlock's own `.envlock/` (the manifest and
+    generation.json adoption adds beside the venv's files)."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == ".envlock":
+            continue
+        stat = path.lstat()
+        digest.update(f"{rel}\0{stat.st_mode}\0".encode())
+        if path.is_symlink():
+            digest.update(os.readlink(path).encode())
+        elif path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def pip_torch_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv built by pip, as people build them by hand: CPU torch and numpy (pip's
+    INSTALLER and RECORD habits, pip itself installed, console scripts whose shebangs name
+    the venv's absolute path)."""
+    venv = tmp_path_factory.mktemp("adopt") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    links = [arg for link in machine_find_links() for arg in ("--find-links", link)]
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", *links]
+    proc = subprocess.run(
+        [*pip, f"torch=={TORCH_CPU_VERSION}", "numpy"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, f"pip could not install CPU torch:\n{proc.stderr}"
+    return venv
+
+
+@pytest.fixture
+def no_bytecode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing the test runs writes __pycache__ into the environment it compares."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+
+
+def test_adopt_keeps_the_pip_venv_as_generation_0_and_rollback_returns_to_it(
+    pip_torch_venv: Path, envlock: Envlock, no_bytecode: None
+) -> None:
+    venv = pip_torch_venv
+    before = tree_digest(venv)
+    profile = venv.parent / "train.toml"
+    links = [arg for link in machine_find_links() for arg in ("--find-links", link)]
+    made = envlock("init", profile, "--from", venv, "--venv", venv, *links, "--json")
+    assert made.returncode == 0, made.stdout + made.stderr  # the lock installs what is there
+    assert json.loads(made.stdout)["next"][0].startswith("envlock apply --adopt ")
+    prof = load_profile(profile)
+    assert Path(prof.target.venv) == venv
+    root = Path(prof.target.root)
+
+    applied = envlock("apply", "--adopt", "-y", profile, "--json")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    plan = [a["kind"] for a in json.loads(applied.stdout)["actions"]]
+    assert plan[0] == "adopt" and "build" in plan
+    # The venv path is the link now; the directory itself moved, unchanged, under the root.
+    assert venv.is_symlink() and os.readlink(venv) == str(root / "current")
+    (gen0,) = (root / "generations").glob("0-*")
+    meta = json.loads((gen0 / ".envlock" / "generation.json").read_text())
+    assert meta["adopted_from"] == str(venv) and meta["number"] == 0
+    ran = envlock("run", profile, "--", "python", "-c", SHOW)
+    assert ran.returncode == 0, ran.stderr
+    version, prefix = ran.stdout.split()
+    assert version == TORCH_CPU_VERSION and Path(prefix).name.startswith("1-")
+
+    rolled = envlock("rollback", profile)
+    assert rolled.returncode == 0, rolled.stderr
+    assert os.readlink(root / "current") == f"generations/{gen0.name}"
+    deep = envlock("check", "--deep", profile, "--json")
+    assert deep.returncode == 0, deep.stdout + deep.stderr
+    report = json.loads(deep.stdout)
+    assert report["clean"] and report["deep"] and report["files_checked"] > 1000
+    assert report["generation"] == gen0.name
+    ran = envlock("run", profile, "--", "python", "-c", SHOW)
+    assert ran.returncode == 0, ran.stderr
+    version, prefix = ran.stdout.split()
+    assert version == TORCH_CPU_VERSION and Path(prefix) == gen0
+    # The old habits: pip's own script (its shebang names the venv's old absolute path) and
+    # `source VENV/bin/activate` reach the original environment.
+    pip = subprocess.run([venv / "bin" / "pip", "--version"], capture_output=True, text=True)
+    assert pip.returncode == 0 and f"{venv}/lib/python{PYTHON}/site-packages/pip" in pip.stdout
+    activated = subprocess.run(
+        ["bash", "-c", f'. "{venv}/bin/activate" && python -c "import sys; print(sys.prefix)"'],
+        capture_output=True,
+        text=True,
+    )
+    assert activated.stdout.split() == [str(venv)], activated.stderr
+    assert tree_digest(gen0) == before, "the adopted environment changed"
+
+    again = envlock("apply", "--adopt", "-y", profile)
+    assert again.returncode == 2 and "already managed by envlock" in again.stderr
+
+
+def test_a_real_venv_dir_is_refused_without_adopt_and_adopt_of_nothing_is_a_plain_apply(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    profile = tmp_path / "s.toml"
+    made = envlock("init", profile, "--find-links", wheelhouse, "--offline")
+    assert made.returncode == 0, made.stderr
+    assert envlock("lock", profile).returncode == 0
+    venv = Path(load_profile(profile).target.venv)
+    venv.mkdir(parents=True)
+    (venv / "notes.txt").write_text("mine\n")
+    not_venv = envlock("apply", "--adopt", "-y", profile)
+    assert not_venv.returncode == 2 and "not a venv (no pyvenv.cfg)" in not_venv.stderr
+    assert (venv / "notes.txt").read_text() == "mine\n" and not venv.is_symlink()
+    shutil.rmtree(venv)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    plain = envlock("apply", "-y", profile)
+    assert plain.returncode == 2 and "envlock apply --adopt" in plain.stderr, plain.stderr
+    assert venv.is_dir() and not venv.is_symlink() and (venv / "pyvenv.cfg").is_file()
+    shutil.rmtree(venv)
+    nothing = envlock("apply", "--adopt", "-y", profile)
+    assert nothing.returncode == 0, nothing.stderr
+    assert "does not exist: nothing to adopt, a plain apply" in nothing.stdout + nothing.stderr
+    root = Path(load_profile(profile).target.root)
+    assert [g.name[:2] for g in (root / "generations").iterdir()] == ["1-"]
+    assert venv.is_symlink()
