@@ -40,6 +40,14 @@ def init_from(
             f"{venv} is a Python {found.python} venv, not {python_given}",
             hint=f"drop --python, or pass --python {found.python}",
         )
+    if survey.missing_interpreter:
+        raise UsageError(
+            f"{venv} is a Python {found.python} venv, but its interpreter "
+            f"{survey.missing_interpreter} (pyvenv.cfg's home) is not on the target: the "
+            "venv was made on another machine, or its Python was removed",
+            hint=f"install Python {found.python} on the target, or read a venv made with "
+            "the target's own Python",
+        )
     links = [*starter.find_links, *found.find_links]
     if not target.remote:  # the profile's relative paths are taken from its directory
         links = [relative_to(link, profile.parent) for link in links]
