@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,9 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from envlock.errors import UsageError
 from envlock.profile import load_profile
+from envlock.reconcile.drift import compute_drift
+from envlock.reconcile.plan import make_plan
+from envlock.reconcile.state import FileChange, FilesReport, Generation, VenvLink
 from tests.conftest import Envlock
 from tests.support import TORCH_CPU_VERSION, machine_find_links
+from tests.test_core import GEN, HASH, ROOT, VENV, expect, state
 
 PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 SHOW = "import sys, numpy, torch; print(torch.__version__, sys.prefix)"
@@ -142,3 +148,71 @@ def test_a_real_venv_dir_is_refused_without_adopt_and_adopt_of_nothing_is_a_plai
     root = Path(load_profile(profile).target.root)
     assert [g.name[:2] for g in (root / "generations").iterdir()] == ["1-"]
     assert venv.is_symlink()
+
+
+# -- the pure core: what apply --adopt plans, how an adopted generation is judged ----------
+FRESH = dict(
+    generations=(),
+    current=None,
+    in_generation=False,
+    packages=None,
+    torch=None,
+    files=None,
+    cache=None,
+    scripts=None,
+)
+
+
+def test_adopt_plans_generation_0_first_then_the_lock_as_generation_1() -> None:
+    observed = state(venv_link=VenvLink("directory", venv=True), **FRESH)
+    plan = make_plan(expect(), observed, compute_drift(expect(), observed), adopt=True)
+    kinds = [a.kind for a in plan.actions]
+    assert kinds[:2] == ["adopt", "build"] and kinds[-1] == "link-venv", kinds
+    assert plan.actions[0].args == {"number": 0}
+    assert plan.actions[1].args["number"] == 1
+
+
+@pytest.mark.parametrize(
+    ("link", "said"),
+    [
+        (VenvLink("symlink", f"{ROOT}/current"), "already managed by envlock"),
+        (VenvLink("directory", venv=False), "not a venv (no pyvenv.cfg)"),
+        (VenvLink("file"), "exists and is a real file"),
+    ],
+)
+def test_adopt_refuses_what_is_not_a_venv_of_its_own(link: VenvLink, said: str) -> None:
+    observed = state(venv_link=link)
+    with pytest.raises(UsageError, match=re.escape(said)):
+        make_plan(expect(), observed, compute_drift(expect(), observed), adopt=True)
+
+
+def test_without_adopt_the_refusal_names_it() -> None:
+    observed = state(venv_link=VenvLink("directory", venv=True), **FRESH)
+    with pytest.raises(UsageError) as refused:
+        make_plan(expect(), observed, compute_drift(expect(), observed))
+    assert "envlock apply --adopt" in (refused.value.hint or "")
+
+
+def test_a_held_adopted_generation_is_judged_by_its_manifest_alone() -> None:
+    adopted = Generation(0, "0-abcdefabcdef", "abcdefabcdef", True, {"adopted_from": VENV})
+    observed = state(
+        generations=(adopted, Generation(1, GEN, HASH, True)),
+        current=adopted.name,
+        packages={"torch": "2.13.0+cpu", "pip": "24.0"},  # not the lock's: no lock built it
+    )
+    assert compute_drift(expect(adopted=True), observed) == []
+    # Against the profile's lock (what apply plans from), it is another generation.
+    assert "generation-lock" in [d.kind for d in compute_drift(expect(), observed)]
+    changed = state(
+        generations=observed.generations,
+        current=adopted.name,
+        packages=observed.packages,
+        files=FilesReport(
+            modified=(
+                FileChange("lib/python3.11/site-packages/torch/x.py", "torch", why="edited"),
+            ),
+            checked=100,
+        ),
+    )
+    found = compute_drift(expect(adopted=True), changed)
+    assert [d.kind for d in found] == ["file-modified"]
