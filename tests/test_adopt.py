@@ -216,3 +216,55 @@ def test_a_held_adopted_generation_is_judged_by_its_manifest_alone() -> None:
     )
     found = compute_drift(expect(adopted=True), changed)
     assert [d.kind for d in found] == ["file-modified"]
+
+
+# -- a crash mid-adopt: the old venv in place, or a complete generation 0 -------------------
+def crash(*args: object, **kwargs: object) -> None:
+    raise SystemExit("the power went out here")
+
+
+@pytest.mark.parametrize("where", ["os.rename", "symlink_atomic"])
+def test_a_crash_mid_adopt_leaves_the_old_venv_or_a_complete_generation_0(
+    where: str, tmp_path: Path, wheelhouse: Path, envlock: Envlock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's adoption stopped at its move (before it: the venv where it was) or at its
+    links (after it: a complete generation 0, nothing at the venv path); the next apply
+    carries on from either, and the environment's files never change."""
+    from envlock.agent import adopt as agent_adopt
+
+    venv, root = tmp_path / "venv", tmp_path / "root"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    before = tree_digest(venv)
+    profile = tmp_path / "c.toml"
+    where_flags = ("--root", root, "--venv", venv, "--find-links", wheelhouse, "--offline")
+    assert envlock("init", profile, *where_flags).returncode == 0
+    assert envlock("lock", profile).returncode == 0
+    (root / "generations").mkdir(parents=True)
+    if where == "os.rename":
+        monkeypatch.setattr(agent_adopt.os, "rename", crash)
+    else:
+        monkeypatch.setattr(agent_adopt, "symlink_atomic", crash)
+    with pytest.raises(SystemExit):
+        agent_adopt.do_adopt({"root": str(root), "venv": str(venv)}, {"number": 0})
+    monkeypatch.undo()
+    if where == "os.rename":
+        assert venv.is_dir() and not venv.is_symlink() and tree_digest(venv) == before
+        assert list((root / "generations").iterdir()) == []
+        carried = envlock("apply", "--adopt", "-y", profile)
+    else:
+        assert not os.path.lexists(venv)
+        (gen0,) = (root / "generations").iterdir()
+        assert (gen0 / ".envlock" / "generation.json").is_file() and tree_digest(gen0) == before
+        carried = envlock("apply", "-y", profile)  # nothing at the venv path: a plain apply
+    assert carried.returncode == 0, carried.stdout + carried.stderr
+    assert envlock("rollback", profile).returncode == 0
+    (gen0,) = (root / "generations").glob("0-*")
+    assert os.readlink(root / "current") == f"generations/{gen0.name}"
+    assert tree_digest(gen0) == before
+    prefix = subprocess.run(
+        [venv / "bin" / "python", "-c", "import sys; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+    )
+    assert prefix.stdout.strip() == str(venv)
+    assert envlock("check", "--deep", profile).returncode == 0
