@@ -167,7 +167,8 @@ def test_adopt_plans_generation_0_first_then_the_lock_as_generation_1() -> None:
     observed = state(venv_link=VenvLink("directory", venv=True), **FRESH)
     plan = make_plan(expect(), observed, compute_drift(expect(), observed), adopt=True)
     kinds = [a.kind for a in plan.actions]
-    assert kinds[:2] == ["adopt", "build"] and kinds[-1] == "link-venv", kinds
+    assert kinds[:4] == ["adopt", "build", "cache-dir", "switch"], kinds
+    assert "link-venv" not in kinds  # adoption links the venv path itself
     assert plan.actions[0].args == {"number": 0}
     assert plan.actions[1].args["number"] == 1
 

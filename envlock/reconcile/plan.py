@@ -121,6 +121,8 @@ def make_plan(
     for planner in PLANNERS.values():
         actions += planner(seen)
     actions += plan_hold(seen)
+    if adopting:  # adoption links the venv path itself, before the build
+        actions = [a for a in actions if a.kind != "link-venv"]
     reason = ""
     active = state.current_generation
     if not actions and active is not None:
