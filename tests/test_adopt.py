@@ -103,6 +103,8 @@ def test_adopt_keeps_the_pip_venv_as_generation_0_and_rollback_returns_to_it(
     report = json.loads(deep.stdout)
     assert report["clean"] and report["deep"] and report["files_checked"] > 1000
     assert report["generation"] == gen0.name
+    resync = envlock("rollback", "--resync", profile)
+    assert resync.returncode == 2 and "no lock to re-sync it to" in resync.stderr
     ran = envlock("run", profile, "--", "python", "-c", SHOW)
     assert ran.returncode == 0, ran.stderr
     version, prefix = ran.stdout.split()
