@@ -313,8 +313,8 @@ def refuse_real_venv_dir(expect: Expectation, state: State) -> None:
     kind = state.venv_link.kind if state.venv_link else None
     if kind == "directory":
         raise UsageError(
-            f"{expect.venv} exists and is a real directory, not a symlink; envlock points "
-            "this path at the active generation with a symlink and never deletes a user's files",
+            f"{expect.venv} exists and is a real directory; envlock points this path at the "
+            "active generation with a symlink and never deletes a user's files",
             hint="`envlock apply --adopt PROFILE` keeps the venv there as generation 0 (moved "
             f"under {expect.root}/generations/ unchanged, so a rollback returns to it), or "
             f"move it away (e.g. `mv {expect.venv} {expect.venv}.old`), or set [target] venv "
