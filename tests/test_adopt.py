@@ -75,8 +75,12 @@ def test_adopt_keeps_the_pip_venv_as_generation_0_and_rollback_returns_to_it(
     profile = venv.parent / "train.toml"
     links = [arg for link in machine_find_links() for arg in ("--find-links", link)]
     made = envlock("init", profile, "--from", venv, "--venv", venv, *links, "--json")
-    assert made.returncode == 0, made.stdout + made.stderr  # the lock installs what is there
-    assert json.loads(made.stdout)["next"][0].startswith("envlock apply --adopt ")
+    # 0: the lock installs exactly what is installed (1 only if the index moved a dependency
+    # since pip installed it: the round trip below holds either way).
+    assert made.returncode in (0, 1), made.stdout + made.stderr
+    imported = json.loads(made.stdout)
+    assert imported["comparison"]["not_locked"] == {} and imported["lock"]
+    assert imported["next"][0].startswith("envlock apply --adopt ")
     prof = load_profile(profile)
     assert Path(prof.target.venv) == venv
     root = Path(prof.target.root)
