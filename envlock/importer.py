@@ -48,6 +48,8 @@ class Survey:
     torch: dict[str, Any] | None
     installed: dict[str, Installed]
     managed: bool
+    # The venv's base interpreter (pyvenv.cfg's home + pythonX.Y) when the target lacks it.
+    missing_interpreter: str | None = None
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Survey:
@@ -67,6 +69,7 @@ class Survey:
             torch=raw.get("torch"),
             installed=installed,
             managed=bool(raw.get("managed")),
+            missing_interpreter=missing_interpreter(raw.get("python", {})),
         )
 
 
@@ -217,3 +220,9 @@ def _same_version(a: str, b: str) -> bool:
         return Version(a) == Version(b)
     except InvalidVersion:
         return a == b
+
+
+def missing_interpreter(python: dict[str, Any]) -> str | None:
+    """The base interpreter pyvenv.cfg names when the survey found it absent, else None."""
+    path = python.get("interpreter")
+    return str(path) if path and python.get("interpreter_exists") is False else None

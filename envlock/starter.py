@@ -27,6 +27,8 @@ class StarterTarget:
     api_url: str | None = None
     root: str | None = None
     venv: str | None = None
+    identity_file: str | None = None
+    ssh_options: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ def target_lines(target: StarterTarget, name: str) -> list[str]:
         lines.append(f"host = {q(target.host or 'HOST')}")
         lines += [f"user = {q(target.user)}"] if target.user else []
         lines += [f"port = {target.port}"] if target.port else []
+        lines += [f"identity-file = {q(target.identity_file)}"] if target.identity_file else []
+        lines += [f"ssh-options = {toml_list(target.ssh_options)}"] if target.ssh_options else []
     if target.type == "proxmox-lxc":
         lines += [f"node = {q(target.node)}"] if target.node else []
         lines.append(f"vmid = {target.vmid if target.vmid is not None else 100}")

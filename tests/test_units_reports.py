@@ -1009,7 +1009,9 @@ VENV_HINT = f"move it away (e.g. `mv {VENV} {VENV}.old`) or set [target] venv to
             {},
             {"venv_link": VenvLink("directory")},
             f"{VENV} exists and is a real directory; envlock points this path at the active generation with a symlink and never deletes a user's files",
-            VENV_HINT,
+            "`envlock apply --adopt PROFILE` keeps the venv there as generation 0 (moved under "
+            f"{ROOT}/generations/ unchanged, so a rollback returns to it), or move it away "
+            f"(e.g. `mv {VENV} {VENV}.old`), or set [target] venv to another path",
         ),
     ],
 )

@@ -13,6 +13,7 @@ import time
 # is a symlink and a history line: it does not pay for them).
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
+    from envlock.agent.adopt import do_adopt
     from envlock.agent.core import (
         COMMANDS,
         GEN_RE,
@@ -387,7 +388,8 @@ def do_link_venv(req, action):
         raise AgentError(
             "state",
             f"{venv} exists and is not a symlink; envlock will not replace a "
-            "real directory or file",
+            "real directory or file (`envlock apply --adopt` keeps a venv there as "
+            "generation 0)",
         )
     parent = os.path.dirname(venv.rstrip("/"))
     os.makedirs(parent, exist_ok=True)
@@ -476,6 +478,7 @@ def do_install_uv(req, action):
 
 
 ACTIONS = {
+    "adopt": do_adopt,  # agent/adopt.py
     "cleanup": do_cleanup,
     "build": do_build,
     "repair": do_repair,

@@ -389,7 +389,8 @@ def link_state(venv, root):
     if os.path.islink(venv):
         return {"kind": "symlink", "target": os.readlink(venv)}
     if os.path.isdir(venv):
-        return {"kind": "directory"}
+        # Whether `apply --adopt` could keep it: a venv holds pyvenv.cfg.
+        return {"kind": "directory", "venv": os.path.isfile(os.path.join(venv, "pyvenv.cfg"))}
     if os.path.lexists(venv):
         return {"kind": "file"}
     return {"kind": "absent"}

@@ -39,6 +39,7 @@ def survey(req):
             "version": config.get("version_info") or config.get("version") or "",
             "home": config.get("home", ""),
             "site": os.path.relpath(site, venv),
+            **base_interpreter(config),
         },
         "torch": torch_build(dists, site),
         "distributions": {
@@ -66,6 +67,17 @@ def pyvenv_cfg(path):
         if sep:
             found[key.strip().lower()] = clip(value.strip())
     return found
+
+
+def base_interpreter(config):
+    """The venv's base interpreter (pyvenv.cfg's home + pythonX.Y) and whether this machine
+    has it: a venv made elsewhere, or whose Python was removed, has not (nothing is run)."""
+    version = (config.get("version_info") or config.get("version") or "").split(".")
+    home = config.get("home", "")
+    if not home or len(version) < 2:
+        return {}
+    path = os.path.join(home, f"python{version[0]}.{version[1]}")
+    return {"interpreter": path, "interpreter_exists": os.path.exists(path)}
 
 
 def distribution_origins(site):

@@ -58,6 +58,12 @@ from envlock.reconcile.plan import Plan
     "environment runs). Repeat per package.",
 )
 @click.option(
+    "--adopt",
+    is_flag=True,
+    help="Keep a real venv at the profile's venv path as generation 0 (unchanged, moved "
+    "under the root; the path becomes the link), then build the lock as usual.",
+)
+@click.option(
     "--deep", is_flag=True, help="Re-hash every file first, and repair whatever that finds."
 )
 @click.option(
@@ -77,6 +83,7 @@ def command(
     snapshot_dir: str | None,
     force: bool,
     allow_pth: tuple[str, ...],
+    adopt: bool,
     deep: bool,
     restart: bool,
     fail_fast: bool,
@@ -93,6 +100,11 @@ def command(
             "--allow-pth goes with --from-snapshot (the profile's own packages need no leave)",
             hint="drop --allow-pth",
         )
+    if adopt and snapshot_dir:
+        raise UsageError(
+            "--adopt goes without --from-snapshot",
+            hint="adopt first (`envlock apply --adopt PROFILE`), then apply the snapshot",
+        )
     if snapshot_dir:
         from envlock.runs.snapshot import context_from_snapshot  # --from-snapshot only
 
@@ -100,6 +112,8 @@ def command(
     else:
         ctx = open_context(profile)
     if is_fleet(ctx):
+        if adopt:
+            raise UsageError("--adopt acts on one target's venv: not across a fleet")
         if snapshot_dir:
             raise UsageError("--from-snapshot acts on one container: not across a fleet")
         if restart and ctx.profile.container is None:
@@ -128,6 +142,7 @@ def command(
         snapshot_dir=snapshot_dir,
         progress=progress_printer(as_json),
         gate=make_gate(ctx, yes=yes, as_json=as_json),
+        adopt=adopt,
     )
     render(done, started=started, as_json=as_json, snapshot_dir=snapshot_dir)
 

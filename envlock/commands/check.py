@@ -84,7 +84,10 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
                 "schema": CHECK_SCHEMA,
                 "profile": ctx.profile.name,
                 "lock": ctx.lock.short_hash,
-                "hold": {**state.hold.to_json(), "lock": held.lock.short_hash}
+                "hold": {
+                    **state.hold.to_json(),
+                    "lock": None if held.adopted else held.lock.short_hash,
+                }
                 if state and state.hold and held
                 else None,
                 "generation": state.current if state else None,
@@ -100,8 +103,11 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
         gen = state.current_generation if state else None
         where = f"generation {gen.number}" if gen else "target"
         mode = "deep" if deep else "fast"
-        judged = (held or ctx).lock.short_hash
-        print_drift(drifts, f"{where} matches lock {judged} ({mode} check, {checked} files)")
+        # An adopted generation has no lock: its manifest is what it is judged by.
+        judged = (
+            "its manifest" if held and held.adopted else f"lock {(held or ctx).lock.short_hash}"
+        )
+        print_drift(drifts, f"{where} matches {judged} ({mode} check, {checked} files)")
         print_fixes(ctx, drifts)
         if notice:
             ui.info(notice)

@@ -73,6 +73,7 @@ def command(ctx: Context, container: bool, as_json: bool) -> None:
             "adds_bytes": g.meta.get("own_bytes"),
             "matches_lock": g.lock_hash == ctx.lock.short_hash,
             "held": hold is not None and g.name == hold.generation,
+            "adopted_from": g.adopted_from,  # `apply --adopt`: no lock built it
         }
         for g in state.generations
     ]
@@ -96,12 +97,14 @@ def command(ctx: Context, container: bool, as_json: bool) -> None:
         note = "incomplete" if not row["complete"] else ""
         if row["matches_lock"]:
             note = "the profile's lock"
+        if row["adopted_from"]:
+            note = f"adopted from {ui.escape(str(row['adopted_from']))}"
         if row["held"] and hold is not None:
-            note = f"held (rolled back from {hold.from_} at {hold.time})"
+            note += ("; " if note else "") + f"held (rolled back from {hold.from_} at {hold.time})"
         table.add_row(
             "*" if row["active"] else "",
             str(row["number"]),
-            str(row["lock"]),
+            "-" if row["adopted_from"] else str(row["lock"]),
             str(row["built"] or ""),
             str(row["files"] or ""),
             ui.size(int(row["bytes"])) if row["bytes"] else "",

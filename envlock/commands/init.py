@@ -33,6 +33,14 @@ from envlock.starter import (
 @click.option("--host", help="ssh / proxmox-lxc: the host (or node) to ssh to.")
 @click.option("--user", help="ssh / proxmox-lxc: the login name.")
 @click.option("--port", type=click.IntRange(1, 65535), help="ssh / proxmox-lxc: the ssh port.")
+@click.option("--identity-file", metavar="KEY", help="ssh / proxmox-lxc: the ssh key to use.")
+@click.option(
+    "--ssh-option",
+    "ssh_options",
+    multiple=True,
+    metavar="OPTION",
+    help="ssh / proxmox-lxc: an ssh -o option, e.g. UserKnownHostsFile=FILE (repeatable).",
+)
 @click.option("--node", help="proxmox-lxc: the Proxmox node's name.")
 @click.option("--vmid", type=click.IntRange(100), help="proxmox-lxc: the container's VMID.")
 @click.option("--api-url", help="proxmox-lxc: the Proxmox API (https://NODE:8006).")
@@ -61,6 +69,8 @@ def command(
     host: str | None,
     user: str | None,
     port: int | None,
+    identity_file: str | None,
+    ssh_options: tuple[str, ...],
     node: str | None,
     vmid: int | None,
     api_url: str | None,
@@ -77,7 +87,21 @@ def command(
     """Write a starter profile at PROFILE: commented, valid as written."""
     if backend is not None and torch is None:
         raise UsageError("--backend needs --torch VERSION", hint="e.g. --torch 2.13.0")
-    target = StarterTarget(target_type, host or None, user, port, node, vmid, api_url, root, venv)
+    if (identity_file or ssh_options) and target_type == "local":
+        raise UsageError("--identity-file and --ssh-option go with --target ssh or proxmox-lxc")
+    target = StarterTarget(
+        target_type,
+        host or None,
+        user,
+        port,
+        node,
+        vmid,
+        api_url,
+        root,
+        venv,
+        identity_file,
+        ssh_options,
+    )
     missing = missing_flags(target)
     if missing:
         flag = missing[0]

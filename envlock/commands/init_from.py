@@ -40,18 +40,33 @@ def init_from(
             f"{venv} is a Python {found.python} venv, not {python_given}",
             hint=f"drop --python, or pass --python {found.python}",
         )
+    if survey.missing_interpreter:
+        raise UsageError(
+            f"{venv} is a Python {found.python} venv, but its interpreter "
+            f"{survey.missing_interpreter} (pyvenv.cfg's home) is not on the target: the "
+            "venv was made on another machine, or its Python was removed",
+            hint=f"install Python {found.python} on the target, or read a venv made with "
+            "the target's own Python",
+        )
     links = [*starter.find_links, *found.find_links]
     if not target.remote:  # the profile's relative paths are taken from its directory
         links = [relative_to(link, profile.parent) for link in links]
-    # The profile's venv is a new path (the starter's default, or --venv): the surveyed venv
-    # stays exactly as it is, beside the generations envlock builds.
+    # The profile's venv is a new path (the starter's default, or --venv), and the surveyed
+    # venv stays exactly as it is beside the generations envlock builds; or --venv names the
+    # surveyed venv itself, which `apply --adopt` then keeps as generation 0.
     chosen = starter.target.venv
-    if chosen is not None and os.path.abspath(chosen) == os.path.abspath(venv):
-        raise UsageError(
-            f"--venv {chosen} is the venv being read: envlock links its venv path to a "
-            "generation, and never replaces a real directory",
-            hint="leave out --venv, or name another path",
+    adopting = chosen is not None and os.path.abspath(chosen) == os.path.abspath(venv)
+    where = (
+        (
+            f"[target] venv is {venv} itself: `envlock apply --adopt` keeps it as",
+            "generation 0 (unchanged) and builds this lock beside it.",
         )
+        if adopting
+        else (
+            f"{venv} itself is left as it is; the environment built from this profile is",
+            "reached at [target] venv below.",
+        )
+    )
     imported = replace(
         starter,
         python=found.python,
@@ -61,15 +76,11 @@ def init_from(
         packages=found.packages,
         find_links=tuple(dict.fromkeys(links)),
         description=f"imported from {venv}",
-        notes=(
-            f"Imported by `envlock init --from {venv}`: {summary(survey, found)}.",
-            f"{venv} itself is left as it is; the environment built from this profile is",
-            "reached at [target] venv below.",
-        ),
+        notes=(f"Imported by `envlock init --from {venv}`: {summary(survey, found)}.", *where),
     )
     prof = write_starter(profile, starter_text(imported))
     lock_path, comparison, failure = lock_and_compare(prof, survey)
-    render(profile, venv, survey, found, lock_path, comparison, failure, as_json)
+    render(profile, venv, survey, found, lock_path, comparison, failure, as_json, adopting)
     return 0 if comparison is not None and comparison.exact and not found.left_out else EXIT_DRIFT
 
 
@@ -125,9 +136,11 @@ def render(
     comparison: Comparison | None,
     failure: str,
     as_json: bool,
+    adopting: bool = False,
 ) -> None:
     shown = ui.shown_path(profile)
-    steps = [f"envlock apply {shown}", f"envlock run {shown} -- python …"]
+    apply = f"envlock apply --adopt {shown}" if adopting else f"envlock apply {shown}"
+    steps = [apply, f"envlock run {shown} -- python …"]
     if as_json:
         ui.emit_json(
             {

@@ -74,6 +74,14 @@ def rollback_plan(
     if resync:
         # The active generation is re-synced to its own lock, whichever the profile names.
         state = gather_state(ctx, deep=deep, lock=True, meanwhile=meanwhile)
+        adopted = state.current_generation.adopted_from if state.current_generation else None
+        if adopted:
+            raise UsageError(
+                f"generation {state.current} was adopted from {adopted}, not built from a "
+                "lock: there is no lock to re-sync it to",
+                hint="`envlock check` shows what changed in it against its manifest; "
+                f"`envlock apply {ui.shown_path(ctx.profile.path)}` returns to the profile's lock",
+            )
         own = own_context(ctx, state)
         return resync_plan(state, compute_drift(own.expectation(), state)), state, own
     # A switch needs only the generations and their history: no file verification.
@@ -160,9 +168,15 @@ def command(
     ui.out.print(f"[green]✓[/] generation {answer.get('current')} is active ({took})")
     held_lock = str(answer.get("current", "")).partition("-")[2]
     if not resync and held_lock and held_lock != ctx.lock.short_hash:
+        chosen = next((g for g in state.generations if g.name == answer.get("current")), None)
+        judged = (
+            f"its manifest (adopted from {chosen.adopted_from})"
+            if chosen and chosen.adopted_from
+            else "its own lock"
+        )
         ui.info(
             f"rolled back: the profile's lock is {ctx.lock.short_hash}; `envlock check` judges "
-            "this generation by its own lock, `envlock run` uses it, `envlock apply` returns "
+            f"this generation by {judged}, `envlock run` uses it, `envlock apply` returns "
             "to the profile's"
         )
 

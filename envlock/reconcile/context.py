@@ -37,6 +37,8 @@ class Context:
     lock: Lock
     transport: Transport
     stale: tuple[str, ...] = ()
+    # Judging an adopted generation a rollback holds: by its manifest, as no lock built it.
+    adopted: bool = False
 
     @property
     def scripts(self) -> dict[str, str]:
@@ -72,6 +74,7 @@ class Context:
             stale=self.stale,
             devices=self.devices,
             gpu_count=getattr(self.profile, "gpu_count", None),
+            adopted=self.adopted,
         )
 
     @property
@@ -174,6 +177,9 @@ def held_context(ctx: Context, state: State) -> Context | None:
     own lock — None when nothing is held or the held lock is the profile's anyway."""
     if state.hold is None:
         return None
+    gen = state.current_generation
+    if gen is not None and gen.adopted_from:
+        return dataclasses.replace(ctx, adopted=True, stale=())
     held = own_context(ctx, state)
     return held if held is not ctx else None
 
@@ -193,6 +199,12 @@ def hold_notice(ctx: Context, state: State) -> str | None:
     if held is None or gen is None or state.hold is None:
         return None
     how = "held (apply --from-snapshot)" if state.hold.why == "snapshot" else "rolled back"
+    if held.adopted:
+        return (
+            f"{how}: generation {gen.number} (adopted from {gen.adopted_from}, judged by its "
+            f"manifest) is active; the profile's lock is {ctx.lock.short_hash} — "
+            "`envlock apply` returns to it"
+        )
     return (
         f"{how}: generation {gen.number} (lock {held.lock.short_hash}) is active; "
         f"the profile's lock is {ctx.lock.short_hash} — `envlock apply` returns to it"

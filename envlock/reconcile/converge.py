@@ -55,9 +55,11 @@ def converge(
     snapshot_dir: str | None = None,
     progress: Callable[[str], None] | None = None,
     gate: Gate | None = None,
+    adopt: bool = False,
 ) -> Converged:
     """Provision the container, plan and converge the environment of one target.
-    `gate(container steps, plan)` runs before the first change (shows, confirms)."""
+    `gate(container steps, plan)` runs before the first change (shows, confirms); `adopt`
+    keeps a real venv at the venv path as generation 0 first (`apply --adopt`)."""
     report: list[str] = []
     provisioner = ctx.provisioner
     if restart and provisioner is None:
@@ -81,7 +83,9 @@ def converge(
         state, drifts = check(ctx, deep=deep, hold=False, meanwhile=ui.prepare)
         if snapshot_dir:
             refuse_incompatible(ctx, snapshot_dir, state)
-        plan = make_plan(expect, state, drifts)
+        plan = make_plan(
+            expect, state, drifts, adopt=adopting(ctx, state, adopt, replans, progress)
+        )
         if snapshot_dir:
             plan = without_mismatched_scripts(ctx, plan)
         active = state.current
@@ -127,6 +131,22 @@ def converge(
         deep=deep,
     )
     return Converged(plan, tuple(report), True, snapshotted, current or active, replans)
+
+
+def adopting(
+    ctx: Context,
+    state: State,
+    adopt: bool,
+    replans: int,
+    progress: Callable[[str], None] | None,
+) -> bool:
+    """Whether this round plans an adoption: asked, and (when planning again) the venv is
+    still a real directory: another apply that adopted it meanwhile left a link, not ours
+    to refuse. The container's snapshot, when there is one, comes first as for any change."""
+    kind = state.venv_link.kind if state.venv_link else "absent"
+    if adopt and kind == "absent" and replans == 0 and progress is not None:
+        progress(f"{ctx.profile.target.venv} does not exist: nothing to adopt, a plain apply")
+    return adopt and (replans == 0 or kind == "directory")
 
 
 def expectation(ctx: Context, snapshot_dir: str | None) -> Expectation:

@@ -31,6 +31,9 @@ class Expectation:
     # The lock is not the profile's (a snapshot's): the generation apply ends on is held,
     # as a rollback holds one, so that `run` judges it by its own lock.
     held: bool = False
+    # The active generation was adopted (`apply --adopt`) and is held (a rollback to it): no
+    # lock built it, so its files against its manifest are all it is judged by.
+    adopted: bool = False
 
 
 def compute_drift(expect: Expectation, state: State) -> list[Drift]:
@@ -107,6 +110,8 @@ def generation_drift(expect: Expectation, state: State) -> list[Drift]:
         else:
             actual, why = "does not start", "the generation's interpreter is broken"
         return [Drift("interpreter", f"{expect.root}/current/bin/python", "runs", actual, why)]
+    if expect.adopted and gen.adopted_from:
+        return file_drift(state, set())
     drifts = []
     if gen.lock_hash != expect.lock.short_hash:
         drifts.append(

@@ -23,6 +23,7 @@ from envlock.uvbin import uv_version
 # ACTIONS; a test ties the two).
 ACTION_KINDS = frozenset(
     (
+        "adopt",  # agent/adopt.py: a real venv kept as generation 0 (`apply --adopt`)
         "install-uv",
         "cleanup",
         "build",
@@ -94,7 +95,10 @@ class Situation:
 Planner = Callable[[Situation], list[Action]]
 
 
-def make_plan(expect: Expectation, state: State, drifts: list[Drift]) -> Plan:
+def make_plan(
+    expect: Expectation, state: State, drifts: list[Drift], *, adopt: bool = False
+) -> Plan:
+    """`adopt`: a real venv at the venv path is kept as generation 0 first (`apply --adopt`)."""
     stale = of_repair(drifts, Repair.LOCK)
     if stale:
         raise UsageError(
@@ -107,12 +111,18 @@ def make_plan(expect: Expectation, state: State, drifts: list[Drift]) -> Plan:
             "refusing to apply: " + "; ".join(d.actual for d in owned),
             hint=owned[0].declared.fix,
         )
-    refuse_real_venv_dir(expect, state)
+    adopting = adoption(expect, state) if adopt else []
+    if not adopting:
+        refuse_real_venv_dir(expect, state)
     seen = Situation(expect, state, drifts, destination(expect, state, drifts))
-    actions = cleanup_strays(state)
+    # Adoption comes first: the generation built next is switched to from the adopted one
+    # (so a rollback returns to it), and the venv path is a link before `link-venv` runs.
+    actions = adopting + cleanup_strays(state)
     for planner in PLANNERS.values():
         actions += planner(seen)
     actions += plan_hold(seen)
+    if adopting:  # adoption links the venv path itself, before the build
+        actions = [a for a in actions if a.kind != "link-venv"]
     reason = ""
     active = state.current_generation
     if not actions and active is not None:
@@ -301,13 +311,64 @@ def plan_hold(seen: Situation) -> list[Action]:
 
 def refuse_real_venv_dir(expect: Expectation, state: State) -> None:
     kind = state.venv_link.kind if state.venv_link else None
-    if kind in ("directory", "file"):
+    if kind == "directory":
         raise UsageError(
-            f"{expect.venv} exists and is a real {kind}; envlock points this path at the "
+            f"{expect.venv} exists and is a real directory; envlock points this path at the "
+            "active generation with a symlink and never deletes a user's files",
+            hint="`envlock apply --adopt PROFILE` keeps the venv there as generation 0 (moved "
+            f"under {expect.root}/generations/ unchanged, so a rollback returns to it), or "
+            f"move it away (e.g. `mv {expect.venv} {expect.venv}.old`), or set [target] venv "
+            "to another path",
+        )
+    if kind == "file":
+        raise UsageError(
+            f"{expect.venv} exists and is a real file; envlock points this path at the "
             "active generation with a symlink and never deletes a user's files",
             hint=f"move it away (e.g. `mv {expect.venv} {expect.venv}.old`) or set [target] "
             "venv to another path",
         )
+
+
+# The number an adopted venv takes: before every generation envlock builds.
+ADOPTED_NUMBER = 0
+
+
+def adoption(expect: Expectation, state: State) -> list[Action]:
+    """`apply --adopt`: a real venv at the venv path becomes generation 0 (nothing inside it
+    changed); a venv path that does not exist is a plain apply; a link is envlock's already."""
+    link = state.venv_link
+    kind = link.kind if link else "absent"
+    if kind == "symlink":
+        raise UsageError(
+            f"{expect.venv} is already managed by envlock (a link to {link.target if link else '?'}"
+            "): there is nothing to adopt",
+            hint="apply without --adopt; `envlock generations PROFILE` lists its generations",
+        )
+    if kind != "directory":
+        refuse_real_venv_dir(expect, state)
+        return []
+    if link is not None and not link.venv:
+        raise UsageError(
+            f"{expect.venv} is a directory but not a venv (no pyvenv.cfg): envlock adopts "
+            "only a venv",
+            hint=f"move it away (e.g. `mv {expect.venv} {expect.venv}.old`) or set [target] "
+            "venv to another path",
+        )
+    if any(g.number == ADOPTED_NUMBER for g in state.generations):
+        raise UsageError(
+            f"the root {expect.root} already has a generation {ADOPTED_NUMBER}: "
+            f"{expect.venv} cannot be adopted as it",
+            hint=f"move {expect.venv} away, or set [target] root to a new directory",
+        )
+    return [
+        Action(
+            "adopt",
+            f"adopt {expect.venv} as generation {ADOPTED_NUMBER}: moved unchanged under "
+            f"{expect.root}/generations/ (nothing inside changed, nothing deleted); "
+            f"{expect.venv} becomes a link to {expect.root}/current",
+            {"number": ADOPTED_NUMBER},
+        )
+    ]
 
 
 def repair_action(active: Generation, drifts: list[Drift]) -> Action | None:

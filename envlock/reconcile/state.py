@@ -17,6 +17,13 @@ class Generation:
     complete: bool
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def adopted_from(self) -> str | None:
+        """The venv path this generation was adopted from (`apply --adopt`); None when a
+        lock built it."""
+        value = self.meta.get("adopted_from")
+        return value if isinstance(value, str) and value else None
+
 
 @dataclass(frozen=True)
 class Switch:
@@ -124,6 +131,7 @@ class VenvLink:
 
     kind: str
     target: str | None = None
+    venv: bool = False  # a directory holding pyvenv.cfg: what `apply --adopt` keeps
 
 
 @dataclass(frozen=True)
@@ -263,7 +271,9 @@ def parse_state(raw: dict[str, Any]) -> State:
 
 
 def _venv_link(raw: dict[str, Any] | None) -> VenvLink | None:
-    return None if raw is None else VenvLink(raw.get("kind", "absent"), raw.get("target"))
+    if raw is None:
+        return None
+    return VenvLink(raw.get("kind", "absent"), raw.get("target"), raw.get("venv") is True)
 
 
 def _torch(raw: dict[str, Any] | None) -> TorchBuild | None:
