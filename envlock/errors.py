@@ -16,10 +16,13 @@ class EnvlockError(Exception):
 
     exit_code = EXIT_FAILED
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, details: dict[str, object] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = details or {}  # what the --json error document adds (a run's drift)
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"

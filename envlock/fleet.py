@@ -13,10 +13,10 @@ Their ssh clients run in sessions of their own, so the Ctrl-C a terminal sends t
 foreground process group does not cut them. A second Ctrl-C stops waiting for them: their
 local ssh clients end, their agents finish on their own.
 
-`--json` prints one document (schema FLEET_SCHEMA): {"schema", "members": [one object per
-member: member, vmid, node, name, status, exit, result, generation, lock, hold, drift, note,
-seconds, and the command's own fields], "fleet": {profile, lock, members, summary, exit,
-interrupted}}.
+`--json` prints one document (kind "fleet" in envlock.schema.DOCUMENTS): {"schema",
+"members": [one object per member: member, vmid, node, name, status, exit, result, generation
+(its name), generation_number, lock, hold, drift_count, note, seconds, and the command's own
+fields], "fleet": {profile, lock, members, summary, exit, interrupted}}.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 Progress = Callable[[str], None]
-FLEET_SCHEMA = 1  # the --json document's; raised when a field changes meaning
 # The exit codes from best to worst: a fleet exits with its worst member's.
 SEVERITY = (0, 1, 2, 3)
 
@@ -300,8 +299,8 @@ def run_fleet(
     headline = fleet_headline(ctx, ordered)
     if as_json:
         ui.emit_json(
+            "fleet",
             {
-                "schema": FLEET_SCHEMA,
                 "members": [member_json(m, r) for m, r in ordered],
                 "fleet": {
                     "profile": ctx.profile.name,
@@ -311,7 +310,7 @@ def run_fleet(
                     "exit": EXIT_INTERRUPTED if interrupted else code,
                     "interrupted": interrupted,
                 },
-            }
+            },
         )
     else:
         ui.out.print(ui.escape(headline))
@@ -405,10 +404,13 @@ def member_json(m: Member, r: MemberResult) -> dict[str, Any]:
         "status": m.status,
         "exit": r.code,
         "result": r.result,
-        "generation": r.generation,
+        # one name per concept, as in every single-target document: the generation's
+        # name ("3-<lock id>"), and "drift" the items where the command lists them
+        "generation": f"{r.generation}-{r.lock}" if r.generation is not None else None,
+        "generation_number": r.generation,
         "lock": r.lock or None,
         "hold": r.hold,
-        "drift": r.drift,
+        "drift_count": r.drift,
         "note": r.note or None,
         "seconds": round(r.seconds, 3),
         **r.data,

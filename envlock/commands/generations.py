@@ -35,7 +35,8 @@ def generations_member(
         lock=gen.lock_hash if gen else "",
         hold=held,
         data={
-            "current": state.current,
+            "generation": state.current,
+            "current": state.current,  # the old name of "generation", kept one release
             "generations": [
                 {"number": g.number, "name": g.name, "lock": g.lock_hash, "complete": g.complete}
                 for g in state.generations
@@ -78,12 +79,14 @@ def command(ctx: Context, container: bool, as_json: bool) -> None:
     ]
     if as_json:
         ui.emit_json(
+            "generations",
             {
-                "current": state.current,
+                "generation": state.current,
+                "current": state.current,  # the old name of "generation", kept one release
                 "hold": hold.to_json() if hold else None,
                 "generations": rows,
                 "history": [s.to_json() for s in state.history],
-            }
+            },
         )
         return
     if not rows:
@@ -118,7 +121,10 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
         raise UsageError("--container needs a proxmox-lxc target with a [container] table")
     snaps = provisioner.snapshots()
     if as_json:
-        ui.emit_json({"container": provisioner.describe(), "snapshots": [asdict(s) for s in snaps]})
+        ui.emit_json(
+            "generations-container",
+            {"container": provisioner.describe(), "snapshots": [asdict(s) for s in snaps]},
+        )
         return
     if not snaps:
         ui.out.print(f"{provisioner.describe()} has no snapshots")

@@ -130,8 +130,8 @@ def render(
     steps = [f"envlock apply {shown}", f"envlock run {shown} -- python …"]
     if as_json:
         ui.emit_json(
+            "init-from",
             {
-                "schema": 1,
                 "profile": str(profile),
                 "from": venv,
                 "installed": len(survey.installed),
@@ -141,7 +141,7 @@ def render(
                 "left_out": found.left_out,
                 "seeded": list(found.seeded),
                 "next": steps,
-            }
+            },
         )
         return
     esc = ui.escape
