@@ -15,8 +15,8 @@ local ssh clients end, their agents finish on their own.
 
 `--json` prints one document (kind "fleet" in envlock.schema.DOCUMENTS): {"schema",
 "members": [one object per member: member, vmid, node, name, status, exit, result, generation
-(its name), generation_number, lock, hold, drift_count, note, seconds, and the command's own
-fields], "fleet": {profile, lock, members, summary, exit, interrupted}}.
+(its name), generation_number, lock, hold, drift_count, note, cause (a failure's, in a
+line: errors.cause_of), seconds, and the command's own fields], "fleet": {profile, lock, members, summary, exit, interrupted}}.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from envlock import ui
-from envlock.errors import EXIT_FAILED, EXIT_INTERRUPTED, EnvlockError, UsageError
+from envlock.errors import EXIT_FAILED, EXIT_INTERRUPTED, EnvlockError, UsageError, cause_of
 from envlock.proxmox.fleet import Member, list_members, restrict
 from envlock.reconcile.context import Context
 from envlock.targets.pct import ContainerNotRunning, PctTransport
@@ -381,7 +381,7 @@ def summary_table(ordered: list[tuple[Member, MemberResult]]) -> Table:
     for column in ("member", "node", "generation", "lock", "hold", "drift", "result", "time"):
         table.add_column(column)
     for m, r in ordered:
-        result = r.result + (f": {r.note.splitlines()[0]}" if r.note else "")
+        result = r.result + (f": {cause_of(r.note)}" if r.note else "")  # the cause, short
         table.add_row(
             str(m.vmid),
             ui.escape(m.node),
@@ -412,6 +412,7 @@ def member_json(m: Member, r: MemberResult) -> dict[str, Any]:
         "hold": r.hold,
         "drift_count": r.drift,
         "note": r.note or None,
+        "cause": cause_of(r.note) if r.result == "failed" else None,
         "seconds": round(r.seconds, 3),
         **r.data,
     }

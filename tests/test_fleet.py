@@ -27,6 +27,7 @@ import pytest
 from envlock.fleet import MemberResult, fleet_headline
 from envlock.proxmox.fleet import Member, parse_resources, restrict, select_members
 from envlock.proxmox.settings import FleetSelect
+from envlock.schema import DOCUMENTS
 from envlock.targets.ssh import SshTransport
 from tests.projects import toml_list
 from tests.remote.fixtures import Node
@@ -207,7 +208,7 @@ def test_a_fleet_across_two_nodes(
         log.unlink()
     result = members(again)
     assert {v: result[v]["result"] for v in (a, b, c)} == dict.fromkeys((a, b, c), "applied")
-    assert {result[v]["generation"] for v in (a, b, c)} == {2}
+    assert {result[v]["generation_number"] for v in (a, b, c)} == {2}
     assert json.loads(again.stdout)["fleet"]["exit"] == 3
     new_lock = result[a]["lock"]
 
@@ -286,7 +287,7 @@ def test_a_fleet_across_two_nodes(
     assert shot.returncode == 0, shot.stderr
     for vmid in (a, b):
         recorded = json.loads((shots / str(vmid) / "envlock-snapshot.json").read_text())
-        assert str(recorded["generation"]).startswith(f"{final[vmid]['generation']}-")
+        assert recorded["generation"] == final[vmid]["generation"]
     cached = cli("cache", "--json", "--on", str(c), profile, "status")
     assert cached.returncode == 0, cached.stderr
     assert sorted(members(cached)) == [c] and "dirs" in members(cached)[c]["cache"]
@@ -437,7 +438,7 @@ def test_a_fleet_with_an_unreachable_node(
             "not started",
             f"--fail-fast: pve3/{UNREACHABLE[0]} failed",
         )
-    assert json.loads(fast.stdout)["schema"] == 1
+    assert json.loads(fast.stdout)["schema"] == DOCUMENTS["fleet"]
     untouched = members(cli("generations", "--json", "--on", reachable, profile))
     assert {v: m["generation"] for v, m in untouched.items()} == dict.fromkeys((a, b, c))
 
@@ -447,7 +448,7 @@ def test_a_fleet_with_an_unreachable_node(
     assert applied.returncode == 3, applied.stderr
     assert plan_lines(applied.stderr, f"pve1/{b}")[0] == "to do: 6 action(s)"  # on stderr
     answer = json.loads(applied.stdout)
-    assert (answer["schema"], answer["fleet"]["exit"]) == (1, 3)
+    assert (answer["schema"], answer["fleet"]["exit"]) == (DOCUMENTS["fleet"], 3)
     found = {m["vmid"]: m for m in answer["members"]}
     assert [found[v]["result"] for v in (a, b, c)] == ["applied"] * 3
     assert [found[v]["exit"] for v in (a, b, c)] == [0] * 3
@@ -469,7 +470,7 @@ def test_a_fleet_with_an_unreachable_node(
     found = members(rolled)
     assert sorted(found) == [a, b]
     for vmid in (a, b):
-        assert (found[vmid]["result"], found[vmid]["generation"]) == ("rolled back", 1)
+        assert (found[vmid]["result"], found[vmid]["generation_number"]) == ("rolled back", 1)
         assert (found[vmid]["lock"], found[vmid]["hold"]) == (first_lock, True)
     listed = cli("generations", profile)
     assert listed.returncode == 3, listed.stderr  # the unreachable node's members

@@ -74,7 +74,7 @@ def test_every_document_kind_has_one_number() -> None:
     """The table is the one place: the snapshot file (written by a module shipped alone,
     which cannot import the table) agrees with it."""
     assert all(isinstance(n, int) and n >= 1 for n in schema.DOCUMENTS.values())
-    assert snapshot_doc.SCHEMA == schema.DOCUMENTS["snapshot-file"]
+    assert schema.DOCUMENTS["snapshot-file"] == snapshot_doc.SCHEMA
 
 
 @pytest.fixture(scope="module")
