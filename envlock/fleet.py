@@ -16,7 +16,8 @@ local ssh clients end, their agents finish on their own.
 `--json` prints one document (kind "fleet" in envlock.schema.DOCUMENTS): {"schema",
 "members": [one object per member: member, vmid, node, name, status, exit, result, generation
 (its name), generation_number, lock, hold, drift_count, note, cause (a failure's, in a
-line: errors.cause_of), seconds, and the command's own fields], "fleet": {profile, lock, members, summary, exit, interrupted}}.
+line: errors.cause_of), seconds, and the command's own fields], "fleet": {profile, lock,
+members, summary, exit, interrupted}}.
 """
 
 from __future__ import annotations
