@@ -3,11 +3,20 @@ status envlock uses, and no other), and its speed table is what bench/results/ s
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from envlock import errors
 from envlock.runs import launch
+from tests.conftest import run_envlock
+from tests.projects import write_seed_project
+from tests.support import UV
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -30,9 +39,140 @@ def test_the_exit_code_table_matches_the_code() -> None:
 
 def test_the_speed_table_is_the_one_the_benchmark_results_give() -> None:
     """`make bench` writes bench/results/*.json; the README's table is rendered from them."""
-    import subprocess
-    import sys
-
     bench = README.parent / "bench" / "readme_table.py"
     done = subprocess.run([sys.executable, str(bench), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, "run `python bench/readme_table.py` after a benchmark run"
+
+
+# -- the README's console transcripts are what the commands print --------------------------
+# Each ```console block of the README is run (when its first command is in RUN) or named in
+# NOT_RUN with the reason: a new transcript cannot go unchecked. A block runs as one bash
+# script in a project whose paths stand for the README's; what each command prints (stdout
+# and stderr, in order) must be the lines shown under it, with lock ids, timings, file
+# counts and the project's path masked. A command shown without output is run, not compared;
+# a line `…the same report…` stands for any lines.
+SEED = "$ envlock apply -y train.toml"
+HOLD = "$ envlock rollback train.toml"
+RUN = (SEED, HOLD)
+NOT_RUN = {
+    "$ envlock add train.toml sglang --dry-run": "the PyPI mirror's add: tests/test_add.py",
+    "$ envlock add -y train.toml sglang": "a mirror without sglang 0.5.2: tests/test_add.py",
+    "$ envlock check train.toml": "GPU facts of a node with an NVIDIA driver: tests/test_gpu.py",
+    "$ envlock run train.toml -- python train.py --lr 3e-4 --ckpt runs/a": (
+        "a training script with torch: tests/test_snapshot_diff.py"
+    ),
+}
+MARK = "@@envlock-readme-transcript@@"
+NO_DRIVER = "no NVIDIA driver: skipping GPU checks"
+
+
+def console_blocks() -> list[list[str]]:
+    blocks = re.findall(r"^```console\n(.*?)^```", README.read_text(), re.M | re.S)
+    return [block.splitlines() for block in blocks]
+
+
+def bare(line: str) -> str:
+    """A command line without its trailing `# comment`."""
+    return re.sub(r"\s+# .*$", "", line)
+
+
+def commands_and_outputs(block: list[str]) -> list[tuple[str, list[str]]]:
+    steps: list[tuple[str, list[str]]] = []
+    for line in block:
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            steps[-1][1].append(line)
+    return steps
+
+
+def masked(lines: list[str], project: Path) -> list[str]:
+    """Lock ids by order of appearance (the same id stays the same), times, counts, paths."""
+    ids: dict[str, str] = {}
+
+    def lock_id(match: re.Match[str]) -> str:
+        return ids.setdefault(match.group(0), f"<lock {len(ids) + 1}>")
+
+    out = []
+    for line in lines:
+        line = line.replace(str(project), "/tmp/demo").rstrip()
+        line = re.sub(r"\b[0-9a-f]{12}\b", lock_id, line)
+        line = re.sub(r"\b\d+(\.\d+)? ?(ms|s)\b", "<time>", line)
+        out.append(re.sub(r"\b\d+ files\b", "<n> files", line))
+    return out
+
+
+def matches(expected: list[str], actual: list[str]) -> bool:
+    """`expected` with `…the same report…` lines standing for any run of lines."""
+    if "…the same report…" not in expected:
+        return expected == actual
+    cut = expected.index("…the same report…")
+    head, tail = expected[:cut], expected[cut + 1 :]
+    return actual[: len(head)] == head and (not tail or actual[-len(tail) :] == tail)
+
+
+def run_block(block: list[str], project: Path, env: dict[str, str]) -> None:
+    """The block's commands in one bash (so `echo $?` sees the command before it)."""
+    steps = commands_and_outputs(block)
+    script = ["exec 2>&1", f"cd {shlex.quote(str(project))}"]
+    for command, _ in steps:
+        command = command.replace("/opt/venv", str(project / "venv"))
+        script += [command, f"__s=$?; echo {MARK}; (exit $__s)"]
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)], capture_output=True, text=True, env=env, timeout=300
+    )
+    printed = done.stdout.split(f"{MARK}\n")
+    for (command, expected), actual in zip(steps, printed, strict=False):
+        if expected:
+            # The README's transcripts are a GPU node's: this machine's driverless note
+            # about a CUDA build is the one line they do not show.
+            lines = [line for line in actual.splitlines() if line != NO_DRIVER]
+            shown, got = masked(expected, project), masked(lines, project)
+            assert matches(shown, got), (
+                f"$ {command}\nREADME:\n" + "\n".join(shown) + "\nprinted:\n" + "\n".join(got)
+            )
+
+
+def test_every_console_transcript_is_run_or_says_why_not() -> None:
+    firsts = [bare(block[0]) for block in console_blocks()]
+    assert sorted(firsts) == sorted([*RUN, *NOT_RUN]), "add the new transcript to RUN"
+
+
+@pytest.fixture(scope="module")
+def transcript_project(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
+    """The README's train.toml: torch 2.11.0+cu128 and a pinned script, on a local root."""
+    return write_seed_project(tmp_path_factory.mktemp("readme") / "demo", wheelhouse, name="train")
+
+
+def transcript_env(wheelhouse: Path) -> dict[str, str]:
+    """envlock and uv on PATH; a bare `uv pip install` finds the test wheels, offline."""
+    path = f"{Path(sys.executable).parent}:{Path(UV).parent}:{os.environ['PATH']}"
+    return {
+        **os.environ,
+        "PATH": path,
+        "UV_FIND_LINKS": str(wheelhouse),
+        "UV_OFFLINE": "1",
+        "UV_NO_INDEX": "1",
+        "NO_COLOR": "1",
+    }
+
+
+def block_of(first: str) -> list[str]:
+    (block,) = [b for b in console_blocks() if bare(b[0]) == first]
+    return block
+
+
+def test_the_failure_it_prevents_transcript(transcript_project: Path, wheelhouse: Path) -> None:
+    project = transcript_project.parent
+    assert run_envlock("lock", transcript_project).returncode == 0
+    run_block(block_of(SEED), project, transcript_env(wheelhouse))
+
+
+def test_the_rollback_hold_transcript(transcript_project: Path, wheelhouse: Path) -> None:
+    """A second generation from another lock, then the README's rollback and check."""
+    project = transcript_project.parent
+    text = transcript_project.read_text()
+    transcript_project.write_text(text.replace("tinydep==1.0", "tinydep==0.9"))
+    for step in (("lock", transcript_project), ("apply", "-y", transcript_project)):
+        assert run_envlock(*step).returncode == 0
+    run_block(block_of(HOLD), project, transcript_env(wheelhouse))
