@@ -51,7 +51,7 @@ class EnvlockGroup(click.Group):
         # --json anywhere in the command's own arguments (not in a `run` command's, after
         # `--`): known before the command parses them, so even its usage errors are JSON.
         own = args[: args.index("--")] if "--" in args else args
-        ui.JSON.asked = "--json" in own
+        ui.JSON.asked, ui.JSON.emitted, ui.JSON.last_error = "--json" in own, False, None
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
@@ -70,7 +70,9 @@ class EnvlockGroup(click.Group):
             if not ui.JSON.asked:
                 raise
             exc.show()
-            fail(exc.format_message(), None, exc.exit_code)
+            where = getattr(exc, "ctx", None)
+            hint = f"see `{where.command_path} --help`" if where is not None else None
+            fail(exc.format_message(), hint, exc.exit_code)
         except (KeyboardInterrupt, click.Abort):
             message = f"interrupted: {ctx.meta.get(INTERRUPTED, 'nothing changed')}"
             ui.error(message)
