@@ -15,7 +15,7 @@ local ssh clients end, their agents finish on their own.
 
 `--json` prints one document (kind "fleet" in envlock.schema.DOCUMENTS): {"schema",
 "members": [one object per member: member, vmid, node, name, status, exit, result, generation
-(its name), generation_number, lock, hold, drift_count, note, cause (a failure's, in a
+(its name), generation_number, generation_lock, held, drift_count, note, cause (a failure's, in a
 line: errors.cause_of), seconds, and the command's own fields], "fleet": {profile, lock,
 members, summary, exit, interrupted}}.
 """
@@ -409,8 +409,8 @@ def member_json(m: Member, r: MemberResult) -> dict[str, Any]:
         # name ("3-<lock id>"), and "drift" the items where the command lists them
         "generation": f"{r.generation}-{r.lock}" if r.generation is not None else None,
         "generation_number": r.generation,
-        "lock": r.lock or None,
-        "hold": r.hold,
+        "generation_lock": r.lock or None,  # "lock" is the profile's, as in `check --json`
+        "held": r.hold,  # "hold" is the hold's record in `check --json`
         "drift_count": r.drift,
         "note": r.note or None,
         "cause": cause_of(r.note) if r.result == "failed" else None,

@@ -184,3 +184,31 @@ def test_a_run_refused_under_json_lists_the_drift(
     data = document(done)
     assert data["exit"] == 1 and data["error"].startswith("refusing to run")
     assert [d["kind"] for d in data["drift"]] == ["script-modified"]
+
+
+def test_a_fleet_member_says_what_the_single_target_document_says(
+    places: dict[str, str], envlock: Envlock
+) -> None:
+    """The fleet's per-member result and the single-target document: every key they share
+    has the same value (same name, same meaning), for each command run across members."""
+    from envlock.commands.check import check_member
+    from envlock.commands.generations import generations_member
+    from envlock.commands.plan import plan_member
+    from envlock.fleet import member_json
+    from envlock.proxmox.fleet import Member
+    from envlock.reconcile.context import open_context
+
+    ctx = open_context(places["P"], allow_stale=True)
+    member = Member(201, "pve1", "ct201", "running")
+    quiet = {"as_json": True}
+    works = {
+        "check": lambda: check_member(ctx, print, deep=False, strict=False, **quiet),
+        "plan": lambda: plan_member(ctx, print, **quiet),
+        "generations": lambda: generations_member(ctx, print, container=False, **quiet),
+    }
+    for name, work in works.items():
+        single = document(envlock(name, "--json", places["P"]))
+        fleet = member_json(member, work())
+        shared = (set(single) & set(fleet)) - {"schema"}
+        assert {"generation"} <= shared or name == "plan", (name, sorted(shared))
+        assert {k: fleet[k] for k in shared} == {k: single[k] for k in shared}, name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 import click
 from rich.table import Table
@@ -12,6 +13,7 @@ from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.errors import UsageError
 from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, held_context
+from envlock.reconcile.state import State
 
 
 def generations_member(
@@ -37,10 +39,7 @@ def generations_member(
         data={
             "generation": state.current,
             "current": state.current,  # the old name of "generation", kept one release
-            "generations": [
-                {"number": g.number, "name": g.name, "lock": g.lock_hash, "complete": g.complete}
-                for g in state.generations
-            ],
+            "generations": generation_rows(ctx, state),  # the single target's rows
         },
     )
 
@@ -61,22 +60,7 @@ def command(ctx: Context, container: bool, as_json: bool) -> None:
         return
     state = gather_state(ctx, verify=False)  # listing needs no file verification
     hold = state.hold if held_context(ctx, state) else None
-    rows = [
-        {
-            "number": g.number,
-            "name": g.name,
-            "lock": g.lock_hash,
-            "complete": g.complete,
-            "active": g.name == state.current,
-            "built": g.meta.get("built"),
-            "files": g.meta.get("files"),
-            "bytes": g.meta.get("bytes"),
-            "adds_bytes": g.meta.get("own_bytes"),
-            "matches_lock": g.lock_hash == ctx.lock.short_hash,
-            "held": hold is not None and g.name == hold.generation,
-        }
-        for g in state.generations
-    ]
+    rows = generation_rows(ctx, state)
     if as_json:
         ui.emit_json(
             "generations",
@@ -142,3 +126,24 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
             note,
         )
     ui.out.print(table)
+
+
+def generation_rows(ctx: Context, state: State) -> list[dict[str, Any]]:
+    """One row per generation: the single target's table and --json, and a fleet member's."""
+    hold = state.hold if held_context(ctx, state) else None
+    return [
+        {
+            "number": g.number,
+            "name": g.name,
+            "lock": g.lock_hash,
+            "complete": g.complete,
+            "active": g.name == state.current,
+            "built": g.meta.get("built"),
+            "files": g.meta.get("files"),
+            "bytes": g.meta.get("bytes"),
+            "adds_bytes": g.meta.get("own_bytes"),
+            "matches_lock": g.lock_hash == ctx.lock.short_hash,
+            "held": hold is not None and g.name == hold.generation,
+        }
+        for g in state.generations
+    ]
