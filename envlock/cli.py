@@ -34,7 +34,8 @@ COMMANDS = {
 
 
 class EnvlockGroup(click.Group):
-    """Loads commands lazily (fast start-up) and turns EnvlockError into exit codes."""
+    """Loads commands lazily (fast start-up) and turns EnvlockError into exit codes (and,
+    under --json, into the error document)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
