@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from importlib import import_module
+from typing import NoReturn
 
 import click
 
@@ -33,7 +34,8 @@ COMMANDS = {
 
 
 class EnvlockGroup(click.Group):
-    """Loads commands lazily (fast start-up) and turns EnvlockError into exit codes."""
+    """Loads commands lazily (fast start-up) and turns EnvlockError into exit codes (and,
+    under --json, into the error document)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -46,7 +48,16 @@ class EnvlockGroup(click.Group):
         command = getattr(module, "command", None) or getattr(module, f"{module_name}_cmd")
         return command
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # --json anywhere in the command's own arguments (not in a `run` command's, after
+        # `--`): known before the command parses them, so even its usage errors are JSON.
+        own = args[: args.index("--")] if "--" in args else args
+        ui.JSON.asked, ui.JSON.emitted, ui.JSON.last_error = "--json" in own, False, None
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> object:
+        """Every error ends here, once: the message on stderr (always, for the person
+        watching) and, under --json, one document on stdout with the same exit code."""
         try:
             return super().invoke(ctx)
         except EnvlockError as exc:
@@ -55,10 +66,32 @@ class EnvlockGroup(click.Group):
 
                 traceback.print_exc()  # -v shows where; the exit code stays the contract's
             ui.error(str(exc))
-            sys.exit(exc.exit_code)
+            fail(exc.message, exc.hint, exc.exit_code, **exc.details)
+        except click.ClickException as exc:  # a usage error: click's words, envlock's form
+            if not ui.JSON.asked:
+                raise
+            exc.show()
+            where = getattr(exc, "ctx", None)
+            hint = f"see `{where.command_path} --help`" if where is not None else None
+            fail(exc.format_message(), hint, exc.exit_code)
         except (KeyboardInterrupt, click.Abort):
-            ui.error(f"interrupted: {ctx.meta.get(INTERRUPTED, 'nothing changed')}")
-            sys.exit(EXIT_INTERRUPTED)
+            message = f"interrupted: {ctx.meta.get(INTERRUPTED, 'nothing changed')}"
+            ui.error(message)
+            fail(message, None, EXIT_INTERRUPTED)
+        except SystemExit as exc:
+            # A command that said its error (ui.error) and exited: the same document.
+            # Any other exit is a result (drift, a `run` command's own status): re-raised.
+            if not exc.code or ui.JSON.last_error is None or not isinstance(exc.code, int):
+                raise
+            fail(ui.JSON.last_error, None, exc.code)
+
+
+def fail(message: str, hint: str | None, code: int, **details: object) -> NoReturn:
+    """Exit with `code`; under --json, first the error document (unless the command's own
+    document is already out: stdout holds one document)."""
+    if ui.JSON.asked and not ui.JSON.emitted:
+        ui.emit_error(message, hint, code, **details)
+    sys.exit(code)
 
 
 @click.group(cls=EnvlockGroup, context_settings={"help_option_names": ["-h", "--help"]})

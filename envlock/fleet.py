@@ -13,10 +13,11 @@ Their ssh clients run in sessions of their own, so the Ctrl-C a terminal sends t
 foreground process group does not cut them. A second Ctrl-C stops waiting for them: their
 local ssh clients end, their agents finish on their own.
 
-`--json` prints one document (schema FLEET_SCHEMA): {"schema", "members": [one object per
-member: member, vmid, node, name, status, exit, result, generation, lock, hold, drift, note,
-seconds, and the command's own fields], "fleet": {profile, lock, members, summary, exit,
-interrupted}}.
+`--json` prints one document (kind "fleet" in envlock.schema.DOCUMENTS): {"schema",
+"members": [one object per member: member, vmid, node, name, status, exit, result, generation
+(its name), generation_number, generation_lock, held, drift_count, note, cause (a failure's, in a
+line: errors.cause_of), seconds, and the command's own fields], "fleet": {profile, lock,
+members, summary, exit, interrupted}}.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from envlock import ui
-from envlock.errors import EXIT_FAILED, EXIT_INTERRUPTED, EnvlockError, UsageError
+from envlock.errors import EXIT_FAILED, EXIT_INTERRUPTED, EnvlockError, UsageError, cause_of
 from envlock.proxmox.fleet import Member, list_members, restrict
 from envlock.reconcile.context import Context
 from envlock.targets.pct import ContainerNotRunning, PctTransport
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 Progress = Callable[[str], None]
-FLEET_SCHEMA = 1  # the --json document's; raised when a field changes meaning
 # The exit codes from best to worst: a fleet exits with its worst member's.
 SEVERITY = (0, 1, 2, 3)
 
@@ -300,8 +300,8 @@ def run_fleet(
     headline = fleet_headline(ctx, ordered)
     if as_json:
         ui.emit_json(
+            "fleet",
             {
-                "schema": FLEET_SCHEMA,
                 "members": [member_json(m, r) for m, r in ordered],
                 "fleet": {
                     "profile": ctx.profile.name,
@@ -311,7 +311,7 @@ def run_fleet(
                     "exit": EXIT_INTERRUPTED if interrupted else code,
                     "interrupted": interrupted,
                 },
-            }
+            },
         )
     else:
         ui.out.print(ui.escape(headline))
@@ -382,7 +382,7 @@ def summary_table(ordered: list[tuple[Member, MemberResult]]) -> Table:
     for column in ("member", "node", "generation", "lock", "hold", "drift", "result", "time"):
         table.add_column(column)
     for m, r in ordered:
-        result = r.result + (f": {r.note.splitlines()[0]}" if r.note else "")
+        result = r.result + (f": {cause_of(r.note)}" if r.note else "")  # the cause, short
         table.add_row(
             str(m.vmid),
             ui.escape(m.node),
@@ -405,11 +405,15 @@ def member_json(m: Member, r: MemberResult) -> dict[str, Any]:
         "status": m.status,
         "exit": r.code,
         "result": r.result,
-        "generation": r.generation,
-        "lock": r.lock or None,
-        "hold": r.hold,
-        "drift": r.drift,
+        # one name per concept, as in every single-target document: the generation's
+        # name ("3-<lock id>"), and "drift" the items where the command lists them
+        "generation": f"{r.generation}-{r.lock}" if r.generation is not None else None,
+        "generation_number": r.generation,
+        "generation_lock": r.lock or None,  # "lock" is the profile's, as in `check --json`
+        "held": r.hold,  # "hold" is the hold's record in `check --json`
+        "drift_count": r.drift,
         "note": r.note or None,
+        "cause": cause_of(r.note) if r.result == "failed" else None,
         "seconds": round(r.seconds, 3),
         **r.data,
     }

@@ -154,3 +154,43 @@ def relative_path(value: Any, where: str) -> None:
     parts = value.split("/")
     if value.startswith("/") or "\0" in value or "\\" in value or "" in parts or ".." in parts:
         raise Invalid(where, "a relative path inside the scripts directory", value)
+
+
+# -- the documents envlock prints for scripts ---------------------------------------------------
+# Every `--json` document carries "schema": its kind's number here, raised when a field of
+# that kind changes meaning (a field added is no change). The one table: a script checks one
+# number per kind, and tests/test_json_contract.py walks every command against it.
+DOCUMENTS: dict[str, int] = {
+    "error": 1,  # any command's failure under --json: {schema, error, hint, exit}
+    "init": 1,
+    "init-from": 1,
+    "lock": 1,
+    "lock-check": 1,
+    "plan": 1,
+    "apply": 1,
+    "check": 1,
+    "rollback": 1,
+    "rollback-container": 1,
+    "generations": 1,
+    "generations-container": 1,
+    "gc": 1,
+    "snapshot": 1,
+    "diff": 1,
+    "inspect": 1,
+    "data": 1,
+    "cache-status": 1,
+    "cache-save": 1,
+    "cache-restore": 1,
+    "add": 1,
+    "remove": 1,
+    # 2: a member's "generation" is the generation's name ("3-<lock id>"), as in every
+    # single-target document, no longer its number.
+    "fleet": 2,
+    # the snapshot file written into a checkpoint directory (envlock-snapshot.json)
+    "snapshot-file": 1,
+}
+
+
+def document(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as a document of `kind`: "schema" first, the kind's number from the table."""
+    return {"schema": DOCUMENTS[kind], **{k: v for k, v in body.items() if k != "schema"}}

@@ -47,12 +47,35 @@ def prepare() -> None:
     from rich.markup import escape  # noqa: F401
 
 
-def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+class _Json:
+    """This process's --json state: asked for (the CLI sets it once it has read the
+    arguments), a document already printed, and the last error said (for the error
+    document of a command that exits without raising)."""
+
+    asked = False
+    emitted = False
+    last_error: str | None = None
+
+
+JSON = _Json()
+
+
+def emit_json(kind: str, data: dict[str, Any]) -> None:
+    """Print one --json document of `kind` (its "schema" from envlock.schema.DOCUMENTS)."""
+    from envlock.schema import document
+
+    sys.stdout.write(json.dumps(document(kind, data), indent=2, sort_keys=False) + "\n")
     sys.stdout.flush()
+    JSON.emitted = True
+
+
+def emit_error(message: str, hint: str | None, exit_code: int, **details: Any) -> None:
+    """A failure under --json: one document on stdout, whatever the command had begun."""
+    emit_json("error", {"error": message, "hint": hint, "exit": exit_code, **details})
 
 
 def error(message: str) -> None:
+    JSON.last_error = message
     _console(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
 
 

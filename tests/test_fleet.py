@@ -27,6 +27,7 @@ import pytest
 from envlock.fleet import MemberResult, fleet_headline
 from envlock.proxmox.fleet import Member, parse_resources, restrict, select_members
 from envlock.proxmox.settings import FleetSelect
+from envlock.schema import DOCUMENTS
 from envlock.targets.ssh import SshTransport
 from tests.projects import toml_list
 from tests.remote.fixtures import Node
@@ -207,9 +208,9 @@ def test_a_fleet_across_two_nodes(
         log.unlink()
     result = members(again)
     assert {v: result[v]["result"] for v in (a, b, c)} == dict.fromkeys((a, b, c), "applied")
-    assert {result[v]["generation"] for v in (a, b, c)} == {2}
+    assert {result[v]["generation_number"] for v in (a, b, c)} == {2}
     assert json.loads(again.stdout)["fleet"]["exit"] == 3
-    new_lock = result[a]["lock"]
+    new_lock = result[a]["generation_lock"]
 
     # One member rolled back: the fleet-wide check finds it; one ssh master per node.
     rolled = cli("rollback", "--on", str(c), profile)
@@ -220,7 +221,7 @@ def test_a_fleet_across_two_nodes(
         "check", "--on", "pve1", "--on", str(c), profile, env={"XDG_RUNTIME_DIR": str(runtime)}
     )
     assert checked.returncode == 0, checked.stderr
-    old_lock = members(cli("check", "--json", "--on", str(c), profile))[c]["lock"]
+    old_lock = members(cli("check", "--json", "--on", str(c), profile))[c]["generation_lock"]
     assert checked.stdout.splitlines()[0] == (
         f"3 containers: 2 on lock {new_lock} (generation 2), "
         f"1 on lock {old_lock} (pve2/{c}, rolled back)"
@@ -246,7 +247,7 @@ def test_a_fleet_across_two_nodes(
     assert mixed.returncode == 3
     exits = {v: m["exit"] for v, m in members(mixed).items()}
     assert exits == {a: 1, b: 0, c: 0, STOPPED: 3}
-    assert members(mixed)[c]["hold"] is True
+    assert members(mixed)[c]["held"] is True
     drift_only = cli("check", "--on", "pve1", profile)
     assert drift_only.returncode == 1
     assert drift_only.stdout.splitlines()[2].split()[:2] == [str(a), "pve1"]
@@ -270,7 +271,7 @@ def test_a_fleet_across_two_nodes(
     assert " applied: " in rows[str(a)] and " stopped: " in rows[str(STOPPED)]
     assert all(" not started: " in rows[str(v)] for v in (b, c))
     after = members(cli("generations", "--json", profile))
-    assert after[a]["lock"] != after[b]["lock"]
+    assert after[a]["generation_lock"] != after[b]["generation_lock"]
     assert cli("apply", "-y", profile).returncode == 3  # the rest converge; 150 is stopped
     final = members(cli("check", "--json", profile))
     assert {final[v]["exit"] for v in (a, b, c)} == {0}
@@ -286,7 +287,7 @@ def test_a_fleet_across_two_nodes(
     assert shot.returncode == 0, shot.stderr
     for vmid in (a, b):
         recorded = json.loads((shots / str(vmid) / "envlock-snapshot.json").read_text())
-        assert str(recorded["generation"]).startswith(f"{final[vmid]['generation']}-")
+        assert recorded["generation"] == final[vmid]["generation"]
     cached = cli("cache", "--json", "--on", str(c), profile, "status")
     assert cached.returncode == 0, cached.stderr
     assert sorted(members(cached)) == [c] and "dirs" in members(cached)[c]["cache"]
@@ -437,7 +438,7 @@ def test_a_fleet_with_an_unreachable_node(
             "not started",
             f"--fail-fast: pve3/{UNREACHABLE[0]} failed",
         )
-    assert json.loads(fast.stdout)["schema"] == 1
+    assert json.loads(fast.stdout)["schema"] == DOCUMENTS["fleet"]
     untouched = members(cli("generations", "--json", "--on", reachable, profile))
     assert {v: m["generation"] for v, m in untouched.items()} == dict.fromkeys((a, b, c))
 
@@ -447,14 +448,14 @@ def test_a_fleet_with_an_unreachable_node(
     assert applied.returncode == 3, applied.stderr
     assert plan_lines(applied.stderr, f"pve1/{b}")[0] == "to do: 6 action(s)"  # on stderr
     answer = json.loads(applied.stdout)
-    assert (answer["schema"], answer["fleet"]["exit"]) == (1, 3)
+    assert (answer["schema"], answer["fleet"]["exit"]) == (DOCUMENTS["fleet"], 3)
     found = {m["vmid"]: m for m in answer["members"]}
     assert [found[v]["result"] for v in (a, b, c)] == ["applied"] * 3
     assert [found[v]["exit"] for v in (a, b, c)] == [0] * 3
     for vmid in UNREACHABLE:
         assert (found[vmid]["result"], found[vmid]["exit"]) == ("failed", 3)
         assert found[vmid]["note"].startswith(refused_on)
-    first_lock = found[a]["lock"]
+    first_lock = found[a]["generation_lock"]
     # Nothing left to do on the reachable members: no question asked.
     again = answered(profile, "n", "--on", reachable)
     assert again.returncode == 0, again.stderr
@@ -469,11 +470,11 @@ def test_a_fleet_with_an_unreachable_node(
     found = members(rolled)
     assert sorted(found) == [a, b]
     for vmid in (a, b):
-        assert (found[vmid]["result"], found[vmid]["generation"]) == ("rolled back", 1)
-        assert (found[vmid]["lock"], found[vmid]["hold"]) == (first_lock, True)
+        assert (found[vmid]["result"], found[vmid]["generation_number"]) == ("rolled back", 1)
+        assert (found[vmid]["generation_lock"], found[vmid]["held"]) == (first_lock, True)
     listed = cli("generations", profile)
     assert listed.returncode == 3, listed.stderr  # the unreachable node's members
-    new_lock = members(cli("generations", "--json", "--on", str(c), profile))[c]["lock"]
+    new_lock = members(cli("generations", "--json", "--on", str(c), profile))[c]["generation_lock"]
     assert listed.stdout.splitlines()[0] == (
         f"5 containers: 1 on lock {new_lock} (generation 2), "
         f"2 failed (pve3/{UNREACHABLE[0]}; pve3/{UNREACHABLE[1]}), "
@@ -487,8 +488,8 @@ def test_a_fleet_with_an_unreachable_node(
     found = members(back)
     assert [found[v]["result"] for v in (a, b, c)] == ["rolled back", "rolled back", "in sync"]
     assert found[c]["note"] == "generation 2 is already active"
-    assert {found[v]["lock"] for v in (a, b, c)} == {new_lock}
-    assert not any(found[v]["hold"] for v in (a, b, c))
+    assert {found[v]["generation_lock"] for v in (a, b, c)} == {new_lock}
+    assert not any(found[v]["held"] for v in (a, b, c))
     assert {found[v]["result"] for v in UNREACHABLE} == {"failed"}
 
     # Ctrl-C twice: the first stops the scheduling, the second stops waiting for the member

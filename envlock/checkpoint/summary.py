@@ -28,8 +28,9 @@ from envlock.checkpoint.tree import (
 )
 from envlock.checkpoint.unpickler import suspicious
 from envlock.runs.secrets import redact_config, redact_value
+from envlock.schema import DOCUMENTS
 
-SCHEMA = 1
+SCHEMA = DOCUMENTS["inspect"]
 _CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters|hyperparams)$")
 _PROGRESS = ("step", "epoch", "global_step")
 _MAX_PLAIN = 100_000  # objects of a config rendered as JSON ...

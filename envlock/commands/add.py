@@ -21,6 +21,7 @@ def command(
     dry_run: bool,
     yes: bool,
     allow_torch_change: bool,
+    as_json: bool,
 ) -> None:
     """Add REQ… to [dependencies] packages, resolve, show the change, then lock and apply."""
     added = list(requirements)
@@ -31,4 +32,5 @@ def command(
         dry_run=dry_run,
         yes=yes,
         allow_torch_change=allow_torch_change,
+        as_json=as_json,
     )

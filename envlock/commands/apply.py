@@ -171,7 +171,15 @@ def render(
     plan, report = done.plan, list(done.report)
     if not done.applied:
         if as_json:
-            ui.emit_json({**plan_json(plan), "applied": done.snapshotted, "container": report})
+            ui.emit_json(
+                "apply",
+                {
+                    **plan_json(plan),
+                    "applied": done.snapshotted,
+                    "generation": done.current,
+                    "container": report,
+                },
+            )
         else:
             for line in report:
                 ui.out.print(f"  container: {ui.escape(line)}")
@@ -180,13 +188,15 @@ def render(
     elapsed = time.perf_counter() - started
     if as_json:
         ui.emit_json(
+            "apply",
             {
                 **plan_json(plan),
                 "applied": True,
-                "current": done.current,
+                "generation": done.current,
+                "current": done.current,  # the old name of "generation", kept one release
                 "container": report,
                 "seconds": round(elapsed, 3),
-            }
+            },
         )
         return
     for line in report:

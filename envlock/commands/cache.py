@@ -43,7 +43,7 @@ def command(ctx: Context, action: str, file: Path | None, force: bool, as_json: 
     if action == "status":
         status = cache_status(ctx)
         if as_json:
-            ui.emit_json(status)
+            ui.emit_json("cache-status", status)
         else:
             print_status(status)
         return
@@ -57,7 +57,7 @@ def command(ctx: Context, action: str, file: Path | None, force: bool, as_json: 
         with ui.status("archiving the compile cache", quiet=as_json):
             size = save_cache(ctx, file)
         if as_json:
-            ui.emit_json({"file": str(file), "bytes": size})
+            ui.emit_json("cache-save", {"file": str(file), "bytes": size})
         else:
             ui.out.print(
                 f"[green]✓[/] saved the active build's compile cache to {file} ({ui.size(size)})"
@@ -66,7 +66,7 @@ def command(ctx: Context, action: str, file: Path | None, force: bool, as_json: 
     with ui.status("restoring the compile cache", quiet=as_json):
         answer = restore_cache(ctx, file, force=force)
     if as_json:
-        ui.emit_json(answer)
+        ui.emit_json("cache-restore", answer)
     else:
         ui.out.print(f"[green]✓[/] restored {answer['restored']} files into {answer['dir']}")
 

@@ -26,8 +26,6 @@ from envlock.reconcile.context import (
 from envlock.reconcile.gpu import gpu_note
 from envlock.runs.cache import cache_warnings
 
-CHECK_SCHEMA = 1
-
 
 def check_member(
     ctx: Context, progress: Progress, *, deep: bool, strict: bool, as_json: bool
@@ -48,7 +46,7 @@ def check_member(
         lock=gen.lock_hash if gen else "",
         hold=held is not None,
         drift=len(drifts),
-        data={"drifts": [d.to_json() for d in drifts]},
+        data={"drift": [d.to_json() for d in drifts]},
     )
 
 
@@ -80,8 +78,8 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
     gpu_skip = gpu_note(state.gpu, state.torch, expect.devices, expect.gpu_count) if state else None
     if as_json:
         ui.emit_json(
+            "check",
             {
-                "schema": CHECK_SCHEMA,
                 "profile": ctx.profile.name,
                 "lock": ctx.lock.short_hash,
                 "hold": {
@@ -97,7 +95,7 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
                 "drift": [d.to_json() for d in drifts],
                 "warnings": warnings,
                 "gpu": {**state.hardware, "note": gpu_skip} if state else None,
-            }
+            },
         )
     else:
         gen = state.current_generation if state else None

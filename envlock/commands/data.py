@@ -35,7 +35,7 @@ def command(profile: str, deep: bool, as_json: bool) -> None:
         )
     datasets: dict[str, Any] = answer["datasets"]
     if as_json:
-        ui.emit_json({"schema": 1, "deep": deep, "datasets": datasets})
+        ui.emit_json("data", {"deep": deep, "datasets": datasets})
     else:
         for name, fp in datasets.items():
             ui.out.print(describe(name, fp))

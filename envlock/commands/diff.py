@@ -38,12 +38,13 @@ def command(a: str, b: str, as_json: bool, follow_links: bool) -> None:
     differ = any(g.counted for g in groups)  # run paths alone are no difference
     if as_json:
         ui.emit_json(
+            "diff",
             {
                 "a": side_a.label,
                 "b": side_b.label,
                 "identical": not differ,
                 "groups": [g.to_json() for g in groups],
-            }
+            },
         )
     else:
         if not differ:

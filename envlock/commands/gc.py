@@ -27,7 +27,7 @@ def command(ctx: Context, keep: int, as_json: bool) -> None:
     answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
     freed = int(answer.get("freed", 0))
     if as_json:
-        ui.emit_json({**plan_json(plan), "freed_bytes": freed})
+        ui.emit_json("gc", {**plan_json(plan), "freed_bytes": freed})
     elif plan.empty:
         print_plan(plan)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 import click
 from rich.table import Table
@@ -12,6 +13,7 @@ from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.errors import UsageError
 from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, held_context
+from envlock.reconcile.state import State
 
 
 def generations_member(
@@ -35,11 +37,9 @@ def generations_member(
         lock=gen.lock_hash if gen else "",
         hold=held,
         data={
-            "current": state.current,
-            "generations": [
-                {"number": g.number, "name": g.name, "lock": g.lock_hash, "complete": g.complete}
-                for g in state.generations
-            ],
+            "generation": state.current,
+            "current": state.current,  # the old name of "generation", kept one release
+            "generations": generation_rows(ctx, state),  # the single target's rows
         },
     )
 
@@ -60,31 +60,17 @@ def command(ctx: Context, container: bool, as_json: bool) -> None:
         return
     state = gather_state(ctx, verify=False)  # listing needs no file verification
     hold = state.hold if held_context(ctx, state) else None
-    rows = [
-        {
-            "number": g.number,
-            "name": g.name,
-            "lock": g.lock_hash,
-            "complete": g.complete,
-            "active": g.name == state.current,
-            "built": g.meta.get("built"),
-            "files": g.meta.get("files"),
-            "bytes": g.meta.get("bytes"),
-            "adds_bytes": g.meta.get("own_bytes"),
-            "matches_lock": g.lock_hash == ctx.lock.short_hash,
-            "held": hold is not None and g.name == hold.generation,
-            "adopted_from": g.adopted_from,  # `apply --adopt`: no lock built it
-        }
-        for g in state.generations
-    ]
+    rows = generation_rows(ctx, state)
     if as_json:
         ui.emit_json(
+            "generations",
             {
-                "current": state.current,
+                "generation": state.current,
+                "current": state.current,  # the old name of "generation", kept one release
                 "hold": hold.to_json() if hold else None,
                 "generations": rows,
                 "history": [s.to_json() for s in state.history],
-            }
+            },
         )
         return
     if not rows:
@@ -121,7 +107,10 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
         raise UsageError("--container needs a proxmox-lxc target with a [container] table")
     snaps = provisioner.snapshots()
     if as_json:
-        ui.emit_json({"container": provisioner.describe(), "snapshots": [asdict(s) for s in snaps]})
+        ui.emit_json(
+            "generations-container",
+            {"container": provisioner.describe(), "snapshots": [asdict(s) for s in snaps]},
+        )
         return
     if not snaps:
         ui.out.print(f"{provisioner.describe()} has no snapshots")
@@ -139,3 +128,25 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
             note,
         )
     ui.out.print(table)
+
+
+def generation_rows(ctx: Context, state: State) -> list[dict[str, Any]]:
+    """One row per generation: the single target's table and --json, and a fleet member's."""
+    hold = state.hold if held_context(ctx, state) else None
+    return [
+        {
+            "number": g.number,
+            "name": g.name,
+            "lock": g.lock_hash,
+            "complete": g.complete,
+            "active": g.name == state.current,
+            "built": g.meta.get("built"),
+            "files": g.meta.get("files"),
+            "bytes": g.meta.get("bytes"),
+            "adds_bytes": g.meta.get("own_bytes"),
+            "matches_lock": g.lock_hash == ctx.lock.short_hash,
+            "held": hold is not None and g.name == hold.generation,
+            "adopted_from": g.adopted_from,  # `apply --adopt`: no lock built it
+        }
+        for g in state.generations
+    ]

@@ -13,6 +13,7 @@ import click
 
 from envlock import ui
 from envlock.atomic import write_atomic
+from envlock.commands.common import json_option
 from envlock.commands.undo import Written, undone_on_failure
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE
 from envlock.guard import Proposal, Refused, propose
@@ -33,6 +34,7 @@ def guarded_options(func: Callable[..., None]) -> Callable[..., None]:
     func = click.option(
         "-y", "--yes", is_flag=True, help="Do not ask before writing and applying."
     )(func)
+    func = json_option(func)
     return click.option(
         "--dry-run", is_flag=True, help="Show what would change; exit 1 if anything would."
     )(func)
@@ -46,6 +48,7 @@ def guarded_change(
     dry_run: bool,
     yes: bool,
     allow_torch_change: bool,
+    as_json: bool = False,
 ) -> None:
     """Propose the edit, show it, and carry it out only when allowed and confirmed."""
     profile = load_profile(profile_path)
@@ -53,22 +56,30 @@ def guarded_change(
     original = profile.path.read_text()
     edit = make_edit(original)
     if edit.text == original:
+        if as_json:
+            emit(edit, {"profile": str(profile.path), "changed": False, "lock_id": lock.short_hash})
+            return
         listed = ui.escape(", ".join(added))
         ui.out.print(f"[green]✓[/] nothing to change: {profile.path.name} lists {listed}")
         return
     with ui.status(f"resolving {profile.path.name} with the change"):
         proposal = propose(profile, lock, edit, added)
-    show(proposal)
+    if not as_json:
+        show(proposal)
     if proposal.torch_moves and not allow_torch_change:
         raise Refused(
             "refusing to move torch's own packages: " + "; ".join(proposal.torch_moves),
             hint="pass --allow-torch-change to accept this; nothing was written",
         )
     if dry_run:
+        if as_json:
+            emit(edit, {**proposal_json(proposal), "dry_run": True, "generation": None})
         ui.info("dry run: nothing written")
         sys.exit(EXIT_DRIFT)
     confirm(yes, proposal)
-    commit(proposal, original)
+    generation = commit(proposal, original, as_json)
+    if as_json:
+        emit(edit, {**proposal_json(proposal), "dry_run": False, "generation": generation})
 
 
 def confirm(yes: bool, proposal: Proposal) -> None:
@@ -83,7 +94,7 @@ def confirm(yes: bool, proposal: Proposal) -> None:
         sys.exit(EXIT_DRIFT)
 
 
-def commit(proposal: Proposal, original: str) -> None:
+def commit(proposal: Proposal, original: str, as_json: bool = False) -> str | None:
     """Profile, then lock (each atomically), then the same apply as `envlock apply -y`:
     a new generation, the one active now kept for `envlock rollback`."""
     path = proposal.profile.path
@@ -94,7 +105,8 @@ def commit(proposal: Proposal, original: str) -> None:
         )
     redo = shlex.join(["envlock", *sys.argv[1:]])
     written = write_both(proposal, redo)
-    ui.out.print(f"[green]✓[/] wrote {ui.escape(path.name)} and {proposal.candidate.path.name}")
+    if not as_json:
+        ui.out.print(f"[green]✓[/] wrote {ui.escape(path.name)} and {proposal.candidate.path.name}")
     if not proposal.installs_differently:
         ui.info("the lock installs the same packages: no new generation is needed")
 
@@ -105,7 +117,7 @@ def commit(proposal: Proposal, original: str) -> None:
         f"once the cause is fixed, run `{redo}` again"
     )
     with undone_on_failure(written, "the apply", then):
-        converge_now(path)
+        return converge_now(path, as_json)
 
 
 def write_both(proposal: Proposal, redo: str) -> list[Written]:
@@ -126,9 +138,9 @@ def write_both(proposal: Proposal, redo: str) -> list[Written]:
     return written
 
 
-def converge_now(path: Path) -> None:
+def converge_now(path: Path, as_json: bool = False) -> str | None:
     """The converge `envlock apply -y` runs, on the profile just written, rendered as apply
-    renders it."""
+    renders it (under --json: the generation active after it, for the command's document)."""
     # Here: dry runs never pay for these imports.
     from envlock.commands.apply import make_gate, render
     from envlock.commands.common import progress_printer
@@ -138,12 +150,35 @@ def converge_now(path: Path) -> None:
     started = time.perf_counter()
     ctx = open_context(path)
     done = converge(
-        ctx, progress=progress_printer(False), gate=make_gate(ctx, yes=True, as_json=False)
+        ctx, progress=progress_printer(as_json), gate=make_gate(ctx, yes=True, as_json=as_json)
     )
-    render(done, started=started, as_json=False)
+    if not as_json:
+        render(done, started=started, as_json=False)
+    return done.current
 
 
 # -- showing ------------------------------------------------------------------------------
+def emit(edit: Edit, body: dict[str, object]) -> None:
+    """add's or remove's --json document."""
+    ui.emit_json("remove" if edit.removing else "add", body)
+
+
+def proposal_json(proposal: Proposal) -> dict[str, object]:
+    """What the change does, for scripts: the profile's lines, the lock's ids and packages."""
+    changes = proposal.changes
+    moved = (*changes.torch, *changes.cuda, *changes.packages)
+    return {
+        "profile": str(proposal.profile.path),
+        "changed": True,
+        "profile_changes": profile_lines(proposal.edit),
+        "lock_id_before": proposal.lock.short_hash,
+        "lock_id": proposal.candidate.short_hash,
+        "packages": [{"name": c.key, "kind": c.kind, "before": c.a, "after": c.b} for c in moved],
+        "torch_moves": list(proposal.torch_moves),
+        "notes": list(proposal.notes),
+    }
+
+
 def show(proposal: Proposal) -> None:
     changes = proposal.changes
     before, after = proposal.lock.short_hash, proposal.candidate.short_hash

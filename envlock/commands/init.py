@@ -141,13 +141,13 @@ def report(profile: Path, starter: Starter, as_json: bool) -> None:
     steps = [f"envlock lock {shown}", f"envlock apply {shown}"]
     if as_json:
         ui.emit_json(
+            "init",
             {
-                "schema": 1,
                 "profile": str(profile),
                 "name": starter.name,
                 "target": starter.target.type,
                 "next": steps,
-            }
+            },
         )
         return
     ui.out.print(f"[green]✓[/] wrote {ui.escape(shown)}: profile {ui.escape(starter.name)}")

@@ -143,8 +143,8 @@ def render(
     steps = [apply, f"envlock run {shown} -- python …"]
     if as_json:
         ui.emit_json(
+            "init-from",
             {
-                "schema": 1,
                 "profile": str(profile),
                 "from": venv,
                 "installed": len(survey.installed),
@@ -154,7 +154,7 @@ def render(
                 "left_out": found.left_out,
                 "seeded": list(found.seeded),
                 "next": steps,
-            }
+            },
         )
         return
     esc = ui.escape

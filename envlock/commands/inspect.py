@@ -46,7 +46,7 @@ def inspect_cmd(path: Path, as_json: bool, pattern: str | None, follow_links: bo
     with command_budget("inspect"):  # every file read shares it (limits.py's BUDGET)
         data = bounded_lists(summary(inspect_checkpoint(path, follow_links=follow_links), pattern))
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        ui.emit_json("inspect", data)
     else:
         render(data)
 

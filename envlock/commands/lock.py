@@ -33,12 +33,22 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
     """Write or refresh pylock.<name>.toml beside PROFILE."""
     prof = load_profile(profile)
     if check_only:
+        found = None
         if not prof.lock_path.exists():
             reasons = ["no lock"]
         else:  # a lock that does not validate is refused (exit 2, naming the field): not stale
-            reasons = stale_reasons(prof, read_lock(prof.lock_path, lock_policy(prof)))
+            found = read_lock(prof.lock_path, lock_policy(prof))
+            reasons = stale_reasons(prof, found)
         if as_json:
-            ui.emit_json({"lock": str(prof.lock_path), "fresh": not reasons, "reasons": reasons})
+            ui.emit_json(
+                "lock-check",
+                {
+                    "lock": str(prof.lock_path),
+                    "lock_id": found.short_hash if found else None,
+                    "fresh": not reasons,
+                    "reasons": reasons,
+                },
+            )
         elif reasons:
             ui.out.print(f"[red]✗[/] {prof.lock_path.name} is stale: {'; '.join(reasons)}")
         else:
@@ -53,15 +63,17 @@ def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> No
     needed = target_paths(prof, lock.text, lock.path.parent)
     if as_json:
         ui.emit_json(
+            "lock",
             {
                 "lock": str(lock.path),
                 "changed": changed,
+                "lock_id": lock.short_hash,  # the 12 hex digits every message names
                 "sha256": lock.sha256,
                 "packages": lock.versions(),
                 "torch": torch.version if torch else None,
                 "machine_paths": tied,
                 "target_paths": needed,
-            }
+            },
         )
         return
     verb = "wrote" if changed else "unchanged:"

@@ -45,7 +45,7 @@ def plan_member(ctx: Context, progress: Progress, *, as_json: bool) -> MemberRes
         lock=gen.lock_hash if gen else "",
         hold=state.hold is not None,
         drift=len(drifts) + len(steps),
-        data={**data, **plan_json(plan), "drifts": [d.to_json() for d in drifts]},
+        data={**data, **plan_json(plan), "drift": [d.to_json() for d in drifts]},
     )
 
 
@@ -60,7 +60,9 @@ def command(ctx: Context, as_json: bool) -> None:
     if container is not None and not container.running:
         # The environment inside is planned once the container runs.
         if as_json:
-            ui.emit_json({"container": steps, "actions": [], "reason": "container not running"})
+            ui.emit_json(
+                "plan", {"container": steps, "actions": [], "reason": "container not running"}
+            )
         else:
             ui.out.print(f"[bold]container: {len(steps)} change(s)[/]")
             ui.out.print(drift_table(list(container.drifts)))
@@ -70,7 +72,7 @@ def command(ctx: Context, as_json: bool) -> None:
     plan = make_plan(ctx.expectation(), state, drifts)
     if as_json:
         ui.emit_json(
-            {"container": steps, **plan_json(plan), "drift": [d.to_json() for d in drifts]}
+            "plan", {"container": steps, **plan_json(plan), "drift": [d.to_json() for d in drifts]}
         )
     else:
         if container is not None and container.drifts:

@@ -19,6 +19,7 @@ def command(
     dry_run: bool,
     yes: bool,
     allow_torch_change: bool,
+    as_json: bool,
 ) -> None:
     """Remove NAME… from the profile's package lists, resolve, show, then lock and apply."""
     guarded_change(
@@ -28,4 +29,5 @@ def command(
         dry_run=dry_run,
         yes=yes,
         allow_torch_change=allow_torch_change,
+        as_json=as_json,
     )

@@ -139,7 +139,7 @@ def command(
             raise UsageError("--container needs a proxmox-lxc target with a [container] table")
         name = provisioner.rollback(snapshot_name, None if as_json else ui.info)
         if as_json:
-            ui.emit_json({"container_snapshot": name})
+            ui.emit_json("rollback-container", {"container_snapshot": name})
         else:
             ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
         return
@@ -150,12 +150,14 @@ def command(
     elapsed_ms = (time.perf_counter() - started) * 1000
     if as_json:
         ui.emit_json(
+            "rollback",
             {
                 **plan_json(plan),
-                "current": answer.get("current", state.current),
+                "generation": answer.get("current", state.current),
+                "current": answer.get("current", state.current),  # old name, one release
                 "milliseconds": round(elapsed_ms, 1),
                 "switch_milliseconds": switch_ms(plan, answer),
-            }
+            },
         )
         return
     if plan.empty:

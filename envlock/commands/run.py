@@ -9,8 +9,14 @@ from typing import NoReturn
 import click
 
 from envlock import ui
-from envlock.commands.common import across_fleet, drift_table, print_fixes, with_context
-from envlock.errors import UsageError
+from envlock.commands.common import (
+    across_fleet,
+    drift_table,
+    json_option,
+    print_fixes,
+    with_context,
+)
+from envlock.errors import EnvlockError, UsageError
 from envlock.ownership import untrusted
 from envlock.profile import pass_env_refusal
 from envlock.reconcile.context import Context, check_all, hold_notice
@@ -57,6 +63,7 @@ from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remot
     help="Load this torch mega-cache file (saved by envlock_megacache.save) into the "
     "command's Python before it starts (local targets).",
 )
+@json_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     ctx: Context,
@@ -67,6 +74,7 @@ def command(
     force: bool,
     artifacts: str | None,
     cmd: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Run CMD with the environment's bin first on PATH, its caches and [env]."""
     argv = list(cmd[1:] if cmd and cmd[0] == "--" else cmd)
@@ -135,7 +143,12 @@ def refuse_untrusted_local(ctx: Context) -> None:
 
 def refuse(ctx: Context, why: str, drifts: list[Drift], *, allow: bool = False) -> NoReturn:
     """envlock's own refusal, unmistakable: `envlock:` first, the fixes that apply, and
-    ENVLOCK_RUN_REFUSED_EXIT (default 1) as the status."""
+    ENVLOCK_RUN_REFUSED_EXIT (default 1) as the status. Under --json, the same refusal as
+    the error document, with the drift items."""
+    if ui.JSON.asked:
+        refusal = EnvlockError(why, details={"drift": [d.to_json() for d in drifts]})
+        refusal.exit_code = refused_exit()
+        raise refusal
     ui.err.print(f"[bold red]envlock:[/] {ui.escape(why)}")
     ui.err.print(drift_table(drifts))
     print_fixes(ctx, drifts)

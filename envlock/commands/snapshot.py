@@ -109,12 +109,13 @@ def command(
     torch = (data["torch"] or {}).get("version")
     if as_json:
         ui.emit_json(
+            "snapshot",
             {
                 "snapshot": str(path),
                 "generation": data["generation"],
                 "packages": len(data["packages"]),
                 "torch": torch,
-            }
+            },
         )
         return
     ui.out.print(

@@ -26,7 +26,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
     from envlock.atomic import write_atomic
     from envlock.runs.secrets import redact_argv, redact_config, redact_env, redact_text
 
-SCHEMA = 1
+SCHEMA = 1  # envlock.schema.DOCUMENTS["snapshot-file"] (this module is shipped alone)
 SNAPSHOT_FILE = "envlock-snapshot.json"
 
 # The variables of a run that change what it computes or how fast.
