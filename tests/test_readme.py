@@ -60,6 +60,14 @@ DIFF = "$ envlock run train.toml -- python train.py --lr 3e-4 --ckpt runs/a"
 RUN = (SEED, HOLD, ADD, NO_RELEASE, DIFF)
 NOT_RUN = {
     "$ envlock check train.toml": "GPU facts of a node with an NVIDIA driver: tests/test_gpu.py",
+    "$ envlock init train.toml --from /root/venv --venv /root/venv --find-links ./wheels": (
+        "a pip-built venv at a path of the README's: tests/test_adopt.py runs the same steps"
+    ),
+    "$ envlock snapshot train.toml runs/a --config a.json --metric tok_per_s=20000 --metric"
+    " step=1000": (
+        "two runs on cu128 then cu130 with typed-in metrics: tests/test_snapshot_data.py"
+        "::test_diff_answers_why_the_run_got_slower runs the same steps"
+    ),
 }
 MARK = "@@envlock-readme-transcript@@"
 NO_DRIVER = "no NVIDIA driver: skipping GPU checks"
