@@ -100,6 +100,18 @@ def test_add_replaces_a_listed_package_in_place_and_routes_torch_family() -> Non
     assert add_requirements(COMMENTED, ["numpy"]).text == COMMENTED  # already listed
 
 
+def test_add_and_remove_say_what_they_change_and_never_drop_a_constraint() -> None:
+    text = COMMENTED.replace("tqdm==4.67.1", "tqdm>=4.66")
+    kept = add_requirements(text, ["tqdm"])
+    assert kept.text == text and kept.kept == ("tqdm: already listed as tqdm>=4.66",)
+    assert add_requirements(text, ["tqdm >= 4.66"]).text == text  # the same, spelt apart
+    moved = add_requirements(text, ["tqdm>=4.70", "numpy"])
+    assert moved.dependencies == ("tqdm>=4.66 → tqdm>=4.70",)
+    assert moved.kept == ("numpy: already listed as numpy",)
+    assert '    "tqdm>=4.70",   # see above' in moved.text.splitlines()
+    assert remove_requirements(text, ["TQDM"]).dependencies == ("tqdm>=4.66",)
+
+
 def test_edits_refuse_torch_and_unknown_names() -> None:
     with pytest.raises(UsageError, match="torch pin is never moved"):
         add_requirements(COMMENTED, ["torch==2.14.1"])
@@ -279,9 +291,14 @@ def test_dry_run_exit_codes_and_no_confirmation_without_a_terminal(
     would = envlock("add", "--dry-run", seed, "trainutil")
     assert would.returncode == 1 and "dry run: nothing written" in would.stderr
     assert "+ trainutil 2.0" in would.stdout
-    assert envlock("remove", "--dry-run", seed, "tinydep").returncode == 1
+    dropped = envlock("remove", "--dry-run", seed, "tinydep")
+    assert dropped.returncode == 1
+    assert "- [dependencies] packages: tinydep==1.0" in dropped.stdout
     same = envlock("add", "--dry-run", seed, "tinydep==1.0")
     assert same.returncode == 0 and "nothing to change" in same.stdout
+    bare = envlock("add", seed, "tinydep")  # no -y, no terminal: nothing to ask
+    assert bare.returncode == 0, bare.stdout + bare.stderr
+    assert "tinydep: already listed as tinydep==1.0" in bare.stdout
     unasked = envlock("add", seed, "trainutil")
     assert unasked.returncode == 2 and "pass -y" in unasked.stderr
     assert snapshot_files(seed.parent) == before
