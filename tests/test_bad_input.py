@@ -150,6 +150,18 @@ def test_errors_are_one_message_and_verbose_shows_the_traceback(
     assert "Traceback" not in missing.stderr
     verbose = envlock("-v", "plan", tmp_path / "nope.toml")
     assert "Traceback" in verbose.stderr
+    for late in (("plan", "-v", tmp_path / "nope.toml"), ("plan", tmp_path / "nope.toml", "-v")):
+        after = envlock(*late)  # -v anywhere before `--`, not only before the command
+        assert after.returncode == 2 and "Traceback" in after.stderr, after.stderr
+
+
+def test_a_mistyped_command_gets_a_suggestion(envlock: Envlock) -> None:
+    for typed in ("chek", "CHECK"):
+        result = envlock(typed, "p.toml")
+        assert result.returncode == 2
+        assert f"No such command '{typed}': did you mean check?" in result.stderr
+    unknown = envlock("xyzzy", "p.toml")
+    assert "known commands: add, apply, cache, check," in unknown.stderr
 
 
 def test_version_and_help_list_every_command(envlock: Envlock) -> None:
