@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from envlock.errors import UsageError
 from envlock.lock import LockedPackage, read_lock
 from envlock.lock_changes import wheel_size
 from envlock.profile_edit import add_requirements, remove_requirements
+from envlock.uvbin import uv_path
 from tests.conftest import Envlock
 from tests.projects import torch_profile_text, write_seed_project
 
@@ -350,3 +352,36 @@ def test_pip_inside_the_environment_is_guarded(
     )
     assert removed.returncode == 0, removed.stderr
     assert envlock("check", seed).returncode == 0
+
+
+def test_a_generation_needs_nothing_of_the_controller_s_checkout(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    """pip runs the root's uv, and activate keeps the stable venv path: moving envlock's
+    checkout (its uv) away, or a later gc, strands no generation and no shell."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    shutil.copy2(uv_path(), checkout / "uv")
+    from_checkout = {**os.environ, "ENVLOCK_UV": str(checkout / "uv")}
+    profile = write_seed_project(tmp_path / "proj", wheelhouse, packages=("tinydep==1.0",))
+    for step in (("lock",), ("apply", "-y")):
+        result = envlock(*step, profile, env=from_checkout)
+        assert result.returncode == 0, result.stdout + result.stderr
+    shutil.rmtree(checkout)  # the checkout moved or was re-created elsewhere
+
+    (gen,) = (profile.parent / "root" / "generations").iterdir()
+    assert str(checkout) not in (gen / "bin" / "pip").read_text()
+    listed = subprocess.run(
+        [gen / "bin" / "pip", "list", "--format", "json"], capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert {"name": "tinydep", "version": "1.0"} in json.loads(listed.stdout)
+
+    venv = profile.parent / "venv"
+    script = '. "$1/bin/activate" && echo "$VIRTUAL_ENV" && command -v python'
+    shell = subprocess.run(
+        ["bash", "-c", script, "-", str(venv)],
+        capture_output=True,
+        text=True,
+    )
+    assert shell.stdout.splitlines() == [str(venv), f"{venv}/bin/python"], shell.stderr

@@ -29,7 +29,7 @@ OS_HINTS = {
 # COMMANDS, first), plus the command's own. A probe skips apply's and cache's imports.
 AGENT_BASE = ("core.py", "statindex.py", "files.py", "gpu.py", "probe.py")
 AGENT_EXTRA = {
-    "apply": ("apply.py",),
+    "apply": ("rooted.py", "apply.py"),
     "cache": ("cache.py",),
     "survey": ("survey.py",),
     "data": ("dataset.py",),
