@@ -85,6 +85,9 @@ def test_the_fleet_s_answer_names_the_members_that_differ() -> None:
         "8 containers: 7 on lock 3691be6fb9cb (generation 4), "
         "1 on lock 47ef32e66bb7 (pve3/203, rolled back)"
     )
+    assert fleet_headline(ctx, rows[:1]) == (  # type: ignore[arg-type]
+        "1 container: 1 on lock 3691be6fb9cb (generation 4)"
+    )
 
 
 # -- the cluster ------------------------------------------------------------------------
