@@ -246,7 +246,7 @@ def _typo_distance(a: str, b: str) -> int:
 
 
 def suggest(word: str, choices: Iterable[str], *, what: str = "keys") -> str | None:
-    """ "did you mean `x`?" for a close or differently-cased choice, else the known ones."""
+    """Says "did you mean `x`?" for a close or differently-cased choice, else the known ones."""
     return _suggest(word, choices, what, "`")
 
 
