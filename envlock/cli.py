@@ -11,6 +11,7 @@ import click
 
 from envlock import __version__, ui
 from envlock.errors import EXIT_INTERRUPTED, INTERRUPTED, EnvlockError
+from envlock.tomlread import suggest
 
 # name -> module under envlock.commands defining a click command named `command`.
 COMMANDS = {
@@ -45,7 +46,11 @@ class EnvlockGroup(click.Group):
         if module_name is None:
             return None
         module = import_module(f"envlock.commands.{module_name}")
-        command = getattr(module, "command", None) or getattr(module, f"{module_name}_cmd")
+        command: click.Command = getattr(module, "command", None) or getattr(
+            module, f"{module_name}_cmd"
+        )
+        if not any(param.name == "verbose" for param in command.params):
+            command.params.append(verbose_option())  # `-v` after the command works too
         return command
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -54,6 +59,16 @@ class EnvlockGroup(click.Group):
         own = args[: args.index("--")] if "--" in args else args
         ui.JSON.asked, ui.JSON.emitted, ui.JSON.last_error = "--json" in own, False, None
         return super().parse_args(ctx, args)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            # click's own suggestion sees only eagerly registered commands: none here.
+            close = suggest(name, COMMANDS, what="commands") or ""
+            ctx.fail(f"No such command {name!r}: {close.replace('`', '')}")
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
         """Every error ends here, once: the message on stderr (always, for the person
@@ -102,6 +117,22 @@ def cli(ctx: click.Context, verbose: bool) -> None:
     """Declared, locked, verifiable Python/CUDA environments for GPU training containers."""
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
+
+
+def verbose_option() -> click.Option:
+    """The group's -v, accepted after the command name too (`envlock plan -v P`)."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        if value:
+            ctx.ensure_object(dict)["verbose"] = True  # the group's obj: the same dict
+
+    return click.Option(
+        ["-v", "--verbose"],
+        is_flag=True,
+        expose_value=False,
+        callback=remember,
+        help="Show tracebacks and the commands run.",
+    )
 
 
 def main() -> None:

@@ -362,7 +362,7 @@ def fleet_headline(ctx: Context, ordered: list[tuple[Member, MemberResult]]) -> 
         if not agree:
             extra = [f"{m.label}{', ' + note_of(r) if note_of(r) else ''}" for m, r in group]
         parts.append(words + (f" ({'; '.join(extra)})" if extra else ""))
-    return f"{len(ordered)} containers: " + ", ".join(parts)
+    return f"{ui.plural(len(ordered), 'container')}: " + ", ".join(parts)
 
 
 def note_of(result: MemberResult) -> str:

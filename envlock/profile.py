@@ -33,6 +33,7 @@ from envlock.tomlread import (
     loads_toml,
     shown,
     suggest,
+    suggest_value,
 )
 
 # Matched with fullmatch: "$" would also accept a value that ends in a newline.
@@ -235,9 +236,7 @@ class _ProfileReader:
                     f"unknown top-level key `{key}`: every setting belongs in a table",
                     f"put `{key} = ...` under the table it belongs to ([profile], [target], ...)",
                 )
-            hint = suggest(key, list(self.TABLES))
-            if hint and hint.startswith("known keys: "):
-                hint = "known tables: " + hint.removeprefix("known keys: ")
+            hint = suggest(key, list(self.TABLES), what="tables")
             raise_profile(self.label, f"unknown table [{key}]", hint)
         profile_t = self.required_table("profile")
         name = profile_t.string("name")
@@ -303,7 +302,7 @@ class _ProfileReader:
             t.fail(
                 "type",
                 f"expected one of {', '.join(TARGET_TYPES)}, found {shown(kind)}",
-                hint=suggest(kind, list(TARGET_TYPES)),
+                hint=suggest_value(kind, list(TARGET_TYPES)),
             )
         remote = target_type.remote
         default_root = None if remote else f"~/.local/share/envlock/{name}"
@@ -366,6 +365,13 @@ class _ProfileReader:
             parsed = Version(version)
         except InvalidVersion:
             t.fail("version", f'expected a torch version such as "2.11.0", found {shown(version)}')
+        if len(parsed.release) < 3:
+            # torch releases always have three parts; uv would look for "2.13" on the network.
+            t.fail(
+                "version",
+                f'expected a torch version such as "2.11.0", found {shown(version)}',
+                hint=f'did you mean "{padded_release(version, parsed)}"?',
+            )
         backend = t.raw(
             "backend",
             required_because="a torch version needs a backend: "
@@ -644,11 +650,18 @@ def _check_url(t: Table, key: str, url: str) -> None:
         t.fail(key, f"expected an http(s):// or file:// URL, found {shown(url)}")
 
 
+def padded_release(text: str, parsed: Version) -> str:
+    """ "2.13" → "2.13.0" ("2.13+cpu" → "2.13.0+cpu"): the release padded to three parts."""
+    release = ".".join(str(n) for n in (*parsed.release, 0, 0, 0)[:3])
+    written = re.match(r"\s*v?[\d.]*\d", text)  # the release as written, then the rest
+    return release + (text[written.end() :].strip() if written else "")
+
+
 def _backend_hint(backend: str) -> str | None:
     match = re.match(r"^cuda[-_]?(\d+)\.?(\d*)$", backend.lower())
     if match:
         return f'did you mean "cu{match.group(1)}{match.group(2)}"?'
-    return suggest(backend, ["cpu", "cu126", "cu128", "cu130", "xpu", "pypi"])
+    return suggest_value(backend, ["cpu", "cu126", "cu128", "cu130", "xpu", "pypi"])
 
 
 def _toml(value: object) -> str:

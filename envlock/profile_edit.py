@@ -21,12 +21,14 @@ from envlock.profile import TORCH_FAMILY
 
 @dataclass(frozen=True)
 class Edit:
-    """A profile's new text and what the edit did to each list."""
+    """A profile's new text and what the edit did to each list, in the words shown: an
+    added requirement, "old → new" for a replaced one, or the entry removed."""
 
     text: str
-    dependencies: tuple[str, ...] = ()  # requirements added or replaced, or names removed
+    dependencies: tuple[str, ...] = ()
     torch_packages: tuple[str, ...] = ()  # the same in [torch] packages
     removing: bool = False
+    kept: tuple[str, ...] = ()  # "tqdm: already listed as tqdm>=4.66": asked, not changed
 
     @property
     def touches_torch(self) -> bool:
@@ -46,6 +48,7 @@ def add_requirements(text: str, requirements: list[str]) -> Edit:
     """`text` with each requirement added, or replacing the entry of the same name."""
     doc = parse(text)
     added: dict[str, list[str]] = {"dependencies": [], "torch": []}
+    kept: list[str] = []
     for requirement in requirements:
         name = canonicalize_name(parse_requirement(requirement).name)
         if name == "torch":
@@ -55,9 +58,16 @@ def add_requirements(text: str, requirements: list[str]) -> Edit:
                 "`envlock apply`",
             )
         section = "torch" if name in TORCH_FAMILY else "dependencies"
-        if put(packages_array(doc, section), name, requirement):
+        listed = put(packages_array(doc, section), name, requirement)
+        if listed is None:
             added[section].append(requirement)
-    return Edit(doc.as_string(), tuple(added["dependencies"]), tuple(added["torch"]))
+        elif listed.kept:
+            kept.append(f"{requirement}: already listed as {listed.before}")
+        else:
+            added[section].append(f"{listed.before} → {requirement}")
+    return Edit(
+        doc.as_string(), tuple(added["dependencies"]), tuple(added["torch"]), kept=tuple(kept)
+    )
 
 
 def remove_requirements(text: str, names: list[str]) -> Edit:
@@ -71,14 +81,15 @@ def remove_requirements(text: str, names: list[str]) -> Edit:
                 "torch cannot be removed: the profile's [torch] table pins it",
                 hint="to drop torch, delete the [torch] table by hand and run `envlock lock`",
             )
-        section = next((s for s in ("dependencies", "torch") if drop(doc, s, name)), None)
-        if section is None:
+        found = ((s, drop(doc, s, name)) for s in ("dependencies", "torch"))
+        section, entry = next(((s, e) for s, e in found if e is not None), (None, None))
+        if section is None or entry is None:
             raise UsageError(
                 f"{raw} is not in [dependencies] packages nor [torch] packages",
                 hint="`envlock remove` takes the names the profile lists; a package that "
                 "comes in as another's dependency goes when that one goes",
             )
-        removed[section].append(name)
+        removed[section].append(entry)
     return Edit(
         doc.as_string(), tuple(removed["dependencies"]), tuple(removed["torch"]), removing=True
     )
@@ -107,29 +118,54 @@ def packages_array(doc: tomlkit.TOMLDocument, section: str) -> Array:
     return array
 
 
-def put(array: Array, name: str, requirement: str) -> bool:
-    """Append, or replace the entry naming the same package in place (its comment stays);
-    False when that exact requirement is listed already."""
+@dataclass(frozen=True)
+class Listed:
+    """The entry a requirement met in the list, and whether it stays as it was."""
+
+    before: str
+    kept: bool
+
+
+def put(array: Array, name: str, requirement: str) -> Listed | None:
+    """Append (None), or meet the entry naming the same package: a bare name or the same
+    requirement keeps it (a constraint is never dropped silently); any other requirement
+    replaces it in place (its comment stays)."""
     for index, entry in enumerate(array):
         if entry_name(entry) == name:
-            if str(entry) == requirement:
-                return False
+            before = str(entry)
+            if is_bare(requirement) or same_requirement(before, requirement):
+                return Listed(before, kept=True)
             array[index] = requirement
-            return True
+            return Listed(before, kept=False)
     array.append(requirement)
-    return True
+    return None
 
 
-def drop(doc: tomlkit.TOMLDocument, section: str, name: str) -> bool:
+def is_bare(requirement: str) -> bool:
+    """Only a name: no version, extras, marker or URL asked for."""
+    parsed = Requirement(requirement)
+    return not (parsed.specifier or parsed.extras or parsed.marker or parsed.url)
+
+
+def same_requirement(a: str, b: str) -> bool:
+    """Equal once spelling is normalised ("tqdm >= 4.66" is "tqdm>=4.66")."""
+    try:
+        return str(Requirement(a)) == str(Requirement(b))
+    except InvalidRequirement:
+        return False
+
+
+def drop(doc: tomlkit.TOMLDocument, section: str, name: str) -> str | None:
+    """Delete the entry of this name from the table's list; the entry as it was, or None."""
     table = doc.get(section)
     array = table.get("packages") if isinstance(table, Table | dict) else None
     if not isinstance(array, Array):
-        return False
+        return None
     for index, entry in enumerate(array):
         if entry_name(entry) == name:
             del array[index]
-            return True
-    return False
+            return str(entry)
+    return None
 
 
 def entry_name(entry: object) -> str | None:

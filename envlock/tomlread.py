@@ -245,11 +245,23 @@ def _typo_distance(a: str, b: str) -> int:
     return rows[-1][-1]
 
 
-def suggest(word: str, choices: Iterable[str]) -> str | None:
+def suggest(word: str, choices: Iterable[str], *, what: str = "keys") -> str | None:
+    """Says "did you mean `x`?" for a close or differently-cased choice, else the known ones."""
+    return _suggest(word, choices, what, "`")
+
+
+def suggest_value(word: str, choices: Iterable[str]) -> str | None:
+    """The same for a value the profile spells: 'did you mean "cpu"?' / 'known values: …'."""
+    return _suggest(word, choices, "values", '"')
+
+
+def _suggest(word: str, choices: Iterable[str], what: str, quote: str) -> str | None:
     options = sorted(choices)
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    # Case never makes a different choice: "CPU" is "cpu", however far difflib puts them.
+    by_case = {option.lower(): option for option in options}
+    close = difflib.get_close_matches(word.lower(), list(by_case), n=1, cutoff=0.6)
     if close:
-        return f"did you mean `{close[0]}`?"
+        return f"did you mean {quote}{by_case[close[0]]}{quote}?"
     if options:
-        return "known keys: " + ", ".join(options)
+        return f"known {what}: " + ", ".join(options)
     return None

@@ -124,6 +124,11 @@ def shown_path(path: object) -> str:
 
 
 # -- formatting for people --------------------------------------------------------------
+def plural(count: int, noun: str) -> str:
+    """ "1 container", "3 containers" (nouns that take an s)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def size(n: int | float) -> str:
     """Bytes for people: 1.5 GB, 512 B (powers of 1000, like file managers)."""
     value = float(n)

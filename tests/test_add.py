@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from envlock.errors import UsageError
 from envlock.lock import LockedPackage, read_lock
 from envlock.lock_changes import wheel_size
 from envlock.profile_edit import add_requirements, remove_requirements
+from envlock.uvbin import uv_path
 from tests.conftest import Envlock
 from tests.projects import torch_profile_text, write_seed_project
 
@@ -98,6 +100,18 @@ def test_add_replaces_a_listed_package_in_place_and_routes_torch_family() -> Non
     assert edit.torch_packages == ("triton",)
     assert 'backend = "pypi"  # PyPI\'s CUDA 13.0 build\npackages = ["triton"]' in edit.text
     assert add_requirements(COMMENTED, ["numpy"]).text == COMMENTED  # already listed
+
+
+def test_add_and_remove_say_what_they_change_and_never_drop_a_constraint() -> None:
+    text = COMMENTED.replace("tqdm==4.67.1", "tqdm>=4.66")
+    kept = add_requirements(text, ["tqdm"])
+    assert kept.text == text and kept.kept == ("tqdm: already listed as tqdm>=4.66",)
+    assert add_requirements(text, ["tqdm >= 4.66"]).text == text  # the same, spelt apart
+    moved = add_requirements(text, ["tqdm>=4.70", "numpy"])
+    assert moved.dependencies == ("tqdm>=4.66 → tqdm>=4.70",)
+    assert moved.kept == ("numpy: already listed as numpy",)
+    assert '    "tqdm>=4.70",   # see above' in moved.text.splitlines()
+    assert remove_requirements(text, ["TQDM"]).dependencies == ("tqdm>=4.66",)
 
 
 def test_edits_refuse_torch_and_unknown_names() -> None:
@@ -279,9 +293,14 @@ def test_dry_run_exit_codes_and_no_confirmation_without_a_terminal(
     would = envlock("add", "--dry-run", seed, "trainutil")
     assert would.returncode == 1 and "dry run: nothing written" in would.stderr
     assert "+ trainutil 2.0" in would.stdout
-    assert envlock("remove", "--dry-run", seed, "tinydep").returncode == 1
+    dropped = envlock("remove", "--dry-run", seed, "tinydep")
+    assert dropped.returncode == 1
+    assert "- [dependencies] packages: tinydep==1.0" in dropped.stdout
     same = envlock("add", "--dry-run", seed, "tinydep==1.0")
     assert same.returncode == 0 and "nothing to change" in same.stdout
+    bare = envlock("add", seed, "tinydep")  # no -y, no terminal: nothing to ask
+    assert bare.returncode == 0, bare.stdout + bare.stderr
+    assert "tinydep: already listed as tinydep==1.0" in bare.stdout
     unasked = envlock("add", seed, "trainutil")
     assert unasked.returncode == 2 and "pass -y" in unasked.stderr
     assert snapshot_files(seed.parent) == before
@@ -333,3 +352,36 @@ def test_pip_inside_the_environment_is_guarded(
     )
     assert removed.returncode == 0, removed.stderr
     assert envlock("check", seed).returncode == 0
+
+
+def test_a_generation_needs_nothing_of_the_controller_s_checkout(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    """pip runs the root's uv, and activate keeps the stable venv path: moving envlock's
+    checkout (its uv) away, or a later gc, strands no generation and no shell."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    shutil.copy2(uv_path(), checkout / "uv")
+    from_checkout = {**os.environ, "ENVLOCK_UV": str(checkout / "uv")}
+    profile = write_seed_project(tmp_path / "proj", wheelhouse, packages=("tinydep==1.0",))
+    for step in (("lock",), ("apply", "-y")):
+        result = envlock(*step, profile, env=from_checkout)
+        assert result.returncode == 0, result.stdout + result.stderr
+    shutil.rmtree(checkout)  # the checkout moved or was re-created elsewhere
+
+    (gen,) = (profile.parent / "root" / "generations").iterdir()
+    assert str(checkout) not in (gen / "bin" / "pip").read_text()
+    listed = subprocess.run(
+        [gen / "bin" / "pip", "list", "--format", "json"], capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert {"name": "tinydep", "version": "1.0"} in json.loads(listed.stdout)
+
+    venv = profile.parent / "venv"
+    script = '. "$1/bin/activate" && echo "$VIRTUAL_ENV" && command -v python'
+    shell = subprocess.run(
+        ["bash", "-c", script, "-", str(venv)],
+        capture_output=True,
+        text=True,
+    )
+    assert shell.stdout.splitlines() == [str(venv), f"{venv}/bin/python"], shell.stderr

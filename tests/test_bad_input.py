@@ -17,11 +17,12 @@ from tests.projects import write_seed_project
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A small real tmpfs (the suite runs as root, as CI does), unmounted afterwards."""
+    """A small real tmpfs (the suite runs as root, as CI does), unmounted afterwards: room
+    for a root (envlock's uv, ~40 MB, is copied into it) and not much more."""
     mount = tmp_path / "small"
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", "size=80m", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
     )
@@ -87,7 +88,10 @@ def test_full_disk_during_build_keeps_the_active_generation(
         handle.write(b"\0" * max(free - 48 * 1024, 0))
     result = envlock("apply", "-y", profile)
     assert result.returncode == 3, result.stdout
-    assert "No space left on device" in result.stderr or "os error 28" in result.stderr
+    # The cause first (not uv's 230-character command line), and what to do.
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error:"))
+    assert error.startswith("error: local: No space left on device: "), result.stderr
+    assert "hint: the target's disk is full: run `envlock gc`" in result.stderr
     assert "Traceback" not in result.stderr
     assert os.readlink(tmpfs / "envs" / "current") == first
     ran = subprocess.run(
@@ -150,6 +154,18 @@ def test_errors_are_one_message_and_verbose_shows_the_traceback(
     assert "Traceback" not in missing.stderr
     verbose = envlock("-v", "plan", tmp_path / "nope.toml")
     assert "Traceback" in verbose.stderr
+    for late in (("plan", "-v", tmp_path / "nope.toml"), ("plan", tmp_path / "nope.toml", "-v")):
+        after = envlock(*late)  # -v anywhere before `--`, not only before the command
+        assert after.returncode == 2 and "Traceback" in after.stderr, after.stderr
+
+
+def test_a_mistyped_command_gets_a_suggestion(envlock: Envlock) -> None:
+    for typed in ("chek", "CHECK"):
+        result = envlock(typed, "p.toml")
+        assert result.returncode == 2
+        assert f"No such command '{typed}': did you mean check?" in result.stderr
+    unknown = envlock("xyzzy", "p.toml")
+    assert "known commands: add, apply, cache, check," in unknown.stderr
 
 
 def test_version_and_help_list_every_command(envlock: Envlock) -> None:

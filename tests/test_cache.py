@@ -458,7 +458,7 @@ def test_rollback_brings_back_the_old_dirs_hits(
         entry_for(status, compiled["fingerprint"])["dir"], "inductor"
     )
     # Neither rollback nor gc deletes a cache dir.
-    root_a.ok("gc", "--keep", "0", root_a.profile)
+    root_a.ok("gc", "-y", "--keep", "0", root_a.profile)
     kept = root_a.status()
     assert fake_id in {d["id"] for d in kept["dirs"]}
     assert entry_for(kept, compiled["fingerprint"])["files"] > 0

@@ -213,7 +213,9 @@ def test_a_generation_built_from_a_snapshot_is_held_until_apply(
     assert ran.returncode == 0 and ran.stdout.strip() == "1.0", ran.stderr
     checked = envlock("check", seed)
     assert checked.returncode == 0 and "held (apply --from-snapshot)" in checked.stderr
-    assert envlock("check", "--strict", seed).returncode == 1
+    strict = envlock("check", "--strict", seed)
+    assert strict.returncode == 1 and "✓" not in strict.stdout
+    assert strict.stdout.startswith("✗ --strict: held (apply --from-snapshot): generation 1 (")
     held = hold(envlock, seed)
     assert isinstance(held, dict) and held["generation"].startswith("1-")
 

@@ -86,6 +86,9 @@ def test_the_fleet_s_answer_names_the_members_that_differ() -> None:
         "8 containers: 7 on lock 3691be6fb9cb (generation 4), "
         "1 on lock 47ef32e66bb7 (pve3/203, rolled back)"
     )
+    assert fleet_headline(ctx, rows[:1]) == (  # type: ignore[arg-type]
+        "1 container: 1 on lock 3691be6fb9cb (generation 4)"
+    )
 
 
 # -- the cluster ------------------------------------------------------------------------
@@ -293,6 +296,17 @@ def test_a_fleet_across_two_nodes(
     assert sorted(members(cached)) == [c] and "dirs" in members(cached)[c]["cache"]
     one_only = cli("cache", profile, "save", str(tmp_path / "cache.tar.gz"))
     assert one_only.returncode == 2 and "--on" in one_only.stderr
+
+    # gc acts on the one member --on picks (a has generations 1, 2 and 3 active).
+    unpicked = cli("gc", profile)
+    assert unpicked.returncode == 2 and "pick one with --on VMID" in unpicked.stderr
+    would = cli("gc", "--keep", "1", "--dry-run", "--on", str(a), profile)
+    assert would.returncode == 0, would.stderr
+    assert "would remove 1 generation(s): 1-" in would.stdout
+    removed = cli("gc", "-y", "--keep", "1", "--on", str(a), profile)
+    assert removed.returncode == 0 and "removed 1-" in removed.stdout, removed.stderr
+    left = members(cli("generations", "--json", "--on", str(a), profile))[a]["generations"]
+    assert [g["number"] for g in left] == [2, 3]
 
 
 def interrupt_fleet_apply(profile: Path, marker: str) -> tuple[int, str, str]:

@@ -210,7 +210,7 @@ def test_rollback_and_gc_are_durable(project: Project) -> None:
     held = project.envlock("check", project.profile)
     assert held.returncode == 0 and "rolled back" in held.stdout + held.stderr, held.stdout
     assert project.envlock("apply", "-y", project.profile).returncode == 0
-    assert project.envlock("gc", "--keep", "1", project.profile).returncode == 0
+    assert project.envlock("gc", "-y", "--keep", "1", project.profile).returncode == 0
     project.fs.cut()
     assert project.assert_active_is_whole() == "0.9"
     project.assert_converges("0.9")

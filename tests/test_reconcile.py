@@ -195,10 +195,29 @@ def test_generations_rollback_and_gc(seed: Path, envlock: Envlock) -> None:
     assert envlock("apply", "-y", seed).returncode == 0
 
     # gc never removes the active generation or the previous one.
-    gc = envlock("gc", "--keep", "0", "--json", seed)
+    gc = envlock("gc", "-y", "--keep", "0", "--json", seed)
     assert gc.returncode == 0
     remaining = json.loads(envlock("generations", "--json", seed).stdout)["generations"]
     assert [g["number"] for g in remaining] == [1, 2]
+
+    # A third generation leaves the first to gc: listed by --dry-run, asked for, removed.
+    seed.write_text(text.replace('"tinydep==0.9"', '"tinydep==1.0"'))
+    seed.write_text(seed.read_text().replace('"trainutil", ', ""))
+    assert envlock("lock", seed).returncode == 0
+    assert envlock("apply", "-y", seed).returncode == 0
+    first = listed["generations"][0]["name"]
+    would = envlock("gc", "--keep", "1", "--dry-run", seed)
+    assert would.returncode == 0, would.stderr
+    assert f"would remove 1 generation(s): {first}" in would.stdout
+    assert "dry run: nothing removed" in would.stderr
+    unasked = envlock("gc", "--keep", "1", seed)  # stdin is not a terminal: nobody to ask
+    assert unasked.returncode == 2 and "pass -y to remove them, or --dry-run" in unasked.stderr
+    after = json.loads(envlock("generations", "--json", seed).stdout)["generations"]
+    assert [g["number"] for g in after] == [1, 2, 3]
+    removed = envlock("gc", "-y", "--keep", "1", seed)
+    assert removed.returncode == 0 and f"removed {first}" in removed.stdout
+    after = json.loads(envlock("generations", "--json", seed).stdout)["generations"]
+    assert [g["number"] for g in after] == [2, 3]
 
 
 def test_env_values_reach_the_command_literally(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -130,6 +131,14 @@ def test_ssh_target_end_to_end(tmp_path: Path, wheelhouse: Path, node_sshd: Node
     assert f"{root}/generations/1-" in ran.stdout
     noop = cli("apply", "-y", profile)
     assert "nothing to do" in noop.stdout
+    # A snapshot's DIR is on this machine, not the target: said, and by name.
+    shot = cli("snapshot", profile, tmp_path / "ckpt")
+    assert shot.returncode == 0, shot.stderr
+    assert shot.stdout.startswith(
+        f"✓ wrote {tmp_path / 'ckpt' / 'envlock-snapshot.json'} on this machine "
+        f"({socket.gethostname()}, a directory created here), "
+        f"recording ssh root@127.0.0.1:{node_sshd.port}: "
+    ), shot.stdout
 
 
 def test_ssh_errors_are_clear(tmp_path: Path, wheelhouse: Path, node_sshd: Node) -> None:
@@ -492,6 +501,9 @@ def test_a_hand_managed_container_on_an_older_pve(
     profile = write_profile(tmp_path / "p", wheelhouse, target)
     applied = cli("apply", "-y", profile)
     assert applied.returncode == 0, applied.stderr
+    # Said once per command (not per round trip), naming the node and the minimum.
+    assert applied.stderr.count("runs Proxmox VE older than 8.2") == 1, applied.stderr
+    assert "warning: the node 127.0.0.1 runs Proxmox VE older than 8.2" in applied.stderr
     assert cli("check", profile).returncode == 0
     ran = cli("run", profile, "--", "env")
     assert ran.returncode == 0, ran.stderr

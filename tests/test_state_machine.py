@@ -152,7 +152,7 @@ class Generations(RuleBasedStateMachine):
     @rule()
     def gc(self) -> None:
         RULES["gc"] += 1
-        done = envlock("gc", "--keep", "1", self.profile)
+        done = envlock("gc", "-y", "--keep", "1", self.profile)
         assert done.returncode == 0, done.stdout + done.stderr
 
     @rule()

@@ -233,7 +233,7 @@ PROFILE_COMMANDS: dict[str, Argv] = {
     "run": lambda b, s: ["run", b.profile, "--", "touch", b.ran],
     "rollback": lambda b, s: ["rollback", b.profile],
     "generations": lambda b, s: ["generations", b.profile],
-    "gc": lambda b, s: ["gc", b.profile],
+    "gc": lambda b, s: ["gc", "-y", b.profile],
     "snapshot": lambda b, s: ["snapshot", b.profile, b.work / "snapshot-out"],
     "cache": lambda b, s: ["cache", b.profile, "status"],
     "add": lambda b, s: ["add", "-y", b.profile, "filelock"],

@@ -44,6 +44,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         generation_facts,
         nvidia_facts,
     )
+    from envlock.agent.rooted import point_activate_at_stable, root_uv
 
 
 # -- apply --------------------------------------------------------------------------------
@@ -225,8 +226,9 @@ def refuse_pth(req, gen_dir):
 
 
 def finish_generation(req, gen_dir, action):
-    # Before the manifest: the shim is part of the generation, not drift.
+    # Before the manifest: the shim and activate are part of the generation, not drift.
     write_pip_shims(req, gen_dir, action["number"])
+    point_activate_at_stable(req, gen_dir)
     progress("writing the manifest")
     count, size, own = write_manifest(gen_dir)
     # generation.json is what makes a generation count: everything before it is on disk.
@@ -300,7 +302,7 @@ def write_pip_shims(req, gen_dir, number):
         "drift): `ENVLOCK_ALLOW_PIP=1 pip install …`"
     )
     values = {
-        "@UV@": req["uv"],
+        "@UV@": root_uv(req),  # in the root: the generation outlives envlock's checkout
         "@PYTHON@": os.path.join(gen_dir, "bin", "python"),
         "@MESSAGE@": message,
     }

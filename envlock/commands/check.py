@@ -105,10 +105,16 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
         judged = (
             "its manifest" if held and held.adopted else f"lock {(held or ctx).lock.short_hash}"
         )
-        print_drift(drifts, f"{where} matches {judged} ({mode} check, {checked} files)")
-        print_fixes(ctx, drifts)
-        if notice:
-            ui.info(notice)
+        matches = f"{where} matches {judged} ({mode} check, {checked} files)"
+        if strict and notice and not drifts:
+            # What fails a --strict check is the hold: its reason is the output, not a ✓.
+            ui.out.print(f"[bold red]✗[/] --strict: {ui.escape(notice)}")
+            ui.out.print(f"  {ui.escape(matches)}, its own")
+        else:
+            print_drift(drifts, matches)
+            print_fixes(ctx, drifts)
+            if notice:
+                ui.info(notice)
         if gpu_skip:
             ui.info(gpu_skip)
         for warning in warnings:

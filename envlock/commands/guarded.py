@@ -59,8 +59,8 @@ def guarded_change(
         if as_json:
             emit(edit, {"profile": str(profile.path), "changed": False, "lock_id": lock.short_hash})
             return
-        listed = ui.escape(", ".join(added))
-        ui.out.print(f"[green]✓[/] nothing to change: {profile.path.name} lists {listed}")
+        for line in edit.kept:
+            ui.out.print(f"[green]✓[/] nothing to change in {profile.path.name}: {ui.escape(line)}")
         return
     with ui.status(f"resolving {profile.path.name} with the change"):
         proposal = propose(profile, lock, edit, added)
@@ -200,9 +200,17 @@ def show(proposal: Proposal) -> None:
 
 
 def profile_lines(edit: Edit) -> list[str]:
-    sign = "-" if edit.removing else "+"
-    lines = [f"{sign} [dependencies] packages: {r}" for r in edit.dependencies]
-    return lines + [f"{sign} [torch] packages: {r}" for r in edit.torch_packages]
+    """Each entry the edit adds (+), replaces (~ old → new) or removes (-), then each one
+    asked for that stays as listed (=)."""
+    lines = [f"{sign(edit, r)} [dependencies] packages: {r}" for r in edit.dependencies]
+    lines += [f"{sign(edit, r)} [torch] packages: {r}" for r in edit.torch_packages]
+    return lines + [f"= {line}" for line in edit.kept]
+
+
+def sign(edit: Edit, line: str) -> str:
+    if edit.removing:
+        return "-"
+    return "~" if " → " in line else "+"
 
 
 def show_torch(proposal: Proposal) -> None:

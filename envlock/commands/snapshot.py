@@ -105,6 +105,7 @@ def command(
     the fingerprints of the profile's [data] and the metrics given."""
     config = read_config(config_file)
     data = take_snapshot(ctx, command=sys.argv, config=config, metrics=metrics)
+    created = not directory.exists()
     path = write_snapshot(directory, data, replace=force)
     torch = (data["torch"] or {}).get("version")
     if as_json:
@@ -119,6 +120,17 @@ def command(
         )
         return
     ui.out.print(
-        f"[green]✓[/] wrote {path}: generation {data['generation']}, "
-        f"{len(data['packages'])} packages" + (f", torch {torch}" if torch else "")
+        f"[green]✓[/] wrote {path}{written_where(ctx, created)}: generation "
+        f"{data['generation']}, {len(data['packages'])} packages"
+        + (f", torch {torch}" if torch else "")
     )
+
+
+def written_where(ctx: Context, created: bool) -> str:
+    """For a remote target, which machine DIR is on: this one, not the target."""
+    if not ctx.profile.target.remote:
+        return ""
+    import socket
+
+    made = ", a directory created here" if created else ""
+    return f" on this machine ({socket.gethostname()}{made}), recording {ctx.transport.name}"

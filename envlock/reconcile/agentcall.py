@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import threading
 import zlib
 from collections.abc import Callable
@@ -16,10 +17,13 @@ from envlock import agent as agent_package
 from envlock.errors import OperationError, UsageError
 from envlock.pythons import own_python
 from envlock.targets.base import Result, Transport
+from envlock.targets.pct import PctFailed
+from envlock.targets.ssh import ConnectionLost
 
 PROGRESS_PREFIX = "envlock-progress: "
 OS_HINTS = {
-    "ENOSPC": "the target's disk is full: free space (e.g. `envlock gc`) and apply again",
+    "ENOSPC": "the target's disk is full: run `envlock gc` (it removes old generations; "
+    "`--dry-run` lists them) or free space otherwise, and apply again",
     "EROFS": "the root is on a read-only filesystem: set [target] root to a writable path",
     "EACCES": "permission denied: run as a user who may write the root, or change the root",
     "EPERM": "operation not permitted: run as a user who may write the root",
@@ -29,7 +33,7 @@ OS_HINTS = {
 # COMMANDS, first), plus the command's own. A probe skips apply's and cache's imports.
 AGENT_BASE = ("core.py", "statindex.py", "files.py", "gpu.py", "probe.py")
 AGENT_EXTRA = {
-    "apply": ("adopt.py", "apply.py"),
+    "apply": ("adopt.py", "rooted.py", "apply.py"),
     "cache": ("cache.py",),
     "survey": ("survey.py",),
     "data": ("dataset.py",),
@@ -134,8 +138,11 @@ def call_agent(
     agent waits for it, and stops without changing anything if it raises."""
     dialogue = Dialogue(json.dumps(request).encode()) if when_locked is not None else None
     failed: list[BaseException] = []
+    said: list[str] = []  # the agent's progress lines: proof that it started
 
     def stderr_line(line: str) -> None:
+        if line.startswith(PROGRESS_PREFIX):
+            said.append(line[len(PROGRESS_PREFIX) :])
         if dialogue is not None and when_locked is not None and line == LOCKED_READY:
             try:
                 when_locked()
@@ -154,10 +161,56 @@ def call_agent(
             on_stderr_line=stderr_line,
         )
 
-    result = run() if meanwhile is None else run_while(run, meanwhile)
+    try:
+        result = run() if meanwhile is None else run_while(run, meanwhile)
+    except OperationError as exc:
+        raise cut_short(transport, command, said, exc) from exc
     if failed:
         raise failed[0]
+    if said and not answered(result):
+        try:
+            parse_answer(transport, command, result)
+        except OperationError as exc:
+            raise cut_short(transport, command, said, exc) from exc
     return parse_answer(transport, command, result)
+
+
+def answered(result: Result) -> bool:
+    """Whether the agent's last line is its JSON answer (or its error)."""
+    lines = result.text().strip().splitlines()
+    try:
+        return isinstance(json.loads(lines[-1]), dict) if lines else False
+    except ValueError:
+        return False
+
+
+def cut_short(
+    transport: Transport, command: str, said: list[str], exc: OperationError
+) -> OperationError:
+    """A transport failure after the agent had started (its progress lines prove it) is
+    not pct's "the command did not start": say what cut it short, and how far it got."""
+    if not said:
+        return exc
+    how_far = f'the agent\'s {command} had started (its last words: "{said[-1]}")'
+    after = "nothing is half-switched (a switch is one rename); `envlock check` says "
+    if isinstance(exc, ConnectionLost):
+        return OperationError(
+            f"{transport.name}: the ssh connection was lost after {how_far}",
+            hint=f"check the network path to the host; {after}what the target holds now, and "
+            "`envlock apply` again converges",
+        )
+    stopped = getattr(transport, "stopped", None)
+    if callable(stopped) and stopped():
+        return OperationError(
+            f"{transport.name} stopped while {how_far}",
+            hint=f"start it and run the command again; {after}what the container holds",
+        )
+    detail = exc.message.removeprefix(f"{transport.name}: ")
+    return OperationError(
+        f"{transport.name}: {how_far} when it was cut short: {detail}",
+        # pct's hint says the command did not start: here it did.
+        hint=None if isinstance(exc, PctFailed) else exc.hint,
+    )
 
 
 # The agent's apply says this on stderr when it holds the lock and waits for a word.
@@ -232,7 +285,30 @@ def parse_answer(transport: Transport, command: str, result: Result) -> dict[str
         error = answer["error"]
         if error.get("kind") == "refused":  # the agent refused what it was asked: exit 2
             raise UsageError(f"{transport.name}: {error['message']}")
-        raise OperationError(
-            f"{transport.name}: {error['message']}", hint=OS_HINTS.get(error.get("errno", ""))
-        )
+        message, errno = cause_first(str(error["message"]), str(error.get("errno", "")))
+        raise OperationError(f"{transport.name}: {message}", hint=OS_HINTS.get(errno))
     return answer
+
+
+# uv's (Rust's) words for a full disk, and Python's.
+DISK_FULL = re.compile(r"No space left on device|os error 28|\[Errno 28\]")
+# A step's failure as the agent words it: "uv pip sync failed (exit 2): <the command line>".
+STEP_FAILED = re.compile(r"(?P<what>.+? failed \(exit -?\d+\)): (?P<argv>.*)")
+
+
+def cause_first(message: str, errno: str) -> tuple[str, str]:
+    """A failed step whose output names a cause envlock knows (a full disk) says the cause
+    first, then the tool's own lines, then the command line (long: a lock and a venv path);
+    the errno that picks the hint. Anything else is left as the agent said it."""
+    if errno == "ENOSPC" or not DISK_FULL.search(message):
+        return message, errno  # Python's own OSError already says it first
+    first, _, rest = message.partition("\n")
+    step = STEP_FAILED.fullmatch(first)
+    if step is None:
+        return f"No space left on device: {message}", "ENOSPC"
+    said = "\n  ".join(line for line in rest.splitlines() if line.strip())
+    return (
+        f"No space left on device: {step['what']}; it said:\n  {said}\n"
+        f"  the command: {step['argv']}",
+        "ENOSPC",
+    )

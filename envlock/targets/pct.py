@@ -103,11 +103,21 @@ class PctTransport:
         result = self.node.run(self.wrap(argv, env), stdin=stdin, on_stderr_line=on_stderr_line)
         if self.keep_env is None and refuses_keep_env(result):
             self.keep_env = False  # pct refused before it ran anything: ask again
+            say_older_pve(self.node_name)
             result = self.node.run(self.wrap(argv, env), stdin=stdin, on_stderr_line=on_stderr_line)
         if not result.ok:
             self.raise_for_pct(result, argv)
         self.keep_env = self.keep_env is not False
         return Result(tuple(argv), result.exit_code, result.stdout, result.stderr)
+
+    def stopped(self) -> bool:
+        """Whether the node says the container is stopped now (after a command was cut
+        short: did it stop under the command?); False when the node cannot be asked."""
+        try:
+            result = self.node.run(["pct", "status", str(self.vmid)])
+        except OperationError:
+            return False
+        return result.ok and result.text().strip() == "status: stopped"
 
     def detect_keep_env(self) -> None:
         """Learn once per connection whether the node's pct knows `--keep-env`."""
@@ -158,6 +168,24 @@ class PctTransport:
                 f"`pct exec {self.vmid}` on {node} failed (exit {result.exit_code}):\n  {words}",
                 hint="these are pct's own words: the command did not start in the container",
             )
+
+
+# The nodes already named as older than 8.2 in this process (a fleet: once per node).
+OLDER_PVE_SAID: set[str] = set()
+
+
+def say_older_pve(node: str) -> None:
+    """Once per node: its pct predates `--keep-env`, so envlock works through `env -i`."""
+    if node in OLDER_PVE_SAID:
+        return
+    OLDER_PVE_SAID.add(node)
+    from envlock import ui  # here: only an older node's first command pays for it
+
+    ui.warn(
+        f"the node {node} runs Proxmox VE older than 8.2 (its pct has no --keep-env), the "
+        "oldest envlock supports: commands reach the container through `env -i` instead, "
+        "at one more round trip per envlock command; upgrade the node"
+    )
 
 
 def refuses_keep_env(result: Result) -> bool:

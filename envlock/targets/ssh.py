@@ -166,10 +166,28 @@ class SshTransport:
     def raise_for_connection(self, result: Result) -> None:
         """ssh's own failures (exit 255) become clear errors; a command's 255 passes."""
         text = result.error_text()
+        if re.search(LOST, text):
+            last = text.strip().splitlines()[-1]
+            raise ConnectionLost(
+                f"{self.name}: the ssh connection was lost while the command ran: {last}",
+                hint="check the network path to the host; the command may have started: "
+                "`envlock check` says what the target holds now",
+            )
         problem = connection_problem(text)
         if problem is not None:
             message, hint = problem
             raise OperationError(f"{self.name}: {message}", hint=hint)
+
+
+class ConnectionLost(OperationError):
+    """ssh's connection ended under a running command (it may have started, or finished)."""
+
+
+# OpenSSH's words for a connection that ends under a command (client, or its master).
+LOST = (
+    r"closed by remote host|client_loop: .*(Broken pipe|Connection reset)|"
+    r"Connection reset by peer|Timeout, server .* not responding|read header failed"
+)
 
 
 PROBLEMS: list[tuple[str, str, str]] = [
