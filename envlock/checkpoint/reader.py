@@ -11,12 +11,13 @@ naming `../shard` is skipped or refused unless `follow_links` is given.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from envlock.checkpoint import summary
 from envlock.checkpoint.archive import load_raw_pickle, load_torch_zip
+from envlock.checkpoint.choose import choose_checkpoint
 from envlock.checkpoint.dcp import METADATA, SHARD_SUFFIX, is_dcp_dir, read_dcp
 from envlock.checkpoint.jsondata import read_json
 from envlock.checkpoint.kinds import section_kinds
@@ -45,6 +46,10 @@ def inspect_checkpoint(path: str | Path, *, follow_links: bool = False) -> Check
                 part.allowance,
             )  # fmt: skip
         if path.is_dir():
+            choice = choose_checkpoint(path)
+            if choice is not None and choice.path != path:
+                chosen = inspect_checkpoint(choice.path, follow_links=follow_links)
+                return replace(chosen, notes=(f"read {choice.describe()}", *chosen.notes))
             return _read_dir(path, follow_links)
         if not os.path.lexists(path):
             raise UsageError(f"{path}: no such file or directory", hint="pass a checkpoint path")

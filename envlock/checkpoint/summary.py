@@ -31,7 +31,9 @@ from envlock.runs.secrets import redact_config, redact_value
 
 SCHEMA = 1
 _CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters|hyperparams)$")
-_PROGRESS = ("step", "epoch", "global_step")
+# How far a run got, as each library names it: nanoGPT's iter_num, Megatron's iteration,
+# fairseq's num_updates.
+_PROGRESS = ("step", "epoch", "global_step", "iter_num", "iteration", "num_updates")
 _MAX_PLAIN = 100_000  # objects of a config rendered as JSON ...
 _MAX_PLAIN_CHARS = 4_000_000  # ... and characters of its strings
 _MAX_VALUE = 10 * MAX_TEXT  # characters of one config string (a command line, a prompt)
@@ -84,7 +86,7 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "first": [_row(e) for e in entries[:_TOP]],
         "largest": _largest(tally),
         "shared_storage": tally.shared_storage(),
-        "progress": _progress(report.root),
+        "progress": progress(report.root),
         "config": config(report.root, report.format == "directory"),
         "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
         "stubbed_globals": stubbed,
@@ -295,7 +297,7 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
     return redact_config(found) or None
 
 
-def _progress(root: Any) -> dict[str, Any]:
+def progress(root: Any) -> dict[str, Any]:
     found: dict[str, Any] = {}
     level, seen = [root], set()
     for _ in range(3):  # breadth first, so the shallowest value wins
