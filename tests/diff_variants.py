@@ -187,12 +187,30 @@ for what, kwargs in (("lr", {"lr": 3e-4}), ("step", {"step": 9}),
     other = dcp_run(what, **kwargs)
     truth = dcp_truth(dcp_base, other, "base", what)
     pair("DCP", what, out / "dcp" / "base", out / "dcp" / what, truth)
-print(json.dumps(pairs))
+
+# --- an FSDP2 (DTensor) state dict saved by rank 0 of 2, made by fully_shard over torch's own
+# fake process group (one process; last: it initializes torch.distributed) -----------------
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3))
+fully_shard(model)
+sd = model.state_dict()
+torch.save(sd, out / "fsdp2_rank0.pt")
+dtensors = {k: {"local": list(v.to_local().shape), "global": list(v.shape),
+                "numel": v.to_local().numel()} for k, v in sd.items()}
+dist.destroy_process_group()
+print(json.dumps(pairs + [{"layout": "DTensor", "path": str(out / "fsdp2_rank0.pt"),
+                           "tensors": dtensors}]))
 """
 
 
 def make_variants(python: Path, layouts_root: Path, root: Path) -> list[dict[str, Any]]:
-    """Every pair, with torch's account of what differs between its two sides."""
+    """Every pair, with torch's account of what differs between its two sides (and, last,
+    rank 0's file of an FSDP2 state dict with torch's local and global shapes)."""
     root.mkdir(parents=True, exist_ok=True)
     output = run_torch(python, VARIANTS_JOB, str(layouts_root), str(root), cwd=root)
     return list(json.loads(output.splitlines()[-1]))

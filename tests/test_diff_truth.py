@@ -71,7 +71,8 @@ MATRIX = [
 
 
 def test_the_matrix_is_the_one_generated(variants: list[Pair]) -> None:
-    assert sorted((p["layout"], p["what"]) for p in variants) == sorted(MATRIX)
+    pairs = [p for p in variants if "what" in p]
+    assert sorted((p["layout"], p["what"]) for p in pairs) == sorted(MATRIX)
 
 
 @pytest.mark.parametrize(("layout", "what"), MATRIX, ids=[f"{lay}-{w}" for lay, w in MATRIX])
@@ -94,7 +95,9 @@ def test_a_self_diff_is_identical(variants: list[Pair], layout: str) -> None:
     side = next(p for p in variants if p["layout"] == layout)["a"]
     code, doc, stderr = diff(side, side)
     assert code == 0, (stderr, doc)
-    assert doc["identical"] is True and doc["groups"] == []
+    assert doc["identical"] is True and doc["complete"] is True and doc["groups"] == []
+    compared = doc["sides"]["a"]
+    assert compared["checkpoint"] and compared["files"] and compared["unread"] == []
 
 
 def test_a_directory_names_the_checkpoint_it_compared(variants: list[Pair], tmp_path: Path) -> None:
@@ -169,3 +172,25 @@ def test_a_config_on_one_side_only_shows_as_only_in_a(variants: list[Pair]) -> N
     assert "optimizer_state_dict.state.0.exp_avg" in kinds["structure"]
     # A directory holding one checkpoint file is read as that file: its keys compare.
     assert diff(seed, seed.parent)[0] == 0
+
+
+def test_one_ranks_fsdp2_file_is_described_as_its_local_shards(variants: list[Pair]) -> None:
+    """torch.save of an FSDP2 state dict on rank 0 of 2: local shapes, elements and bytes,
+    each tensor's placement and global shape, and a note that it is half of each tensor."""
+    made = next(p for p in variants if p["layout"] == "DTensor")
+    result = CliRunner().invoke(cli, ["inspect", "--json", made["path"], "--keys", "*"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    truth = made["tensors"]
+    rows = {r["key"]: r for r in data["keys"]}
+    assert {k: r["shape"] for k, r in rows.items()} == {k: t["local"] for k, t in truth.items()}
+    for key, t in truth.items():
+        local, whole = ", ".join(map(str, t["local"])), ", ".join(map(str, t["global"]))
+        assert (
+            rows[key]["sharding"]
+            == f"Shard(dim=0) over 2 rank(s): local [{local}] of global [{whole}]"
+        )
+    assert data["tensors"]["params"] == sum(t["numel"] for t in truth.values())
+    assert data["tensors"]["storages"] == len(truth)
+    assert data["size"]["tensor_bytes"] == 4 * sum(t["numel"] for t in truth.values())
+    assert any("(1/2 of each tensor, sharded over 2 ranks)" in n for n in data["notes"])

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from envlock.checkpoint.choose import choose_checkpoint
-from envlock.runs.describe import Checkpoint, Side
+from envlock.runs.describe import Checkpoint, Side, load_side
 from envlock.runs.diff import compare, incomplete
 from envlock.runs.secrets import redact
 
@@ -161,3 +161,19 @@ def test_one_secret_rule_on_every_source(where: str) -> None:
 def test_what_was_not_read_is_listed_per_side() -> None:
     a = Side("a", None, unread=("a/step20.pt: truncated",))
     assert incomplete(a, Side("b", None)) == ["A: a/step20.pt: truncated"]
+
+
+def test_run_files_alone_are_read_as_run_files(tmp_path: Path) -> None:
+    """A directory of config.json only has no weights to read: nothing unread, its values
+    compared; a corrupt weights file beside it is listed as unread."""
+    (tmp_path / "config.json").write_text('{"hidden_size": 64, "hf_token": "hf_x"}')
+    found = load_side(str(tmp_path))
+    assert found.checkpoint is None and found.unread == ()
+    assert found.config() == {
+        "config.json: hidden_size": 64,
+        "config.json: hf_token": redact("hf_x"),
+    }
+    (tmp_path / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json")
+    broken = load_side(str(tmp_path))
+    assert broken.checkpoint is None and len(broken.unread) == 1
+    assert broken.unread[0].startswith(f"{tmp_path / 'model.safetensors'}: ")

@@ -85,6 +85,11 @@ def _is_member(child: Path) -> bool:
     return is_dcp_dir(child) and not child.is_symlink()
 
 
+def has_members(directory: Path) -> bool:
+    """Whether `directory` holds more than run files: something `inspect` reads as weights."""
+    return is_dcp_dir(directory) or any(_is_member(c) for c in directory.iterdir())
+
+
 def holds_checkpoint(directory: Path) -> bool:
     """Whether `directory` itself holds checkpoint files, run files or DCP folders."""
     return any(

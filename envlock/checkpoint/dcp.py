@@ -83,10 +83,26 @@ def read_dcp(
         )
         root.update(values)
         notes += unread
-    return with_optimizer_nested(root), shards, notes, loaded.nbytes
+    return by_first_name(with_optimizer_nested(root)), shards, notes, loaded.nbytes
 
 
 OPTIMIZER_PARTS = ("state", "param_groups")
+
+
+def by_first_name(root: dict[str, Any]) -> dict[str, Any]:
+    """`model.layers.0.weight` under `model`: DCP flattens `{"model": state_dict}`, and its
+    entries are that section, not "(top level)". Keys read the same either way; a name that
+    is itself an entry (or one without a dot) stays where it is."""
+    heads = {fqn.partition(".")[0] for fqn in root if fqn.partition(".")[2]}
+    nested: dict[str, Any] = {}
+    for fqn, value in root.items():
+        head, _, rest = fqn.partition(".")
+        if rest and head in heads and head not in root and head not in ("optimizer", "optim"):
+            group = nested.setdefault(head, {})
+            group[rest] = value
+            continue
+        nested[fqn] = value
+    return nested
 
 
 def with_optimizer_nested(root: dict[str, Any]) -> dict[str, Any]:

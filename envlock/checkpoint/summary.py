@@ -91,7 +91,7 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
         "stubbed_globals": stubbed,
         "suspicious_globals": suspicious(stubbed),
-        "notes": [*report.notes, *tally.notes()],
+        "notes": [*report.notes, *tally.notes(), *_sharded(entries)],
         "pattern": pattern,
         "keys": None
         if pattern is None
@@ -142,12 +142,31 @@ def _row(entry: TensorEntry) -> dict[str, Any]:
     }
     if t.qscheme:
         row["qscheme"] = t.qscheme
+    if t.sharding:  # one rank's shard of a DTensor: shape, numel and bytes are the local ones
+        row["sharding"] = t.sharding
     if t.parts:  # what a sparse, nested or per-channel quantized tensor is stored as
         row["parts"] = [
             {"name": name, "dtype": p.dtype, "shape": list(p.shape), "bytes": p.nbytes}
             for name, p in t.parts
         ]
     return row
+
+
+def _sharded(entries: list[TensorEntry]) -> list[str]:
+    sharded = [e.info.sharding for e in entries if e.info.sharding]
+    if not sharded:
+        return []
+    ranks = sorted({m.group(1) for t in sharded if (m := _RANKS.search(t))}, key=int)
+    part = f"1/{ranks[0]}" if len(ranks) == 1 else "1/N"
+    over = f"{' or '.join(ranks)} ranks" if ranks else "a mesh"
+    return [
+        f"{len(sharded)} DTensor(s) saved by one rank (FSDP2 or tensor parallel): this file "
+        f"holds that rank's local shards ({part} of each tensor, sharded over {over}); shapes, "
+        f"elements and bytes are the local ones, e.g. {sharded[0]}"
+    ]
+
+
+_RANKS = re.compile(r" over (\d+) rank")
 
 
 def _size(total: int, tally: Tally) -> dict[str, int]:

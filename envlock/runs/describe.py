@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from envlock.checkpoint import summary as summaries
-from envlock.checkpoint.choose import CHECKPOINT_SUFFIXES, Choice, choose_checkpoint
+from envlock.checkpoint.choose import (
+    CHECKPOINT_SUFFIXES,
+    Choice,
+    choose_checkpoint,
+    has_members,
+)
 from envlock.checkpoint.limits import Refused
 from envlock.checkpoint.reader import inspect_checkpoint
 from envlock.checkpoint.runfiles import hyperparameters, is_run_file, simple, split_run_paths
@@ -190,7 +195,10 @@ def _directory_side(target: Path, follow_links: bool) -> Side:
     snapshot = load_snapshot(target, follow_links=follow_links) if has_snapshot else None
     choice = choose_checkpoint(target, single=True)
     checkpoint, unread = read_checkpoint(choice, follow_links) if choice else (None, ())
-    run_dir = None if choice is None else choice.path if choice.path.is_dir() else target
+    # Run files (config.json, training_args.bin, ...) lie beside the chosen checkpoint.
+    run_dir = (
+        None if choice is None else choice.path if choice.path.is_dir() else choice.path.parent
+    )
     run, paths = run_hyperparameters(run_dir, follow_links) if run_dir else (None, None)
     if snapshot is None and checkpoint is None and run is None and paths is None and not unread:
         raise UsageError(
@@ -214,6 +222,8 @@ def read_checkpoint(
     """What `inspect` reads of the chosen checkpoint, and what it could not read. A refusal
     (hostile bytes, a link out, a limit) is raised: the diff ends, as inspect would."""
     path = choice.path
+    if path.is_dir() and not path.is_symlink() and not has_members(path):
+        return None, ()  # run files only (config.json ...): read as run files, not weights
     refuse_links_out(path, follow_links)
     try:
         report = inspect_checkpoint(path, follow_links=follow_links)
@@ -248,7 +258,8 @@ def refuse_links_out(path: Path, follow_links: bool) -> None:
     named = (*CHECKPOINT_SUFFIXES, ".index.json", ".pkl")
     for member in members:
         out = not member.resolve().is_relative_to(directory.resolve())
-        if member.is_symlink() and out and member.name.endswith(named):
+        # A link to a device or FIFO is refused for what it is when it is opened.
+        if member.is_symlink() and member.is_file() and out and member.name.endswith(named):
             raise Unsafe(f"{member} is a link out of its directory", FOLLOW_HINT)
 
 
