@@ -194,3 +194,11 @@ def test_one_ranks_fsdp2_file_is_described_as_its_local_shards(variants: list[Pa
     assert data["tensors"]["storages"] == len(truth)
     assert data["size"]["tensor_bytes"] == 4 * sum(t["numel"] for t in truth.values())
     assert any("(1/2 of each tensor, sharded over 2 ranks)" in n for n in data["notes"])
+
+
+def test_accelerates_own_counter_is_no_progress(layouts: dict[str, Any]) -> None:
+    """accelerate's random_states_0.pkl keeps its accumulation counter as `step` (0 after an
+    optimizer step): not the run's progress."""
+    result = CliRunner().invoke(cli, ["inspect", "--json", str(layouts["root"] / "accelerate_a")])
+    assert result.exit_code == 0, result.output
+    assert "step" not in json.loads(result.stdout)["progress"]

@@ -86,7 +86,7 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "first": [_row(e) for e in entries[:_TOP]],
         "largest": _largest(tally),
         "shared_storage": tally.shared_storage(),
-        "progress": progress(report.root),
+        "progress": progress(report.root, dict(report.kinds)),
         "config": config(report.root, report.format == "directory"),
         "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
         "stubbed_globals": stubbed,
@@ -316,8 +316,14 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
     return redact_config(found) or None
 
 
-def progress(root: Any) -> dict[str, Any]:
+def progress(root: Any, kinds: dict[str, str] | None = None) -> dict[str, Any]:
+    """step, epoch, ... of the run. A directory's RNG members are skipped: accelerate's
+    `random_states_N.pkl` keeps its own gradient-accumulation `step`, 0 after any number of
+    optimizer steps."""
     found: dict[str, Any] = {}
+    rng = {k for k, kind in (kinds or {}).items() if kind == "rng"}
+    if rng and isinstance(root, dict):
+        root = {k: v for k, v in root.items() if k not in rng}
     level, seen = [root], set()
     for _ in range(3):  # breadth first, so the shallowest value wins
         nxt = []
