@@ -177,3 +177,16 @@ def test_run_files_alone_are_read_as_run_files(tmp_path: Path) -> None:
     broken = load_side(str(tmp_path))
     assert broken.checkpoint is None and len(broken.unread) == 1
     assert broken.unread[0].startswith(f"{tmp_path / 'model.safetensors'}: ")
+
+
+def test_numbered_parts_are_not_steps(tmp_path: Path) -> None:
+    for name in ("part0.safetensors", "part1.safetensors", "model_1.safetensors", "model_2.bin"):
+        touch(tmp_path / "parts" / name)
+    choice = choose_checkpoint(tmp_path / "parts")
+    assert choice is not None and choice.path == tmp_path / "parts"
+    for name in ("ckpt_1.pt", "ckpt_2.pt"):  # a step word: steps, even from 1
+        touch(tmp_path / "steps" / name)
+    for name in ("model_1000.pt", "model_2000.pt"):  # not numbered from 0 or 1: steps
+        touch(tmp_path / "big" / name)
+    assert choose_checkpoint(tmp_path / "steps").path.name == "ckpt_2.pt"  # type: ignore[union-attr]
+    assert choose_checkpoint(tmp_path / "big").path.name == "model_2000.pt"  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ from envlock.checkpoint.runfiles import is_run_file
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
 CHECKPOINT_SUFFIXES = (*TORCH_SUFFIXES, ".safetensors")
 _DIGITS = re.compile(r"\d+")
+_STEP_WORDS = re.compile(r"step|iter|epoch|ckpt|checkpoint", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,12 @@ def alternatives(directory: Path) -> list[Path]:
         if _is_weights(child):
             groups.setdefault(_DIGITS.sub("#", child.name), []).append(child)
     found: list[Path] = []
-    for group in groups.values():
-        if len({step_of(p.name) for p in group}) > 1:
+    for pattern, group in groups.items():
+        steps = sorted({step_of(p.name) for p in group})
+        # part0, part1, part2 (or accelerate's model_0, model_1) are numbered parts of one
+        # checkpoint; step10/step20, ckpt_1/ckpt_2 and model_1000/model_2000 are steps.
+        numbered_parts = steps in (list(range(len(steps))), list(range(1, len(steps) + 1)))
+        if len(steps) > 1 and (_STEP_WORDS.search(pattern) or not numbered_parts):
             found += group
     return found
 
