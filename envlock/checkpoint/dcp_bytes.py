@@ -16,8 +16,8 @@ from typing import Any
 
 from envlock.checkpoint.archive import load_zip_bytes
 from envlock.checkpoint.inert import Stub
-from envlock.checkpoint.limits import MiB, budget
-from envlock.errors import OperationError
+from envlock.checkpoint.limits import MiB, Refused, budget
+from envlock.errors import EnvlockError
 from envlock.untrusted import open_untrusted
 
 _M = "torch.distributed.checkpoint."
@@ -90,7 +90,7 @@ def _read_blob(f: Any, path: Path, fqn: str, offset: int, length: int) -> Any:
     where = Path(f"{path}@{offset}")
     try:
         return load_zip_bytes(where, io.BytesIO(blob)).root
-    except OperationError as exc:
-        if exc.message.startswith("refusing"):
-            raise
+    except Refused:  # past a limit: hostile, as anywhere else
+        raise
+    except EnvlockError:  # not a readable torch.save blob: left described, and noted
         return UNREAD
