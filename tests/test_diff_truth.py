@@ -202,3 +202,16 @@ def test_accelerates_own_counter_is_no_progress(layouts: dict[str, Any]) -> None
     result = CliRunner().invoke(cli, ["inspect", "--json", str(layouts["root"] / "accelerate_a")])
     assert result.exit_code == 0, result.output
     assert "step" not in json.loads(result.stdout)["progress"]
+
+
+def test_inspect_of_a_trainer_output_dir_reads_its_newest_checkpoint(
+    layouts: dict[str, Any],
+) -> None:
+    """inspect chooses as diff does, and says which checkpoint-N/ it read."""
+    run = layouts["root"] / "trainer_a" / "run"
+    result = CliRunner().invoke(cli, ["inspect", "--json", str(run)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["path"] == str(run / "checkpoint-2")
+    assert data["notes"][0] == f"read {run / 'checkpoint-2'}"
+    assert data["tensors"]["params"] == layouts["pretrained"]["params"]

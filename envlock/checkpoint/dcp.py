@@ -83,7 +83,7 @@ def read_dcp(
         )
         root.update(values)
         notes += unread
-    return by_first_name(with_optimizer_nested(root)), shards, notes, loaded.nbytes
+    return with_optimizer_nested(root), shards, notes, loaded.nbytes
 
 
 OPTIMIZER_PARTS = ("state", "param_groups")
@@ -91,8 +91,9 @@ OPTIMIZER_PARTS = ("state", "param_groups")
 
 def by_first_name(root: dict[str, Any]) -> dict[str, Any]:
     """`model.layers.0.weight` under `model`: DCP flattens `{"model": state_dict}`, and its
-    entries are that section, not "(top level)". Keys read the same either way; a name that
-    is itself an entry (or one without a dot) stays where it is."""
+    entries are that section, not "(top level)" (for a DCP directory read by itself: inside
+    a directory, its folder is the section). Keys read the same either way; a name that is
+    itself an entry (or one without a dot) stays where it is."""
     heads = {fqn.partition(".")[0] for fqn in root if fqn.partition(".")[2]}
     nested: dict[str, Any] = {}
     for fqn, value in root.items():

@@ -18,7 +18,7 @@ from typing import Any
 from envlock.checkpoint import summary
 from envlock.checkpoint.archive import load_raw_pickle, load_torch_zip
 from envlock.checkpoint.choose import choose_checkpoint
-from envlock.checkpoint.dcp import METADATA, SHARD_SUFFIX, is_dcp_dir, read_dcp
+from envlock.checkpoint.dcp import METADATA, SHARD_SUFFIX, by_first_name, is_dcp_dir, read_dcp
 from envlock.checkpoint.jsondata import read_json
 from envlock.checkpoint.kinds import section_kinds
 from envlock.checkpoint.limits import command_budget, printable, printable_errors, shown
@@ -42,8 +42,8 @@ def inspect_checkpoint(path: str | Path, *, follow_links: bool = False) -> Check
         if is_dcp_dir(path):
             part = _read_dcp(path, follow_links)
             return CheckpointReport(
-                str(path), part.format, _sized(part.files), part.root, part.stubbed, part.notes,
-                part.allowance,
+                str(path), part.format, _sized(part.files), by_first_name(part.root),
+                part.stubbed, part.notes, part.allowance,
             )  # fmt: skip
         if path.is_dir():
             choice = choose_checkpoint(path)
