@@ -3,13 +3,17 @@ generic comparison of two run descriptions, each value reported once, one secret
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from envlock.checkpoint.choose import choose_checkpoint
+from envlock.cli import cli
 from envlock.runs.describe import Checkpoint, Side, load_side
 from envlock.runs.diff import compare, incomplete
 from envlock.runs.secrets import redact
@@ -190,3 +194,30 @@ def test_numbered_parts_are_not_steps(tmp_path: Path) -> None:
         touch(tmp_path / "big" / name)
     assert choose_checkpoint(tmp_path / "steps").path.name == "ckpt_2.pt"  # type: ignore[union-attr]
     assert choose_checkpoint(tmp_path / "big").path.name == "model_2000.pt"  # type: ignore[union-attr]
+
+
+def safetensors_file(path: Path, metadata: dict[str, str]) -> Path:
+    header = {"__metadata__": metadata, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(8))
+    return path
+
+
+def test_safetensors_metadata_is_configuration(tmp_path: Path) -> None:
+    """A LoRA's training settings live in its safetensors `__metadata__`: inspect shows them
+    (secrets hidden, the "format" marker left out) and diff compares them."""
+    a = safetensors_file(
+        tmp_path / "a.safetensors", {"format": "pt", "ss_network_dim": "16", "hf_token": "x"}
+    )
+    b = safetensors_file(tmp_path / "b.safetensors", {"format": "pt", "ss_network_dim": "32"})
+    result = CliRunner().invoke(cli, ["inspect", "--json", str(a)])
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.stdout)["config"]
+    assert config == {"__metadata__": {"ss_network_dim": "16", "hf_token": redact("x")}}
+    found = groups(load_side(str(a)), load_side(str(b)))
+    assert found == {
+        "hyperparameters": {
+            "checkpoint.__metadata__.ss_network_dim": ("16", "32"),
+            "checkpoint.__metadata__.hf_token": (redact("x"), None),
+        }
+    }

@@ -87,7 +87,7 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "largest": _largest(tally),
         "shared_storage": tally.shared_storage(),
         "progress": progress(report.root, dict(report.kinds)),
-        "config": config(report.root, report.format == "directory"),
+        "config": with_metadata(config(report.root, report.format == "directory"), report),
         "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
         "stubbed_globals": stubbed,
         "suspicious_globals": suspicious(stubbed),
@@ -314,6 +314,23 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
     # A run's args may hold a token: `inspect` and `diff` (of a file or of its directory) both
     # read the config here, so they show one answer.
     return redact_config(found) or None
+
+
+def with_metadata(found: dict[str, Any] | None, report: CheckpointReport) -> dict[str, Any] | None:
+    """The config with each safetensors file's `__metadata__` (a LoRA's training settings),
+    as `__metadata__` of a file, `<member>:__metadata__` of a directory's member."""
+    if not report.metadata:
+        return found
+    directory = report.format == "directory"
+    # "format": "pt" is the library's marker of the tensors' framework, not a setting.
+    extra = {
+        f"{name}:__metadata__" if directory else "__metadata__": kept
+        for name, meta in report.metadata
+        if (kept := {k: v for k, v in meta if k != "format"})
+    }
+    if not extra:
+        return found
+    return {**(found or {}), **redact_config(extra)}
 
 
 def progress(root: Any, kinds: dict[str, str] | None = None) -> dict[str, Any]:
