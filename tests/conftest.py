@@ -7,6 +7,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +34,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def torch_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Path to a python interpreter of a real venv with CPU torch installed (built once)."""
     return make_torch_venv(tmp_path_factory.mktemp("torchenv") / "venv")
+
+
+@pytest.fixture(scope="session")
+def layouts(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every layout, written once per session by transformers 5.24.0 and accelerate 1.15.0
+    (installed into the torch venv from PyPI: see layouts_factory.HF_PACKAGES); shared by
+    test_checkpoint_layouts.py and test_diff_truth.py."""
+    from tests import layouts_factory
+
+    layouts_factory.install_hf(torch_python)
+    return layouts_factory.make_layouts(torch_python, tmp_path_factory.mktemp("layouts"))
 
 
 @pytest.fixture(scope="session")

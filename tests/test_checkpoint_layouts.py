@@ -14,16 +14,7 @@ from click.testing import CliRunner
 
 from envlock.checkpoint.runfiles import split_run_paths
 from envlock.commands.inspect import inspect_cmd
-from tests import layouts_factory
 from tests.conftest import Envlock
-
-
-@pytest.fixture(scope="session")
-def layouts(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Every layout, written once per session by transformers 5.24.0 and accelerate 1.15.0
-    (installed into the torch venv from PyPI: see layouts_factory.HF_PACKAGES)."""
-    layouts_factory.install_hf(torch_python)
-    return layouts_factory.make_layouts(torch_python, tmp_path_factory.mktemp("layouts"))
 
 
 def inspect_json(path: Path, *args: str) -> dict[str, Any]:

@@ -278,7 +278,7 @@ def _rebuild_njt(kwargs: Any) -> TensorInfo:
     )
 
 
-def _rebuild_from_type(func: Any, new_type: Any, args: Any, *_: Any) -> Any:
+def _rebuild_from_type(func: Any, new_type: Any, args: Any, *rest: Any) -> Any:
     if not (isinstance(func, Safe) or is_stub_class(func)) or type(args) is not tuple:
         raise pickle.UnpicklingError(f"unexpected tensor subclass rebuild {brief(func)}")
     if len(args) > _MAX_REBUILD_ARGS:  # the call copies them: a shared tuple, every time
@@ -288,7 +288,49 @@ def _rebuild_from_type(func: Any, new_type: Any, args: Any, *_: Any) -> Any:
         name = new_type.global_name()
         if name not in ("torch.Tensor", "torch._tensor.Tensor"):
             made = replace(made, subclass=name)
+            made = _local_shard(made, rest[0] if rest else None) or made
     return made
+
+
+def _local_shard(dtensor: TensorInfo, state: Any) -> TensorInfo | None:
+    """A DTensor's rebuild describes its global shape with no data; its state holds the local
+    shard this rank saved (`_local_tensor`) and how the whole is split (`_spec`): described
+    as that shard, saying of what."""
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+        state = {**(state[0] if isinstance(state[0], dict) else {}), **state[1]}  # (dict, slots)
+    if not (dtensor.subclass or "").endswith(".DTensor") or not isinstance(state, dict):
+        return None
+    local = state.get("_local_tensor")
+    if not isinstance(local, TensorInfo):
+        return None
+    spec = state.get("_spec")
+    fields = (spec.fields() if isinstance(spec, Stub) else None) or {}
+    placements = fields.get("placements")
+    shown = ", ".join(_placement(p) for p in placements) if isinstance(placements, tuple) else "?"
+    ranks = _mesh_size(fields.get("mesh"))
+    over = f"{ranks} rank(s)" if ranks else "a mesh"
+    local_shape = ", ".join(str(d) for d in local.shape)
+    global_shape = ", ".join(str(d) for d in dtensor.shape)
+    text = f"{shown} over {over}: local [{local_shape}] of global [{global_shape}]"
+    return replace(local, subclass=dtensor.subclass, sharding=text)
+
+
+def _placement(placement: Any) -> str:
+    if not isinstance(placement, Stub):
+        return "?"
+    name = type(placement).qualname
+    dim = (placement.fields() or {}).get("dim")
+    return f"{name}(dim={dim})" if type(dim) is int else f"{name}()"
+
+
+def _mesh_size(mesh: Any) -> int | None:
+    """The ranks of a DeviceMesh: its `_rank_map` (torch ≥ 2.10) or `mesh` tensor's size."""
+    fields = (mesh.fields() if isinstance(mesh, Stub) else None) or {}
+    for name in ("_rank_map", "mesh"):
+        ranks = fields.get(name)
+        if isinstance(ranks, TensorInfo):
+            return ranks.numel
+    return None
 
 
 def _reconstructor(cls: Any, *_: Any) -> Any:

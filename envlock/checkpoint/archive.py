@@ -55,6 +55,11 @@ def load_torch_zip(
         return _load_zip(path, f)
 
 
+def load_zip_bytes(where: Path, f: Any) -> LoadedPickle:
+    """A torch zip already in memory (a DCP shard's blob at its offset), read the same way."""
+    return _load_zip(where, f)
+
+
 def _load_zip(path: Path, f: Any) -> LoadedPickle:
     _check_entries(path, f)
     try:

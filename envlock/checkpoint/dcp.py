@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envlock.checkpoint.archive import load_raw_pickle
+from envlock.checkpoint.dcp_bytes import UNREAD, read_bytes_entries
 from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo
 from envlock.checkpoint.limits import (
     MAX_TENSORS,
@@ -75,10 +76,34 @@ def read_dcp(
             f"{directory}: shard {printable(missing[0], 200)} is listed in .metadata but "
             f"missing ({len(missing)} of {len(listed)}): an incomplete copy"
         )
+    wanted = {k for k, v in root.items() if v == UNREAD}
+    if wanted:  # step, lr, betas ...: small torch.save blobs at offsets .metadata records
+        values, unread = read_bytes_entries(
+            directory, fields.get("storage_data"), wanted, follow_links
+        )
+        root.update(values)
+        notes += unread
     return with_optimizer_nested(root), shards, notes, loaded.nbytes
 
 
 OPTIMIZER_PARTS = ("state", "param_groups")
+
+
+def by_first_name(root: dict[str, Any]) -> dict[str, Any]:
+    """`model.layers.0.weight` under `model`: DCP flattens `{"model": state_dict}`, and its
+    entries are that section, not "(top level)" (for a DCP directory read by itself: inside
+    a directory, its folder is the section). Keys read the same either way; a name that is
+    itself an entry (or one without a dot) stays where it is."""
+    heads = {fqn.partition(".")[0] for fqn in root if fqn.partition(".")[2]}
+    nested: dict[str, Any] = {}
+    for fqn, value in root.items():
+        head, _, rest = fqn.partition(".")
+        if rest and head in heads and head not in root and head not in ("optimizer", "optim"):
+            group = nested.setdefault(head, {})
+            group[rest] = value
+            continue
+        nested[fqn] = value
+    return nested
 
 
 def with_optimizer_nested(root: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +136,7 @@ def _fqn(key: Any, where: Path) -> str:
 
 def _entry(source: str, fqn: str, value: Any, where: Path) -> Any:
     if _name(value) == _BYTES:
-        return "<object pickled in a shard>"
+        return UNREAD  # read from its shard once every shard is judged (dcp_bytes.py)
     if _name(value) != _TENSOR:
         raise OperationError(f"{where}: {printable(fqn, 200)} is described by an unknown object")
     fields = value.fields() or {}

@@ -81,6 +81,9 @@ class TensorInfo:
     qscheme: str | None = None
     parts: tuple[tuple[str, TensorInfo], ...] = ()
     elements: int | None = None  # the element count, where the shape cannot give it (nested)
+    # A DTensor (FSDP2, tensor parallel) saved by one rank: this is its local shard, and this
+    # says of what ("Shard(dim=0) over 2 ranks: local [2, 3] of global [4, 3]").
+    sharding: str | None = None
 
     @property
     def numel(self) -> int:

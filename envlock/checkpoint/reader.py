@@ -11,13 +11,14 @@ naming `../shard` is skipped or refused unless `follow_links` is given.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from envlock.checkpoint import summary
 from envlock.checkpoint.archive import load_raw_pickle, load_torch_zip
-from envlock.checkpoint.dcp import METADATA, SHARD_SUFFIX, is_dcp_dir, read_dcp
+from envlock.checkpoint.choose import choose_checkpoint
+from envlock.checkpoint.dcp import METADATA, SHARD_SUFFIX, by_first_name, is_dcp_dir, read_dcp
 from envlock.checkpoint.jsondata import read_json
 from envlock.checkpoint.kinds import section_kinds
 from envlock.checkpoint.limits import command_budget, printable, printable_errors, shown
@@ -41,17 +42,21 @@ def inspect_checkpoint(path: str | Path, *, follow_links: bool = False) -> Check
         if is_dcp_dir(path):
             part = _read_dcp(path, follow_links)
             return CheckpointReport(
-                str(path), part.format, _sized(part.files), part.root, part.stubbed, part.notes,
-                part.allowance,
+                str(path), part.format, _sized(part.files), by_first_name(part.root),
+                part.stubbed, part.notes, part.allowance,
             )  # fmt: skip
         if path.is_dir():
+            choice = choose_checkpoint(path)
+            if choice is not None and choice.path != path:
+                chosen = inspect_checkpoint(choice.path, follow_links=follow_links)
+                return replace(chosen, notes=(f"read {choice.describe()}", *chosen.notes))
             return _read_dir(path, follow_links)
         if not os.path.lexists(path):
             raise UsageError(f"{path}: no such file or directory", hint="pass a checkpoint path")
         part = _read_file(path, follow_links, None)
         return CheckpointReport(
             str(path), part.format, _sized(part.files), part.root, part.stubbed, part.notes,
-            part.allowance,
+            part.allowance, metadata=((path.name, part.metadata),) if part.metadata else (),
         )  # fmt: skip
 
 
@@ -82,6 +87,7 @@ class _Part:
     stubbed: tuple[str, ...] = ()
     allowance: int = 0  # bytes of pickle or JSON read: what the walk may spend (tree.py)
     notes: tuple[str, ...] = ()
+    metadata: tuple[tuple[str, str], ...] = ()  # a safetensors file's __metadata__
 
 
 def _sized(files: tuple[FileInfo, ...]) -> tuple[FileInfo, ...]:
@@ -117,8 +123,11 @@ def _read_tensor_file(path: Path, follow_links: bool, within: Path | None) -> _P
         stubbed = tuple(sorted(loaded.stubbed))
         return _Part("torch-zip", loaded.root, _one(path, "torch-zip"), stubbed, loaded.nbytes)
     if len(head) > 8 and head[8:9] == b"{":
-        tensors, header_bytes = read_safetensors(path, within=within, follow_links=follow_links)
-        return _Part("safetensors", tensors, _one(path, "safetensors"), (), header_bytes)
+        tensors, header_bytes, meta = read_safetensors(
+            path, within=within, follow_links=follow_links
+        )
+        part = _Part("safetensors", tensors, _one(path, "safetensors"), (), header_bytes)
+        return replace(part, metadata=tuple(meta.items()))
     if head.startswith(LEGACY_MAGIC):
         raise UsageError(
             f"{path}: legacy torch.save format (torch < 1.6 or "
@@ -197,6 +206,7 @@ def _read_index(path: Path, follow_links: bool, within: Path | None) -> _Part:
     shards: list[FileInfo] = []
     stubbed: set[str] = set()
     allowance, read = path.stat().st_size, set()
+    metadata: tuple[tuple[str, str], ...] = ()
     for shard in dict.fromkeys(weight_map.values()):
         shard_path = _shard_path(path, shard, follow_links)
         if not os.path.lexists(shard_path):
@@ -210,6 +220,7 @@ def _read_index(path: Path, follow_links: bool, within: Path | None) -> _Part:
         if not isinstance(part.root, dict):
             raise OperationError(f"{shard_path}: a shard must hold a flat state dict")
         shards.append(part.files[0])
+        metadata = metadata or part.metadata  # each shard repeats it (save_pretrained)
         tensors.update(part.root)
         stubbed.update(part.stubbed)
         allowance += part.allowance
@@ -219,7 +230,7 @@ def _read_index(path: Path, follow_links: bool, within: Path | None) -> _Part:
         raise OperationError(f"{path}: {len(missing)} indexed tensors (e.g. {example}) absent")
     fmt = f"{shards[0].format}-index" if shards else "index"
     files = (FileInfo(str(path), "index", 0), *shards)
-    return _Part(fmt, tensors, files, tuple(sorted(stubbed)), allowance)
+    return _Part(fmt, tensors, files, tuple(sorted(stubbed)), allowance, (), metadata)
 
 
 # --- directories --------------------------------------------------------------------------------
@@ -273,6 +284,7 @@ def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
     files: list[FileInfo] = []
     stubbed: set[str] = set()
     allowance = 0
+    metadata: list[tuple[str, tuple[tuple[str, str], ...]]] = []
     for member in members:
         try:
             part = _read_file(member, follow_links, path)
@@ -280,6 +292,8 @@ def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
             notes.append(f"skipped {member.name}: {exc.message}")
             continue
         root[member.name] = part.root
+        if part.metadata:
+            metadata.append((member.name, part.metadata))
         files += part.files
         stubbed.update(part.stubbed)
         notes += part.notes
@@ -301,5 +315,5 @@ def _read_dir(path: Path, follow_links: bool) -> CheckpointReport:
             )
     return CheckpointReport(
         str(path), "directory", _sized(tuple(files)), root, tuple(sorted(stubbed)),
-        tuple(notes), allowance, tuple(kinds.items()),
+        tuple(notes), allowance, tuple(kinds.items()), tuple(metadata),
     )  # fmt: skip

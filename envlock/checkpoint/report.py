@@ -31,6 +31,8 @@ class CheckpointReport:
     # A directory's members that hold no model weights ("rng", "state", "optimizer") or the
     # same weights as another member ("duplicate:<member>"): see kinds.py.
     kinds: tuple[tuple[str, str], ...] = ()
+    # {file name: its safetensors __metadata__}, of the files that have one.
+    metadata: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     def tensors(self) -> list[TensorEntry]:
         """Every tensor with its dotted key path, in the checkpoint's own order."""

@@ -26,8 +26,9 @@ from envlock.untrusted import open_untrusted
 RUN_JSON = ("config.json", "generation_config.json", "trainer_state.json")
 OPTIMIZERS = ("optimizer.pt", "optimizer.bin")
 _PICKLED = re.compile(r"^(training_args\.bin|custom_checkpoint_\d+\.pkl)$")
-# Measurements of the run, not its configuration: every two runs differ in them.
-_MEASURED = {"trainer_state.json": ("log_history",)}
+# Measurements of the run, not its configuration: every two runs differ in them. How far it
+# got (global_step, epoch) is its progress, compared once, from inspect's reading.
+_MEASURED = {"trainer_state.json": ("log_history", "global_step", "epoch")}
 # Where a run wrote, not how it trained: two runs differ in them by construction. run_name is
 # one too when it is only the output path (transformers 4.x defaulted it to output_dir).
 _RUN_PATHS = {

@@ -41,8 +41,9 @@ _MAX_DTYPE = 32  # characters of a dtype name the format does not know
 
 def read_safetensors(
     path: Path, *, within: Path | None = None, follow_links: bool = False
-) -> tuple[dict[str, TensorInfo], int]:
-    """The tensors a safetensors file describes, in data order, and its header's size."""
+) -> tuple[dict[str, TensorInfo], int, dict[str, str]]:
+    """The tensors a safetensors file describes, in data order, its header's size, and its
+    `__metadata__` (string to string: where LoRA and kohya trainers keep their config)."""
     with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
         size = os.fstat(f.fileno()).st_size
         (length,) = struct.unpack("<Q", f.read(8))
@@ -60,6 +61,7 @@ def read_safetensors(
         raw = f.read(length)
     _count_tensors(path, raw)
     header = parse_json(raw, f"{path}: safetensors header")
+    metadata = _metadata(header)
     try:
         tensors = _tensors(path.name, header)
     except Refused as exc:
@@ -72,7 +74,15 @@ def read_safetensors(
             f"{path}: tensor data ends at byte {8 + length + data_end} but the file has {size} "
             "bytes: the file is truncated"
         )
-    return dict(sorted(tensors.items(), key=lambda kv: kv[1].offset)), length
+    return dict(sorted(tensors.items(), key=lambda kv: kv[1].offset)), length, metadata
+
+
+def _metadata(header: Any) -> dict[str, str]:
+    # The format allows only strings here; anything else is not metadata safetensors wrote.
+    found = header.get("__metadata__") if isinstance(header, dict) else None
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _count_tensors(path: Path, raw: bytes) -> None:

@@ -32,7 +32,9 @@ from envlock.schema import DOCUMENTS
 
 SCHEMA = DOCUMENTS["inspect"]
 _CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters|hyperparams)$")
-_PROGRESS = ("step", "epoch", "global_step")
+# How far a run got, as each library names it: nanoGPT's iter_num, Megatron's iteration,
+# fairseq's num_updates.
+_PROGRESS = ("step", "epoch", "global_step", "iter_num", "iteration", "num_updates")
 _MAX_PLAIN = 100_000  # objects of a config rendered as JSON ...
 _MAX_PLAIN_CHARS = 4_000_000  # ... and characters of its strings
 _MAX_VALUE = 10 * MAX_TEXT  # characters of one config string (a command line, a prompt)
@@ -85,12 +87,12 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "first": [_row(e) for e in entries[:_TOP]],
         "largest": _largest(tally),
         "shared_storage": tally.shared_storage(),
-        "progress": _progress(report.root),
-        "config": config(report.root, report.format == "directory"),
+        "progress": progress(report.root, dict(report.kinds)),
+        "config": with_metadata(config(report.root, report.format == "directory"), report),
         "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
         "stubbed_globals": stubbed,
         "suspicious_globals": suspicious(stubbed),
-        "notes": [*report.notes, *tally.notes()],
+        "notes": [*report.notes, *tally.notes(), *_sharded(entries)],
         "pattern": pattern,
         "keys": None
         if pattern is None
@@ -141,12 +143,31 @@ def _row(entry: TensorEntry) -> dict[str, Any]:
     }
     if t.qscheme:
         row["qscheme"] = t.qscheme
+    if t.sharding:  # one rank's shard of a DTensor: shape, numel and bytes are the local ones
+        row["sharding"] = t.sharding
     if t.parts:  # what a sparse, nested or per-channel quantized tensor is stored as
         row["parts"] = [
             {"name": name, "dtype": p.dtype, "shape": list(p.shape), "bytes": p.nbytes}
             for name, p in t.parts
         ]
     return row
+
+
+def _sharded(entries: list[TensorEntry]) -> list[str]:
+    sharded = [e.info.sharding for e in entries if e.info.sharding]
+    if not sharded:
+        return []
+    ranks = sorted({m.group(1) for t in sharded if (m := _RANKS.search(t))}, key=int)
+    part = f"1/{ranks[0]}" if len(ranks) == 1 else "1/N"
+    over = f"{' or '.join(ranks)} ranks" if ranks else "a mesh"
+    return [
+        f"{len(sharded)} DTensor(s) saved by one rank (FSDP2 or tensor parallel): this file "
+        f"holds that rank's local shards ({part} of each tensor, sharded over {over}); shapes, "
+        f"elements and bytes are the local ones, e.g. {sharded[0]}"
+    ]
+
+
+_RANKS = re.compile(r" over (\d+) rank")
 
 
 def _size(total: int, tally: Tally) -> dict[str, int]:
@@ -296,8 +317,31 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
     return redact_config(found) or None
 
 
-def _progress(root: Any) -> dict[str, Any]:
+def with_metadata(found: dict[str, Any] | None, report: CheckpointReport) -> dict[str, Any] | None:
+    """The config with each safetensors file's `__metadata__` (a LoRA's training settings),
+    as `__metadata__` of a file, `<member>:__metadata__` of a directory's member."""
+    if not report.metadata:
+        return found
+    directory = report.format == "directory"
+    # "format": "pt" is the library's marker of the tensors' framework, not a setting.
+    extra = {
+        f"{name}:__metadata__" if directory else "__metadata__": kept
+        for name, meta in report.metadata
+        if (kept := {k: v for k, v in meta if k != "format"})
+    }
+    if not extra:
+        return found
+    return {**(found or {}), **redact_config(extra)}
+
+
+def progress(root: Any, kinds: dict[str, str] | None = None) -> dict[str, Any]:
+    """step, epoch, ... of the run. A directory's RNG members are skipped: accelerate's
+    `random_states_N.pkl` keeps its own gradient-accumulation `step`, 0 after any number of
+    optimizer steps."""
     found: dict[str, Any] = {}
+    rng = {k for k, kind in (kinds or {}).items() if kind == "rng"}
+    if rng and isinstance(root, dict):
+        root = {k: v for k, v in root.items() if k not in rng}
     level, seen = [root], set()
     for _ in range(3):  # breadth first, so the shallowest value wins
         nxt = []

@@ -12,8 +12,8 @@ from rich.table import Table
 from envlock import ui
 from envlock.checkpoint.limits import command_budget
 from envlock.commands.common import json_option
-from envlock.errors import EXIT_DRIFT
-from envlock.runs.diff import Group, compare, load_side
+from envlock.errors import EXIT_DRIFT, OperationError
+from envlock.runs.diff import Group, Side, compare, incomplete, load_side
 from envlock.runs.diff_data import change_text
 
 
@@ -29,28 +29,47 @@ from envlock.runs.diff_data import change_text
 def command(a: str, b: str, as_json: bool, follow_links: bool) -> None:
     """Show what differs between runs A and B (exit 1 when they differ).
 
-    Each side is an envlock-snapshot.json, a checkpoint directory holding one, or a lock.
-    Both sides are read within one budget of time and memory (see the README).
+    Each side is an envlock-snapshot.json, a lock, a checkpoint file, or a directory: a
+    checkpoint, a run directory keeping several (the newest by step is compared, and named),
+    or one holding a snapshot. Exit 3 when something could not be read: the comparison is
+    incomplete. Both sides are read within one budget of time and memory (see the README).
     """
     with command_budget("diff"):
         side_a, side_b = load_side(a, follow_links), load_side(b, follow_links)
     groups = [g.bounded() for g in compare(side_a, side_b)]
     differ = any(g.counted for g in groups)  # run paths alone are no difference
+    unread = incomplete(side_a, side_b)
     if as_json:
         ui.emit_json(
             "diff",
             {
                 "a": side_a.label,
                 "b": side_b.label,
-                "identical": not differ,
+                "identical": not differ and not unread,
+                "complete": not unread,
+                "sides": {"a": side_a.to_json(), "b": side_b.to_json()},
                 "groups": [g.to_json() for g in groups],
             },
         )
     else:
-        if not differ:
+        if not differ and not unread:
             ui.out.print(f"[green]✓[/] no differences between {ui.escape(a)} and {ui.escape(b)}")
+        print_compared(side_a, side_b)
         print_groups(a, b, groups)
+    if unread:
+        # Never "no differences" on what was not read: a distinct outcome, exit 3.
+        raise OperationError(
+            f"the comparison is incomplete: {'; '.join(unread)}",
+            hint="what was read is compared above; repair or remove what could not be read",
+        )
     sys.exit(EXIT_DRIFT if differ else 0)
+
+
+def print_compared(a: Side, b: Side) -> None:
+    """Name the checkpoint each side compared: which file of a directory, and why."""
+    for name, side in (("A", a), ("B", b)):
+        if side.checkpoint is not None and side.checkpoint.path != side.label:
+            ui.out.print(f"  {name}: compared {ui.untrusted(side.checkpoint.reason)}")
 
 
 def show(value: Any) -> str:
@@ -81,5 +100,7 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
             else:
                 text = f"{ui.untrusted(show(change.a))} → {ui.untrusted(show(change.b))}"
             text = change_text(group.name, change) or text  # metrics and data say their own
+            if change.also:  # the same change, recorded again by another source
+                text += f" [dim](also {ui.untrusted(', '.join(change.also))})[/]"
             table.add_row(ui.untrusted(change.key), text)
         ui.out.print(table)

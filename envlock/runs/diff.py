@@ -1,99 +1,22 @@
 """Diff: what changed between two runs, grouped, most consequential first.
 
-A side is a snapshot file, a directory holding one (a checkpoint dir, whose checkpoint's own
-config is read too), or a lock. Comparing is pure: `compare(a, b)` over loaded sides.
+Each side is described once (describe.py: the environment, the checkpoint `inspect` reads,
+its configuration from every source, its progress, what could not be read); comparing is
+pure and generic: `compare(a, b)` over two descriptions, a value on one side only shown as
+such, each value reported once. `incomplete(a, b)` says what neither comparison could see.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from envlock import ui
-from envlock.checkpoint.dcp import is_dcp_dir
-from envlock.checkpoint.limits import MAX_JSON_ENTRIES, Refused
-from envlock.checkpoint.reader import CHECKPOINT_SUFFIXES, read_checkpoint_config
-from envlock.checkpoint.runfiles import hyperparameters, newest_run_dir, split_run_paths
+from envlock.checkpoint.limits import MAX_JSON_ENTRIES
 from envlock.cuda import is_cuda_library
-from envlock.errors import EnvlockError, UsageError
-from envlock.lock import Lock, parse_lock
-from envlock.lock_schema import SHOWN
-from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
-from envlock.untrusted import open_untrusted, read_untrusted
+from envlock.runs.describe import Side, flatten, load_side
 
-
-@dataclass(frozen=True)
-class Side:
-    label: str
-    lock: Lock | None
-    snapshot: dict[str, Any] | None = None
-    checkpoint_config: dict[str, Any] | None = None
-    # {file: {field: value}} from config.json, training_args.bin, optimizer param_groups, ...
-    run_files: dict[str, Any] | None = None
-    # {file: {field: path}}: where the run wrote (training_args.bin's output_dir, ...)
-    run_paths: dict[str, Any] | None = None
-
-    def packages(self) -> dict[str, str]:
-        if self.snapshot is not None:
-            return dict(self.snapshot.get("packages") or {})
-        return self.lock.versions() if self.lock else {}
-
-    def torch(self) -> dict[str, Any]:
-        packages = self.packages()
-        found = dict((self.snapshot or {}).get("torch") or {})
-        version = found.get("version") or packages.get("torch")
-        if not version:
-            return {}
-        label = version.partition("+")[2] or None
-        cuda_libs = sorted(f"{name}=={v}" for name, v in packages.items() if is_cuda_library(name))
-        return {
-            "torch": version,
-            "local label": found.get("local", label),
-            "CUDA": found.get("cuda"),
-            "cuDNN": found.get("cudnn"),
-            "CUDA libraries": ", ".join(cuda_libs) or None,
-            "triton": packages.get("triton") or packages.get("pytorch-triton"),
-        }
-
-    def scripts(self) -> dict[str, str]:
-        if self.snapshot is not None:
-            return dict((self.snapshot.get("scripts") or {}).get("sha256") or {})
-        return dict((self.lock.meta.get("scripts") if self.lock else None) or {})
-
-    def config(self) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        if self.checkpoint_config:
-            merged.update({f"checkpoint.{k}": v for k, v in self.checkpoint_config.items()})
-        run_config = (self.snapshot or {}).get("config")
-        if run_config is not None:
-            merged["run"] = run_config
-        flat = flatten(merged)
-        for name, fields in (self.run_files or {}).items():
-            flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
-        return flat
-
-    def paths(self) -> dict[str, Any]:
-        flat: dict[str, Any] = {}
-        for name, fields in (self.run_paths or {}).items():
-            flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
-        return flat
-
-    def cache(self) -> dict[str, Any] | None:
-        return (self.snapshot or {}).get("cache")
-
-    def hardware(self) -> dict[str, Any]:
-        snap = self.snapshot or {}
-        hw = snap.get("hardware") or {}
-        gpus = hw.get("gpus") or []
-        return {
-            "GPUs": ", ".join(f"{g.get('name')} (sm {g.get('capability')})" for g in gpus) or None,
-            "driver": hw.get("driver"),
-            "python": snap.get("python"),
-            "machine": (snap.get("platform") or {}).get("machine"),
-            "host": (snap.get("host") or {}).get("hostname"),
-        }
+__all__ = ["Change", "Group", "Side", "compare", "flatten", "incomplete", "load_side"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +25,7 @@ class Change:
     a: Any
     b: Any
     only_in: str = ""  # "a" or "b": the key exists on that side only
+    also: tuple[str, ...] = ()  # other sources of the same value and change, not counted again
 
     @property
     def kind(self) -> str:
@@ -132,109 +56,16 @@ class Group:
             "name": self.name,
             "note": self.note,
             "counted": self.counted,
-            "changes": [{"key": c.key, "a": c.a, "b": c.b, "kind": c.kind} for c in self.changes],
+            "changes": [_change_json(c) for c in self.changes],
         }
 
 
-# -- loading ------------------------------------------------------------------------------
-def load_side(path: str, follow_links: bool = False) -> Side:
-    """One side of a diff; every file it reads passes the untrusted-bytes gate, and those of a
-    directory must lie inside it unless `follow_links`."""
-    target = Path(path)
-    follow = {"follow_links": follow_links}
-    if target.is_dir():
-        has_snapshot = os.path.lexists(target / SNAPSHOT_FILE)
-        snapshot = load_snapshot(target, **follow) if has_snapshot else None
-        config = checkpoint_config(target, follow_links)
-        run, paths = run_hyperparameters(target, follow_links)
-        if snapshot is None and config is None and run is None and paths is None:
-            raise UsageError(
-                f"{target}: holds neither {SNAPSHOT_FILE} nor a checkpoint",
-                hint="pass a snapshot file, a checkpoint dir or a lock",
-            )
-        lock = snapshot_lock(snapshot, target) if snapshot is not None else None
-        return Side(str(target), lock, snapshot, config, run, paths)
-    if not os.path.lexists(target):  # anything else that exists is judged when read
-        raise UsageError(f"{target}: no such file or directory")
-    if target.name.startswith("pylock.") and target.suffix == ".toml":
-        # A lock from elsewhere is data too: validated, read to be shown.
-        return Side(str(target), parse_lock(target, read_lock_text(target), SHOWN))
-    if target.suffix == ".json":
-        snapshot = load_snapshot(target, **follow)
-        return Side(str(target), snapshot_lock(snapshot, target), snapshot)
-    if target.name.endswith(CHECKPOINT_SUFFIXES):
-        # A checkpoint file: its own config, and the snapshot beside it when there is one.
-        beside = target.parent / SNAPSHOT_FILE
-        has_snapshot = os.path.lexists(beside)
-        snapshot = load_snapshot(target.parent, **follow) if has_snapshot else None
-        lock = snapshot_lock(snapshot, beside) if snapshot is not None else None
-        return Side(str(target), lock, snapshot, read_checkpoint_config(target, **follow))
-    raise UsageError(
-        f"{target}: not a snapshot, checkpoint or lock",
-        hint="pass envlock-snapshot.json, a checkpoint file or dir, or pylock.<name>.toml",
-    )
-
-
-def read_lock_text(path: Path) -> str:
-    try:
-        return read_untrusted(path, "lock").decode()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read: {exc}") from None
-
-
-def checkpoint_config(directory: Path, follow_links: bool = False) -> dict[str, Any] | None:
-    """The config the newest checkpoint in `directory` carries (read without torch, never
-    executed). Keyed by entry name only, so runs whose files are named by step compare.
-    A checkpoint that is not one is passed over; one refused (a FIFO, a link out, past a
-    limit or the command's budget) ends the diff."""
-    candidates = [p for p in directory.iterdir() if p.name.endswith(CHECKPOINT_SUFFIXES)]
-    for path in sorted(candidates, key=_mtime, reverse=True):
-        if path.is_dir() and not is_dcp_dir(path):  # a directory under a file's name
-            open_untrusted(path, "checkpoint").close()  # refuses it, saying what it is
-        try:
-            config = read_checkpoint_config(path, follow_links=follow_links)
-        except Refused:
-            raise
-        except EnvlockError:
-            continue
-        if config:
-            return config  # its secrets redacted by the reader (summary.config)
-    return None
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:  # a dangling link: read (and refused) last
-        return 0.0
-
-
-def run_hyperparameters(
-    directory: Path, follow_links: bool = False
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """config.json, training_args.bin, optimizer param_groups, ... of `directory` or of its
-    newest checkpoint-N/ (read without torch, never executed), and apart from them the paths
-    the run wrote to (output_dir, ...); None for either it has none of."""
-    run_dir = newest_run_dir(directory)
-    if run_dir is None:
-        return None, None
-    found = hyperparameters(run_dir, follow_links)  # its secrets redacted by the reader
-    settings, paths = split_run_paths(found)
-    return settings or None, paths or None
+def _change_json(c: Change) -> dict[str, Any]:
+    found = {"key": c.key, "a": c.a, "b": c.b, "kind": c.kind}
+    return {**found, "also": list(c.also)} if c.also else found
 
 
 # -- comparing ----------------------------------------------------------------------------
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if key == "__class__":
-                continue
-            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: value}
-
-
 def mapping_changes(
     a: dict[str, Any], b: dict[str, Any], *, ordered: bool = False
 ) -> tuple[Change, ...]:
@@ -290,8 +121,12 @@ def compare(a: Side, b: Side) -> list[Group]:
         Group("packages", mapping_changes(pkgs_a, pkgs_b)),
         Group("scripts", mapping_changes(short(a.scripts()), short(b.scripts()))),
     ]
-    if a.config() and b.config():  # a lock, or a run that passed none, has no config
-        groups.append(Group("hyperparameters", mapping_changes(a.config(), b.config())))
+    if a.is_run and b.is_run:  # a lock has no config, weights or progress: nothing to compare
+        groups += [
+            structure_group(a, b),
+            Group("hyperparameters", once(mapping_changes(a.config(), b.config()))),
+            Group("progress", mapping_changes(progress_of(a), progress_of(b))),
+        ]
     if a.paths() and b.paths():
         # Every two runs write to different places: shown, never a difference by itself.
         changes = mapping_changes(a.paths(), b.paths())
@@ -307,6 +142,59 @@ def compare(a: Side, b: Side) -> list[Group]:
     from envlock.runs.diff_data import with_metrics_and_data
 
     return [g for g in with_metrics_and_data(a, b, groups) if g.changes]
+
+
+def structure_group(a: Side, b: Side) -> Group:
+    """Tensor keys added or removed, dtype or shape changed, and the parameter count: what
+    the weights are, apart from what the run was told."""
+    ca, cb = a.checkpoint, b.checkpoint
+    if ca is None or cb is None:
+        if ca is cb or a.unread or b.unread:  # none on either side, or unread: said apart
+            return Group("structure")
+        one = ca or cb
+        assert one is not None
+        text = f"{one.path} ({len(one.tensors):,} tensors)"
+        if ca is not None:
+            return Group("structure", (Change("checkpoint", text, None, "a"),))
+        return Group("structure", (Change("checkpoint", None, text, "b"),))
+    changes = mapping_changes(ca.tensors, cb.tensors, ordered=True)
+    if ca.params != cb.params:
+        changes = (Change("parameters", ca.params, cb.params), *changes)
+    return Group("structure", changes, STRUCTURE_NOTE)
+
+
+STRUCTURE_NOTE = "tensor keys with dtype [shape], and the parameter count"
+
+
+def progress_of(side: Side) -> dict[str, Any]:
+    return dict(side.checkpoint.progress) if side.checkpoint else {}
+
+
+def once(changes: tuple[Change, ...]) -> tuple[Change, ...]:
+    """Each value reported once: a checkpoint's config value that changed exactly as the
+    snapshot's config value of the same name (`checkpoint.args.lr` beside `run.lr`) is the
+    same setting, recorded twice by the run: named under `also`, not counted again."""
+    run = {c.key.removeprefix("run."): c for c in changes if c.key.startswith("run.")}
+    kept: list[Change] = []
+    folded: dict[str, list[str]] = {}
+    for change in changes:
+        leaf = change.key.rsplit(".", 1)[-1]
+        twin = run.get(leaf)
+        if (
+            change.key.startswith("checkpoint.")
+            and twin is not None
+            and (twin.a, twin.b, twin.only_in) == (change.a, change.b, change.only_in)
+        ):
+            folded.setdefault(twin.key, []).append(change.key)
+            continue
+        kept.append(change)
+    return tuple(Change(c.key, c.a, c.b, c.only_in, tuple(folded.get(c.key, ()))) for c in kept)
+
+
+def incomplete(a: Side, b: Side) -> list[str]:
+    """What could not be read on either side: the comparison is incomplete, never "no
+    differences"."""
+    return [f"A: {u}" for u in a.unread] + [f"B: {u}" for u in b.unread]
 
 
 RUN_PATHS_NOTE = "where each run wrote its files, not how it trained: not counted"

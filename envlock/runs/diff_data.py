@@ -33,13 +33,17 @@ COMPARED = (
 
 
 def with_metrics_and_data(a: Side, b: Side, groups: list[Group]) -> list[Group]:
-    """`groups` with the metrics group first and the data group after the hyperparameters
-    (or after the last of torch build, packages and scripts when there are none)."""
+    """`groups` with the metrics group first and the data group after what the run was told
+    and how far it got (progress, else hyperparameters, else scripts or packages)."""
     if a.snapshot is None or b.snapshot is None:
         return groups
     names = [g.name for g in groups]
     after = next(
-        (names.index(n) + 1 for n in ("hyperparameters", "scripts", "packages") if n in names),
+        (
+            names.index(n) + 1
+            for n in ("progress", "hyperparameters", "scripts", "packages")
+            if n in names
+        ),
         len(groups),
     )
     data = data_group(a.snapshot, b.snapshot)

@@ -1,0 +1,337 @@
+"""One description of a run per side of a diff, built by the reader `inspect` uses.
+
+A side is a snapshot file, a lock, a checkpoint file, or a directory: a checkpoint (any
+layout `inspect` reads, DCP and accelerate-FSDP included), a run directory keeping several
+(the newest is chosen as choose.py says, and named), or one holding only a snapshot. What a
+side holds becomes a `Side`: the environment (snapshot or lock), the checkpoint's structure
+(every tensor key with dtype and shape, the parameter count), its configuration from every
+source, its optimizer hyperparameters, its progress, the files it came from, and what could
+not be read. Every file passes the untrusted-bytes gate; a refusal (a FIFO, a link out, a
+limit) ends the diff, a corrupt file is listed as unread so the diff says it is incomplete.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envlock.checkpoint import summary as summaries
+from envlock.checkpoint.choose import (
+    CHECKPOINT_SUFFIXES,
+    Choice,
+    choose_checkpoint,
+    has_members,
+)
+from envlock.checkpoint.limits import Refused
+from envlock.checkpoint.reader import inspect_checkpoint
+from envlock.checkpoint.runfiles import hyperparameters, is_run_file, simple, split_run_paths
+from envlock.checkpoint.tally import is_state_dict
+from envlock.checkpoint.tree import children, is_container, is_optimizer
+from envlock.cuda import is_cuda_library
+from envlock.errors import EnvlockError, UsageError
+from envlock.lock import Lock, parse_lock
+from envlock.lock_schema import SHOWN
+from envlock.runs.secrets import redact_value
+from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
+from envlock.untrusted import FOLLOW_HINT, Unsafe, read_untrusted
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What `inspect` read of the checkpoint a side compares: structure, config, progress."""
+
+    path: str
+    tensors: dict[str, str]  # key → "dtype [shape]" (layout and qscheme when not plain)
+    params: int
+    config: dict[str, Any]  # {entry: value}: config/args/hparams in the pickle(s)
+    optimizer: dict[str, Any]  # {path: {param_groups.N: {lr, betas, ...}}}
+    progress: dict[str, Any]
+    files: tuple[str, ...]
+    chosen_from: tuple[str, ...] = ()  # the alternatives it was chosen among, newest first
+    reason: str = ""  # how it was chosen, for people
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str
+    lock: Lock | None
+    snapshot: dict[str, Any] | None = None
+    checkpoint_config: dict[str, Any] | None = None
+    # {file: {field: value}} from config.json, training_args.bin, optimizer param_groups, ...
+    run_files: dict[str, Any] | None = None
+    # {file: {field: path}}: where the run wrote (training_args.bin's output_dir, ...)
+    run_paths: dict[str, Any] | None = None
+    checkpoint: Checkpoint | None = None
+    unread: tuple[str, ...] = ()  # what could not be read: the comparison is incomplete
+
+    @property
+    def is_run(self) -> bool:
+        """A run (snapshot or checkpoint), not a lock: it has a configuration to compare."""
+        return self.snapshot is not None or self.checkpoint is not None or bool(self.run_files)
+
+    def files(self) -> list[str]:
+        return list(self.checkpoint.files) if self.checkpoint else []
+
+    def packages(self) -> dict[str, str]:
+        if self.snapshot is not None:
+            return dict(self.snapshot.get("packages") or {})
+        return self.lock.versions() if self.lock else {}
+
+    def torch(self) -> dict[str, Any]:
+        packages = self.packages()
+        found = dict((self.snapshot or {}).get("torch") or {})
+        version = found.get("version") or packages.get("torch")
+        if not version:
+            return {}
+        label = version.partition("+")[2] or None
+        cuda_libs = sorted(f"{name}=={v}" for name, v in packages.items() if is_cuda_library(name))
+        return {
+            "torch": version,
+            "local label": found.get("local", label),
+            "CUDA": found.get("cuda"),
+            "cuDNN": found.get("cudnn"),
+            "CUDA libraries": ", ".join(cuda_libs) or None,
+            "triton": packages.get("triton") or packages.get("pytorch-triton"),
+        }
+
+    def scripts(self) -> dict[str, str]:
+        if self.snapshot is not None:
+            return dict((self.snapshot.get("scripts") or {}).get("sha256") or {})
+        return dict((self.lock.meta.get("scripts") if self.lock else None) or {})
+
+    def config(self) -> dict[str, Any]:
+        """Every configuration value of the run, flat, each under the source it came from,
+        through the one secret rule (a name says secret: hidden; any other: shown)."""
+        merged: dict[str, Any] = {}
+        pickled = self.checkpoint.config if self.checkpoint else self.checkpoint_config
+        if pickled:
+            merged.update({f"checkpoint.{k}": v for k, v in pickled.items()})
+        if self.checkpoint:
+            merged.update({f"checkpoint.{k}": v for k, v in self.checkpoint.optimizer.items()})
+        run_config = (self.snapshot or {}).get("config")
+        if run_config is not None:
+            merged["run"] = run_config
+        flat = flatten(merged)
+        for name, fields in (self.run_files or {}).items():
+            flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
+        return {k: redact_value(k, v) for k, v in flat.items()}
+
+    def paths(self) -> dict[str, Any]:
+        flat: dict[str, Any] = {}
+        for name, fields in (self.run_paths or {}).items():
+            flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
+        return flat
+
+    def cache(self) -> dict[str, Any] | None:
+        return (self.snapshot or {}).get("cache")
+
+    def hardware(self) -> dict[str, Any]:
+        snap = self.snapshot or {}
+        hw = snap.get("hardware") or {}
+        gpus = hw.get("gpus") or []
+        return {
+            "GPUs": ", ".join(f"{g.get('name')} (sm {g.get('capability')})" for g in gpus) or None,
+            "driver": hw.get("driver"),
+            "python": snap.get("python"),
+            "machine": (snap.get("platform") or {}).get("machine"),
+            "host": (snap.get("host") or {}).get("hostname"),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        ckpt = self.checkpoint
+        return {
+            "path": self.label,
+            "checkpoint": ckpt.path if ckpt else None,
+            "chosen_from": list(ckpt.chosen_from) if ckpt else [],
+            "files": self.files(),
+            "unread": list(self.unread),
+        }
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key == "__class__":
+                continue
+            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+# -- loading ------------------------------------------------------------------------------
+def load_side(path: str, follow_links: bool = False) -> Side:
+    """One side of a diff; every file it reads passes the untrusted-bytes gate, and those of a
+    directory must lie inside it unless `follow_links`."""
+    target = Path(path)
+    follow = {"follow_links": follow_links}
+    if target.is_dir():
+        return _directory_side(target, follow_links)
+    if not os.path.lexists(target):  # anything else that exists is judged when read
+        raise UsageError(f"{target}: no such file or directory")
+    if target.name.startswith("pylock.") and target.suffix == ".toml":
+        # A lock from elsewhere is data too: validated, read to be shown.
+        return Side(str(target), parse_lock(target, read_lock_text(target), SHOWN))
+    if target.suffix == ".json" and not target.name.endswith(".index.json"):
+        snapshot = load_snapshot(target, **follow)
+        return Side(str(target), snapshot_lock(snapshot, target), snapshot)
+    if target.name.endswith((*CHECKPOINT_SUFFIXES, ".index.json")):
+        # A checkpoint file: what inspect reads of it, and the snapshot beside it if any.
+        beside = target.parent / SNAPSHOT_FILE
+        found = load_snapshot(target.parent, **follow) if os.path.lexists(beside) else None
+        lock = snapshot_lock(found, beside) if found is not None else None
+        checkpoint, unread = read_checkpoint(Choice(target), follow_links)
+        return Side(str(target), lock, found, checkpoint=checkpoint, unread=unread)
+    raise UsageError(
+        f"{target}: not a snapshot, checkpoint or lock",
+        hint="pass envlock-snapshot.json, a checkpoint file or dir, or pylock.<name>.toml",
+    )
+
+
+def _directory_side(target: Path, follow_links: bool) -> Side:
+    has_snapshot = os.path.lexists(target / SNAPSHOT_FILE)
+    snapshot = load_snapshot(target, follow_links=follow_links) if has_snapshot else None
+    choice = choose_checkpoint(target, single=True)
+    checkpoint, unread = read_checkpoint(choice, follow_links) if choice else (None, ())
+    # Run files (config.json, training_args.bin, ...) lie beside the chosen checkpoint.
+    run_dir = (
+        None if choice is None else choice.path if choice.path.is_dir() else choice.path.parent
+    )
+    run, paths = run_hyperparameters(run_dir, follow_links) if run_dir else (None, None)
+    if snapshot is None and checkpoint is None and run is None and paths is None and not unread:
+        raise UsageError(
+            f"{target}: holds neither {SNAPSHOT_FILE} nor a checkpoint",
+            hint="pass a snapshot file, a checkpoint dir or a lock",
+        )
+    lock = snapshot_lock(snapshot, target) if snapshot is not None else None
+    return Side(str(target), lock, snapshot, None, run, paths, checkpoint, unread)
+
+
+def read_lock_text(path: Path) -> str:
+    try:
+        return read_untrusted(path, "lock").decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from None
+
+
+def read_checkpoint(
+    choice: Choice, follow_links: bool
+) -> tuple[Checkpoint | None, tuple[str, ...]]:
+    """What `inspect` reads of the chosen checkpoint, and what it could not read. A refusal
+    (hostile bytes, a link out, a limit) is raised: the diff ends, as inspect would."""
+    path = choice.path
+    if path.is_dir() and not path.is_symlink() and not has_members(path):
+        return None, ()  # run files only (config.json ...): read as run files, not weights
+    refuse_links_out(path, follow_links)
+    try:
+        report = inspect_checkpoint(path, follow_links=follow_links)
+        doc = summaries.summary(report, "*")
+    except Refused:
+        raise
+    except EnvlockError as exc:  # corrupt, truncated, not a checkpoint: listed, never skipped
+        return None, (f"{path}: {exc.message}",)
+    directory = report.format == "directory"
+    unread = tuple(n for n in doc["notes"] if n.startswith("skipped "))
+    checkpoint = Checkpoint(
+        path=str(path),
+        tensors={r["key"]: tensor_text(r) for r in doc["keys"]},
+        params=doc["tensors"]["params"],
+        config=single_member(doc["config"] or {}) if directory else doc["config"] or {},
+        optimizer=optimizer_settings(report.root, directory),
+        progress=dict(doc["progress"]),
+        files=tuple(f["path"] for f in doc["files"]),
+        chosen_from=tuple(str(p) for p in choice.candidates),
+        reason=choice.describe(),
+    )
+    return checkpoint, tuple(f"{path}: {n}" for n in unread)
+
+
+def refuse_links_out(path: Path, follow_links: bool) -> None:
+    """A checkpoint member that leads out of its directory is refused, never skipped: a diff
+    that left it out would compare less than it says."""
+    if follow_links:
+        return
+    directory = path if path.is_dir() and not path.is_symlink() else path.parent
+    members = sorted(directory.iterdir()) if path.is_dir() else [path]
+    named = (*CHECKPOINT_SUFFIXES, ".index.json", ".pkl")
+    for member in members:
+        out = not member.resolve().is_relative_to(directory.resolve())
+        # A link to a device or FIFO is refused for what it is when it is opened.
+        if member.is_symlink() and member.is_file() and out and member.name.endswith(named):
+            raise Unsafe(f"{member} is a link out of its directory", FOLLOW_HINT)
+
+
+def tensor_text(row: dict[str, Any]) -> str:
+    kind = [row[k] for k in ("layout", "qscheme") if row.get(k) not in (None, "strided")]
+    dtype = f"{row['dtype']} ({', '.join(kind)})" if kind else row["dtype"]
+    shape = ", ".join("*" if d is None else str(d) for d in row["shape"])
+    return f"{dtype} [{shape}]"
+
+
+def single_member(config: dict[str, Any]) -> dict[str, Any]:
+    """A directory's config is keyed `member:entry`; with one member carrying config, by the
+    entry alone, so runs whose files are named by step compare. Run files (config.json,
+    training_args.bin) are read as run files, under their own names: not twice."""
+    config = {k: v for k, v in config.items() if not is_run_file(k.partition(":")[0])}
+    members = {k.partition(":")[0] for k in config if ":" in k}
+    if len(members) == 1 and all(":" in k for k in config):
+        return {k.partition(":")[2]: v for k, v in config.items()}
+    return config
+
+
+def optimizer_settings(root: Any, directory: bool) -> dict[str, Any]:
+    """`{path: {param_groups.N: {lr, betas, ...}}}` of every optimizer in the checkpoint's
+    tree (the seed's `optimizer_state_dict`, a Lightning `optimizer_states` list); a
+    directory's optimizer.pt/.bin are run files, read there."""
+    if is_optimizer(root):  # an optimizer.pt given as a file
+        return {"optimizer": param_groups(root)}
+    found: dict[str, Any] = {}
+    level: list[tuple[str, Any]] = [("", root)]
+    for _ in range(4):
+        nxt = []
+        for path, obj in level:
+            if is_state_dict(obj):  # thousands of tensors, no optimizer among them
+                continue
+            for key, value in children(obj):
+                where = f"{path}.{key}" if path else key
+                if directory and not path and is_run_file(key):
+                    continue
+                if is_optimizer(value):
+                    groups = param_groups(value)
+                    if groups:
+                        found[where] = groups
+                elif is_container(value):
+                    nxt.append((where, value))
+        level = nxt
+    return found
+
+
+def param_groups(optimizer: dict[Any, Any]) -> dict[str, Any]:
+    # lr, betas, eps, weight_decay ... per group; "params" are only the ids of its tensors.
+    groups = optimizer["param_groups"]
+    out: dict[str, Any] = {}
+    if isinstance(groups, dict):  # DCP flattens the list: {"0.lr": …, "0.params": […]}
+        fields: dict[str, dict[str, Any]] = {}
+        for key, value in groups.items():
+            index, _, name = str(key).partition(".")
+            if name and name.partition(".")[0] != "params":
+                fields.setdefault(f"param_groups.{index}", {})[name] = value
+        return {k: simple(summaries.plain(v)) for k, v in fields.items()}
+    for i, group in enumerate(groups if isinstance(groups, list | tuple) else ()):
+        if isinstance(group, dict):
+            fields = {k: v for k, v in group.items() if k != "params"}
+            out[f"param_groups.{i}"] = simple(summaries.plain(fields))
+    return out
+
+
+def run_hyperparameters(
+    directory: Path, follow_links: bool = False
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """config.json, training_args.bin, optimizer param_groups, ... of `directory` (read
+    without torch, never executed), and apart from them the paths the run wrote to
+    (output_dir, ...); None for either it has none of."""
+    found = hyperparameters(directory, follow_links)  # its secrets redacted by the reader
+    settings, paths = split_run_paths(found)
+    return settings or None, paths or None

@@ -1,0 +1,216 @@
+"""Pairs of runs that differ in exactly one thing, written by torch, safetensors and DCP from
+the session's real layouts (layouts_factory.py), each with torch's own account of what
+differs: the ground truth `envlock diff` must report, no more and no less."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.checkpoint_factory import run_torch
+
+VARIANTS_JOB = r"""
+import argparse, json, shutil, sys, warnings
+from pathlib import Path
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+from safetensors import safe_open
+from safetensors.torch import save_file
+warnings.filterwarnings("ignore")
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+pairs = []
+
+
+def text(t):
+    return f"{str(t.dtype).removeprefix('torch.')} [{', '.join(map(str, t.shape))}]"
+
+
+def structure(a, b, prefix):
+    # {key: [A's "dtype [shape]" or None, B's or None]} for every key that differs.
+    keys = list(dict.fromkeys([*a, *b]))
+    found = {}
+    for k in keys:
+        ta, tb = (text(a[k]) if k in a else None), (text(b[k]) if k in b else None)
+        if ta != tb:
+            found[prefix + k] = [ta, tb]
+    pa, pb = sum(t.numel() for t in a.values()), sum(t.numel() for t in b.values())
+    if pa != pb:
+        found["parameters"] = [pa, pb]
+    return found
+
+
+def changed(a, b, prefix):
+    return {prefix + k: [a.get(k), b.get(k)] for k in dict.fromkeys([*a, *b])
+            if a.get(k) != b.get(k)}
+
+
+def param_groups(opt, prefix):
+    return {f"{prefix}param_groups.{i}.{k}": (list(v) if isinstance(v, tuple) else v)
+            for i, g in enumerate(opt["param_groups"]) for k, v in g.items() if k != "params"}
+
+
+def pair(layout, what, a, b, truth):
+    pairs.append({"layout": layout, "what": what, "a": str(a), "b": str(b),
+                  "groups": {k: v for k, v in truth.items() if v}})
+
+
+EDITS = {  # one structural change each, on one tensor of the model
+    "key removed": lambda sd, k: {n: t for n, t in sd.items() if n != k},
+    "shape": lambda sd, k: {**sd, k: torch.zeros(3, *sd[k].shape[1:], dtype=sd[k].dtype)},
+    "dtype": lambda sd, k: {**sd, k: sd[k].to(torch.float16)},
+}
+
+
+# --- the seed's layout: one torch.save dict of model, optimizer, config, args and step ------
+def seed(lr=3e-4, n_embd=32, step=10, edit=None):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 32), torch.nn.Linear(32, 64))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+    model(torch.arange(8)).sum().backward()
+    opt.step()
+    sd = model.state_dict()
+    return {"model_state_dict": EDITS[edit](sd, "1.weight") if edit else sd,
+            "optimizer_state_dict": opt.state_dict(),
+            "config": {"n_layer": 2, "n_embd": n_embd, "dropout": 0.0},
+            "args": argparse.Namespace(batch_size=8, max_iters=100), "step": step, "epoch": 1}
+
+
+def seed_truth(a, b):
+    pa = param_groups(a["optimizer_state_dict"], "checkpoint.optimizer_state_dict.")
+    pb = param_groups(b["optimizer_state_dict"], "checkpoint.optimizer_state_dict.")
+    hyper = changed(pa, pb, "")
+    hyper.update(changed(a["config"], b["config"], "checkpoint.config."))
+    hyper.update(changed(vars(a["args"]), vars(b["args"]), "checkpoint.args."))
+    progress = {k: [a[k], b[k]] for k in ("step", "epoch") if a[k] != b[k]}
+    return {"structure": structure(a["model_state_dict"], b["model_state_dict"],
+                                   "model_state_dict."),
+            "hyperparameters": hyper, "progress": progress}
+
+
+SEED = {"base": {}, "lr": {"lr": 1e-3}, "config value": {"n_embd": 48}, "step": {"step": 20},
+        **{what: {"edit": what} for what in EDITS}}
+for what, kwargs in SEED.items():
+    (out / "seed" / what).mkdir(parents=True)
+    torch.save(seed(**kwargs), out / "seed" / what / "ckpt.pt")
+base = torch.load(out / "seed" / "base" / "ckpt.pt", weights_only=False)
+torch.save(base["model_state_dict"], out / "seed" / "bare.pt")  # the same weights, nothing else
+for what in SEED:
+    if what != "base":
+        other = torch.load(out / "seed" / what / "ckpt.pt", weights_only=False)
+        truth = seed_truth(base, other)
+        pair("seed file", what, out / "seed/base/ckpt.pt", out / "seed" / what / "ckpt.pt", truth)
+        if what in ("lr", "step"):  # the same, given as directories
+            pair("seed dir", what, out / "seed/base", out / "seed" / what, truth)
+
+
+# --- safetensors weights in save_pretrained, Trainer and accelerate folders -----------------
+def tensors(path):
+    with safe_open(str(path), "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def folder(layout, name, base_dir, weights, key, config_edit=None, lr=None):
+    copy = out / layout / name
+    shutil.copytree(base_dir, copy)
+    path = copy / weights
+    before = tensors(path)
+    truth = {"structure": {}, "hyperparameters": {}}
+    if name in EDITS:
+        after = EDITS[name](before, key)
+        save_file(after, str(path), metadata={"format": "pt"})
+        truth["structure"] = structure(before, after, f"{weights}.")
+    if config_edit:
+        config = json.loads((copy / "config.json").read_text())
+        edited = {**config, **config_edit}
+        (copy / "config.json").write_text(json.dumps(edited, indent=2))
+        truth["hyperparameters"] = changed(config, edited, "config.json: ")
+    if lr:
+        opt = torch.load(copy / "optimizer.bin", weights_only=False)
+        old = param_groups(opt, "optimizer.bin: ")
+        opt["param_groups"][0]["lr"] = lr
+        torch.save(opt, copy / "optimizer.bin")
+        truth["hyperparameters"] = changed(old, param_groups(opt, "optimizer.bin: "), "")
+    return copy, truth
+
+
+layer, weights = "model.layers.0.mlp.up_proj.weight", "model.safetensors"
+for name, kwargs in (("config value", {"config_edit": {"rms_norm_eps": 1e-5}}),
+                     *((what, {}) for what in EDITS)):
+    b, truth = folder("pretrained", name, src / "pretrained_a", weights, layer, **kwargs)
+    # Its one weights file beside config.json is read as itself: keys without the file name.
+    truth["structure"] = {k.replace(f"{weights}.", ""): v for k, v in truth["structure"].items()}
+    pair("save_pretrained", name, src / "pretrained_a", b, truth)
+for name, kwargs in (("lr", {"lr": 2e-3}), *((what, {}) for what in EDITS)):
+    b, truth = folder("accelerate", name, src / "accelerate_a", weights, layer, **kwargs)
+    pair("accelerate save_state", name, src / "accelerate_a", b, truth)
+b, truth = folder("trainer", "shape", src / "trainer_a" / "run", "checkpoint-2/model.safetensors",
+                  layer)
+truth["structure"] = {k.replace("checkpoint-2/", ""): v for k, v in truth["structure"].items()}
+pair("Trainer output_dir", "shape", src / "trainer_a" / "run", b, truth)
+
+
+# --- torch.distributed.checkpoint: model, optimizer and step in one, saved in one process ----
+# (torchtitan's layout); step, lr and betas are small torch.save blobs inside the shard.
+def dcp_run(name, lr=1e-3, step=5, edit=None):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 8))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95))
+    model(torch.ones(2, 16)).sum().backward()
+    opt.step()
+    sd = dict(model.state_dict())
+    state = {"model": EDITS[edit](sd, "0.weight") if edit else sd, "step": step,
+             "optimizer": get_optimizer_state_dict(model, opt)}
+    dcp.save(state, checkpoint_id=str(out / "dcp" / name))
+    return state
+
+
+def dcp_truth(a, b, name_a, name_b):
+    meta = {d: dcp.FileSystemReader(str(out / "dcp" / d)).read_metadata().state_dict_metadata
+            for d in (name_a, name_b)}
+    views = [{k: torch.empty(v.size, dtype=v.properties.dtype, device="meta")
+              for k, v in meta[d].items() if hasattr(v, "size")} for d in (name_a, name_b)]
+    truth = structure(*views, "")
+    truth.pop("parameters", None)  # the model's own count, below: optimizer state is not
+    pa, pb = (sum(t.numel() for k, t in v.items() if k.startswith("model.")) for v in views)
+    if pa != pb:
+        truth["parameters"] = [pa, pb]
+    groups = [param_groups(s["optimizer"], "checkpoint.optimizer.") for s in (a, b)]
+    progress = {"step": [a["step"], b["step"]]} if a["step"] != b["step"] else {}
+    return {"structure": truth, "hyperparameters": changed(*groups, ""), "progress": progress}
+
+
+dcp_base = dcp_run("base")
+for what, kwargs in (("lr", {"lr": 3e-4}), ("step", {"step": 9}),
+                     *((what, {"edit": what}) for what in EDITS)):
+    other = dcp_run(what, **kwargs)
+    truth = dcp_truth(dcp_base, other, "base", what)
+    pair("DCP", what, out / "dcp" / "base", out / "dcp" / what, truth)
+
+# --- an FSDP2 (DTensor) state dict saved by rank 0 of 2, made by fully_shard over torch's own
+# fake process group (one process; last: it initializes torch.distributed) -----------------
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 3))
+fully_shard(model)
+sd = model.state_dict()
+torch.save(sd, out / "fsdp2_rank0.pt")
+dtensors = {k: {"local": list(v.to_local().shape), "global": list(v.shape),
+                "numel": v.to_local().numel()} for k, v in sd.items()}
+dist.destroy_process_group()
+print(json.dumps(pairs + [{"layout": "DTensor", "path": str(out / "fsdp2_rank0.pt"),
+                           "tensors": dtensors}]))
+"""
+
+
+def make_variants(python: Path, layouts_root: Path, root: Path) -> list[dict[str, Any]]:
+    """Every pair, with torch's account of what differs between its two sides (and, last,
+    rank 0's file of an FSDP2 state dict with torch's local and global shapes)."""
+    root.mkdir(parents=True, exist_ok=True)
+    output = run_torch(python, VARIANTS_JOB, str(layouts_root), str(root), cwd=root)
+    return list(json.loads(output.splitlines()[-1]))

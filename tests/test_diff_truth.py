@@ -1,0 +1,217 @@
+"""`envlock diff` tells the whole truth (issue #26): on real layouts written by torch,
+safetensors, transformers, accelerate and DCP, each pair of runs that differ in exactly one
+thing (lr, a config value, a key removed, a shape, a dtype, the step) reports exactly that
+thing, as torch itself reads it, and exits 1; a self-diff exits 0; what could not be read
+makes the comparison incomplete (exit 3), never "no differences"."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from envlock.cli import cli
+from tests import diff_variants
+
+Pair = dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def variants(
+    torch_python: Path, layouts: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> list[Pair]:
+    """Every pair, written once per session in one torch process (diff_variants.py)."""
+    made = tmp_path_factory.mktemp("diff-variants")
+    return diff_variants.make_variants(torch_python, layouts["root"], made)
+
+
+def diff(*args: str | Path) -> tuple[int, dict[str, Any], str]:
+    """`envlock diff --json` in this process: its exit code, document and stderr."""
+    result = CliRunner().invoke(cli, ["diff", "--json", *map(str, args)])
+    return result.exit_code, json.loads(result.stdout), result.stderr
+
+
+def reported(doc: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
+    return {
+        g["name"]: {c["key"]: [c["a"], c["b"]] for c in g["changes"]}
+        for g in doc["groups"]
+        if g["counted"]
+    }
+
+
+MATRIX = [
+    ("seed file", "lr"),
+    ("seed file", "config value"),
+    ("seed file", "key removed"),
+    ("seed file", "shape"),
+    ("seed file", "dtype"),
+    ("seed file", "step"),
+    ("seed dir", "lr"),
+    ("seed dir", "step"),
+    ("save_pretrained", "config value"),
+    ("save_pretrained", "key removed"),
+    ("save_pretrained", "shape"),
+    ("save_pretrained", "dtype"),
+    ("accelerate save_state", "lr"),
+    ("accelerate save_state", "key removed"),
+    ("accelerate save_state", "shape"),
+    ("accelerate save_state", "dtype"),
+    ("Trainer output_dir", "shape"),
+    ("DCP", "lr"),
+    ("DCP", "step"),
+    ("DCP", "key removed"),
+    ("DCP", "shape"),
+    ("DCP", "dtype"),
+]
+
+
+def test_the_matrix_is_the_one_generated(variants: list[Pair]) -> None:
+    pairs = [p for p in variants if "what" in p]
+    assert sorted((p["layout"], p["what"]) for p in pairs) == sorted(MATRIX)
+
+
+@pytest.mark.parametrize(("layout", "what"), MATRIX, ids=[f"{lay}-{w}" for lay, w in MATRIX])
+def test_one_difference_reports_exactly_it(variants: list[Pair], layout: str, what: str) -> None:
+    pair = next(p for p in variants if (p["layout"], p["what"]) == (layout, what))
+    assert pair["groups"], f"torch sees no difference in {layout}/{what}: a broken variant"
+    code, doc, stderr = diff(pair["a"], pair["b"])
+    assert code == 1, (code, stderr, doc)
+    assert reported(doc) == pair["groups"]
+    assert doc["identical"] is False and doc["complete"] is True and doc["schema"] == 1
+    flipped, back, _ = diff(pair["b"], pair["a"])
+    assert flipped == 1
+    assert reported(back) == {
+        group: {k: v[::-1] for k, v in changes.items()} for group, changes in pair["groups"].items()
+    }
+
+
+@pytest.mark.parametrize("layout", sorted({lay for lay, _ in MATRIX}))
+def test_a_self_diff_is_identical(variants: list[Pair], layout: str) -> None:
+    side = next(p for p in variants if p["layout"] == layout)["a"]
+    code, doc, stderr = diff(side, side)
+    assert code == 0, (stderr, doc)
+    assert doc["identical"] is True and doc["complete"] is True and doc["groups"] == []
+    compared = doc["sides"]["a"]
+    assert compared["checkpoint"] and compared["files"] and compared["unread"] == []
+
+
+def test_a_directory_names_the_checkpoint_it_compared(variants: list[Pair], tmp_path: Path) -> None:
+    """Of step10.pt and step20.pt the newest by step is compared (not by mtime), and named."""
+    seed = Path(next(p for p in variants if p["layout"] == "seed file")["a"]).parent.parent
+    for run, newer in (("a", "base"), ("b", "lr")):
+        (tmp_path / run).mkdir()
+        shutil.copyfile(seed / newer / "ckpt.pt", tmp_path / run / "step20.pt")
+        shutil.copyfile(seed / "base" / "ckpt.pt", tmp_path / run / "step10.pt")
+        os.utime(tmp_path / run / "step20.pt", (1, 1))  # older by mtime, newer by step
+    code, doc, _ = diff(tmp_path / "a", tmp_path / "b")
+    assert code == 1
+    assert set(reported(doc)["hyperparameters"]) == {
+        "checkpoint.optimizer_state_dict.param_groups.0.lr"
+    }
+    sides = doc["sides"]
+    assert sides["b"]["checkpoint"] == str(tmp_path / "b" / "step20.pt")
+    assert sides["b"]["chosen_from"] == [
+        str(tmp_path / "b" / n) for n in ("step20.pt", "step10.pt")
+    ]
+    human = CliRunner().invoke(cli, ["diff", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert f"B: compared {tmp_path / 'b' / 'step20.pt'} (the newest of 2" in human.stdout
+
+
+def test_an_unreadable_newest_checkpoint_makes_the_comparison_incomplete(
+    variants: list[Pair], tmp_path: Path
+) -> None:
+    """A corrupt newest checkpoint is listed and exits 3: never "no differences"."""
+    seed = Path(next(p for p in variants if p["layout"] == "seed file")["a"]).parent.parent
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        shutil.copyfile(seed / "base" / "ckpt.pt", tmp_path / run / "step10.pt")
+    (tmp_path / "b" / "step20.pt").write_bytes(b"PK\x03\x04 truncated")
+    code, doc, stderr = diff(tmp_path / "a", tmp_path / "b")
+    assert code == 3, (stderr, doc)
+    assert doc["identical"] is False and doc["complete"] is False
+    assert doc["sides"]["b"]["unread"][0].startswith(f"{tmp_path / 'b' / 'step20.pt'}: ")
+    assert "the comparison is incomplete: B: " in stderr and "step20.pt" in stderr
+    human = CliRunner().invoke(cli, ["diff", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert human.exit_code == 3 and "no differences" not in human.stdout
+
+
+def test_different_models_are_never_identical(layouts: dict[str, Any]) -> None:
+    """Two weight files with no config at all: their keys, shapes and counts still differ."""
+    root = layouts["root"]
+    code, doc, _ = diff(root / "pretrained_a" / "model.safetensors", root / "dcp")
+    assert code == 1
+    structure = reported(doc)["structure"]
+    # DCP keys its entries under "model.": every key is on one side only.
+    keys = {k: v for k, v in structure.items() if k != "parameters"}
+    assert keys and all(a is None or b is None for a, b in keys.values())
+    assert "model.embed_tokens.weight" in keys and "model.model.embed_tokens.weight" in keys
+
+
+def test_a_config_on_one_side_only_shows_as_only_in_a(variants: list[Pair]) -> None:
+    """The seed's layout against a bare state dict of the same weights: its config, args,
+    optimizer settings and step show as "only in A", never vanish."""
+    seed = Path(next(p for p in variants if p["layout"] == "seed file")["a"])
+    code, doc, _ = diff(seed, seed.parent.parent / "bare.pt")
+    assert code == 1
+    kinds = {g["name"]: {c["key"]: c["kind"] for c in g["changes"]} for g in doc["groups"]}
+    assert set(kinds) == {"structure", "hyperparameters", "progress"}
+    assert kinds["progress"] == {"step": "removed", "epoch": "removed"}
+    hyper = kinds["hyperparameters"]
+    assert set(hyper.values()) == {"removed"}
+    assert {"checkpoint.config.n_embd", "checkpoint.args.batch_size"} <= set(hyper)
+    assert "checkpoint.optimizer_state_dict.param_groups.0.lr" in hyper
+    # The same weights (as many parameters), under other keys; the optimizer's state in A only.
+    assert "parameters" not in kinds["structure"]
+    assert kinds["structure"]["model_state_dict.0.weight"] == "removed"
+    assert kinds["structure"]["0.weight"] == "added"
+    assert "optimizer_state_dict.state.0.exp_avg" in kinds["structure"]
+    # A directory holding one checkpoint file is read as that file: its keys compare.
+    assert diff(seed, seed.parent)[0] == 0
+
+
+def test_one_ranks_fsdp2_file_is_described_as_its_local_shards(variants: list[Pair]) -> None:
+    """torch.save of an FSDP2 state dict on rank 0 of 2: local shapes, elements and bytes,
+    each tensor's placement and global shape, and a note that it is half of each tensor."""
+    made = next(p for p in variants if p["layout"] == "DTensor")
+    result = CliRunner().invoke(cli, ["inspect", "--json", made["path"], "--keys", "*"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    truth = made["tensors"]
+    rows = {r["key"]: r for r in data["keys"]}
+    assert {k: r["shape"] for k, r in rows.items()} == {k: t["local"] for k, t in truth.items()}
+    for key, t in truth.items():
+        local, whole = ", ".join(map(str, t["local"])), ", ".join(map(str, t["global"]))
+        assert (
+            rows[key]["sharding"]
+            == f"Shard(dim=0) over 2 rank(s): local [{local}] of global [{whole}]"
+        )
+    assert data["tensors"]["params"] == sum(t["numel"] for t in truth.values())
+    assert data["tensors"]["storages"] == len(truth)
+    assert data["size"]["tensor_bytes"] == 4 * sum(t["numel"] for t in truth.values())
+    assert any("(1/2 of each tensor, sharded over 2 ranks)" in n for n in data["notes"])
+
+
+def test_accelerates_own_counter_is_no_progress(layouts: dict[str, Any]) -> None:
+    """accelerate's random_states_0.pkl keeps its accumulation counter as `step` (0 after an
+    optimizer step): not the run's progress."""
+    result = CliRunner().invoke(cli, ["inspect", "--json", str(layouts["root"] / "accelerate_a")])
+    assert result.exit_code == 0, result.output
+    assert "step" not in json.loads(result.stdout)["progress"]
+
+
+def test_inspect_of_a_trainer_output_dir_reads_its_newest_checkpoint(
+    layouts: dict[str, Any],
+) -> None:
+    """inspect chooses as diff does, and says which checkpoint-N/ it read."""
+    run = layouts["root"] / "trainer_a" / "run"
+    result = CliRunner().invoke(cli, ["inspect", "--json", str(run)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["path"] == str(run / "checkpoint-2")
+    assert data["notes"][0] == f"read {run / 'checkpoint-2'}"
+    assert data["tensors"]["params"] == layouts["pretrained"]["params"]
