@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "envlock.lock",
             "envlock.lock_*",
             "envlock.profile",
+            "envlock.profile_cache",
             "envlock.profile_edit",
             "envlock.targets",
             "envlock.targets.*",

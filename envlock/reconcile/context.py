@@ -92,6 +92,12 @@ def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = Fa
     return Context(profile, lock, profile.target.transport(), stale)
 
 
+def is_fleet(ctx: Context) -> bool:
+    """Whether the profile names a fleet of containers (fleet.py runs its members); here,
+    so that a single target's command never loads the fleet's code."""
+    return getattr(ctx.profile.target.settings, "fleet", None) is not None
+
+
 def probe_request(
     ctx: Context,
     *,

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from envlock.errors import OperationError
-from envlock.lock import install_text_for
 from envlock.lock_indexes import uv_index_env
+from envlock.lock_resolve import install_text_for
 from envlock.profile import Profile
 from envlock.reconcile.agentcall import call_agent
 from envlock.reconcile.context import Context, gather_state
