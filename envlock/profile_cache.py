@@ -8,58 +8,38 @@ texts that the parser accepted, each one's name as written and canonicalised. On
 lists are kept (a refusal is always worded by the parser itself), and the texts are stored
 too, so that a hit is a lookup of exactly those bytes.
 
-The file is data written by an earlier envlock of this user, read as untrusted: only while
-it and its directories are this user's (or root's) and no one else may write them
-(ownership.untrusted), through the one gate (untrusted.read_untrusted), and used only when
-its shape and its texts are exactly what was asked; anything else is a miss, and the parser
-runs. Writing it is best effort (a read-only home only costs the parse next time).
+The file is data written by an earlier envlock of this user, kept and read as usercache.py
+says (this user's alone, through the one gate), and used only when its shape and its texts
+are exactly what was asked; anything else is a miss, and the parser runs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import os
-
 import packaging  # the package only (its version): the parser loads on a miss
 
 from envlock import __version__
-from envlock.atomic import write_atomic
-from envlock.errors import EnvlockError
-from envlock.ownership import untrusted
-from envlock.untrusted import read_untrusted
+from envlock.usercache import entry_path as cache_entry
+from envlock.usercache import read_entry, write_entry
 
 SCHEMA = 1
+KIND = "requirements"
 Names = list[tuple[str, str]]  # per text: (the name as written, its canonical form)
 
 
-def cache_dir() -> str | None:
-    """The user's cache directory for envlock (None without an absolute one)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(base, "envlock", "requirements") if os.path.isabs(base) else None
+def entry_key(texts: list[str]) -> list[object]:
+    """What a verdict depends on: the texts, the parser's version and envlock's."""
+    return [SCHEMA, __version__, packaging.__version__, texts]
 
 
 def entry_path(texts: list[str]) -> str | None:
-    directory = cache_dir()
-    if directory is None:
-        return None
-    key = json.dumps([SCHEMA, __version__, packaging.__version__, texts])
-    return os.path.join(directory, hashlib.sha256(key.encode()).hexdigest() + ".json")
+    return cache_entry(KIND, entry_key(texts))
 
 
 def cached_names(texts: list[str]) -> Names | None:
     """The names of `texts` as the parser gave them before, or None (a miss)."""
-    path = entry_path(texts)
-    if path is None or not texts:
+    if not texts:
         return None
-    try:
-        if not os.path.exists(path) or untrusted(path) is not None:
-            return None
-        data = json.loads(read_untrusted(path, "json"))
-    except (OSError, ValueError, EnvlockError):
-        return None
-    return names_of(data, texts)
+    return names_of(read_entry(KIND, entry_key(texts)), texts)
 
 
 def names_of(data: object, texts: list[str]) -> Names | None:
@@ -71,9 +51,9 @@ def names_of(data: object, texts: list[str]) -> Names | None:
         return None
     found: Names = []
     for pair in names:
-        if not (
-            isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
-        ):
+        if not isinstance(pair, list) or len(pair) != 2:
+            return None
+        if not all(isinstance(part, str) for part in pair):
             return None
         found.append((pair[0], pair[1]))
     return found
@@ -81,11 +61,6 @@ def names_of(data: object, texts: list[str]) -> Names | None:
 
 def remember_names(texts: list[str], names: Names) -> None:
     """Keep the parser's verdict on `texts` (accepted, with these names) for next time."""
-    path = entry_path(texts)
-    if path is None or not texts:
-        return
-    data = {"schema": SCHEMA, "texts": texts, "names": [list(pair) for pair in names]}
-    with contextlib.suppress(OSError, EnvlockError):
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        if untrusted(os.path.dirname(path)) is None:
-            write_atomic(path, json.dumps(data).encode(), 0o600)
+    if texts:
+        data = {"schema": SCHEMA, "texts": texts, "names": [list(pair) for pair in names]}
+        write_entry(KIND, entry_key(texts), data)

@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "envlock.errors",
             "envlock.ui",
             "envlock.atomic",
+            "envlock.usercache",
             "envlock.tomlread",
             "envlock.uvbin",
             "envlock.cuda",

@@ -42,7 +42,7 @@ class FleetTransport:
             hint="`--on` takes a vmid, a node or a tag",
         )
 
-    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+    def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
         self.run(argv)
         raise AssertionError("unreachable")
 
