@@ -7,14 +7,12 @@ lines in pct.log). A real LXC container, a real ssh hop, the real agent.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from tests.remote.fixtures import Node
-from tests.test_remote import pct, ssh_lines, write_profile
+from tests.test_remote import envlock_env, lxc_profile, pct, pve_api  # noqa: F401 (a fixture)
 
 
 def cli(cache: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -24,7 +22,7 @@ def cli(cache: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
-        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+        env={**envlock_env(), "XDG_CACHE_HOME": str(cache)},
     )
 
 
@@ -33,36 +31,46 @@ def round_trips(log: Path) -> int:
 
 
 def test_a_run_on_a_container_as_judged_is_one_pct_exec(
-    tmp_path: Path, wheelhouse: Path, node_sshd: Node, lxc_container: Any
+    lxc_profile: tuple[Path, int],  # noqa: F811 (test_remote's fixture)
+    node_sshd: Node,
+    fakepve_url: str,
+    fakepve_cafile: str,
+    tmp_path: Path,
 ) -> None:
-    vmid = lxc_container(mounts=[(wheelhouse, str(wheelhouse))])
-    target = [
-        'type = "proxmox-lxc"',
-        f"vmid = {vmid}",
-        'root = "/opt/envroot"',
-        'venv = "/opt/venv"',
-        *ssh_lines(node_sshd),
-    ]
-    profile = write_profile(tmp_path / "p", wheelhouse, target, env={"MY_SETTING": "on"})
+    """The profile declares a [container]: its API is asked while the agent probes, and the
+    agent starts the command only on the controller's word."""
+    profile, vmid = lxc_profile
     cache = tmp_path / "user-cache"
     assert cli(cache, "apply", "-y", profile).returncode == 0
     log = node_sshd.pct_dir / "pct.log"
-    program = "import os, sys, trainutil; print(os.environ['MY_SETTING']); sys.exit(7)"
+    program = "import os, sys, trainutil; print(os.environ['NASTY'][:4]); sys.exit(7)"
     try:
         # First: nothing remembered. A probe, then the call that checks again and starts it
         # (carrying the startup set the container lacks).
         log.write_text("")
         first = cli(cache, "run", profile, "--", "python", "-c", program)
-        assert (first.returncode, first.stdout) == (7, "on\n"), first.stderr
+        assert (first.returncode, first.stdout) == (7, "it's\n"), first.stderr
         assert round_trips(log) == 2
         # Then: the state judged last time, proposed and confirmed in one call.
         log.write_text("")
         again = cli(cache, "run", profile, "--", "python", "-c", program)
-        assert (again.returncode, again.stdout, again.stderr) == (7, "on\n", "")
+        assert (again.returncode, again.stdout, again.stderr) == (7, "it's\n", "")
         assert round_trips(log) == 1
 
-        # Drift since: the same one call brings the state back, and the refusal explains it
-        # as `check` does; the command never started.
+        # The container drifted (its API says so): the agent found the state as judged and
+        # waited; the controller said no, and explains as `check` would.
+        api = pve_api(fakepve_url, fakepve_cafile)
+        api.nodes("pve1").lxc(vmid).config.put(cores=8)
+        log.write_text("")
+        refused = cli(cache, "run", profile, "--", "python", "-c", "print('started')")
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.startswith("envlock: refusing to run: 1 drift item(s)")
+        assert "cores" in refused.stderr and "started" not in refused.stdout
+        assert round_trips(log) == 1
+        api.nodes("pve1").lxc(vmid).config.put(cores=2)
+
+        # The environment drifted since: the same one call brings the state back, and the
+        # refusal explains it as `check` does; the command never started.
         script = "/opt/train dir/train.py"
         assert pct(node_sshd, vmid, "sh", "-c", f"echo '# edited' >> '{script}'").returncode == 0
         log.write_text("")

@@ -9,7 +9,9 @@ lacks it. The agent probes; when the state's hash is the one expected, the contr
 judgment holds for exactly this state: the agent installs the startup set if sent, says
 `{"run": {"target": …}}` on stdout (the process group signals go to), and execs the
 command in this very process. Otherwise it answers the state, starts nothing, and the
-controller judges and explains it as after any probe.
+controller judges and explains it as after any probe. With `await` (a profile with a
+[container], whose API the controller asks meanwhile), it says `{"ready": true}` first and
+starts only on the controller's `go`.
 
 The command starts as ssh and `pct exec` would start it: in the login's home, with the
 environment given; PATH is the generation's bin, then [env] PATH if the profile sets one,
@@ -68,9 +70,24 @@ def run_command(_unused):
     state = probe(req["probe"])
     if state_digest(state) != req["expect"]:
         return state  # not the state judged: the controller judges this one
+    if req.get("await") and not word_to_go():
+        return {"stopped": True}  # the controller's last word (the container API's) was no
     if req.get("startup"):
         install_startup(req["startup"])
     start(req["spec"], req["argv"])
+
+
+def word_to_go():
+    """Say the state is as judged and wait for the controller's word (`go`), read byte by
+    byte: what follows on stdin is the command's."""
+    os.write(1, b'{"ready": true}\n')
+    word = b""
+    while not word.endswith(b"\n") and len(word) < 8:
+        byte = os.read(0, 1)
+        if not byte:
+            break
+        word += byte
+    return word == b"go\n"
 
 
 def command_env(spec):

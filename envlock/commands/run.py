@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -32,7 +33,15 @@ from envlock.runs.environment import (
     generation_dir,
 )
 from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remote, spec_of
-from envlock.runs.one_call import Changed, Started, call_run, remember, remembered, state_digest
+from envlock.runs.one_call import (
+    Changed,
+    Started,
+    Stopped,
+    call_run,
+    remember,
+    remembered,
+    state_digest,
+)
 from envlock.runs.startup_set import remote_dir, startup_payload
 from envlock.targets.base import ContainerCheck
 
@@ -174,46 +183,78 @@ ATTEMPTS = 3
 def run_in_one_call(
     ctx: Context, argv: list[str], base: dict[str, str], *, deep: bool, allow_drift: bool
 ) -> int:
-    """The remote run in one agent call (runs/one_call.py): with the state remembered from
-    the last run when it would start quietly, else with the state a probe returns; a state
-    that changed meanwhile is judged and explained as after any probe."""
+    """The remote run in one agent call (runs/one_call.py): proposing the state remembered
+    from the last run when it would start quietly, else the state a probe returns; a state
+    that changed meanwhile comes back and is judged and explained as after any probe."""
     root = ctx.profile.target.root
     startup = remote_dir(root)
     request = probe_request(ctx, deep=deep, startup=startup)
-    container = None
-    raw = remembered(ctx.transport, root, request)
-    if raw is not None:
-        container = check_container(ctx)  # the API's word on it (None without a container)
-        state, drifts = judged(ctx, container, raw)
-        proposal = verdict(ctx, state, drifts, allow_drift)
-        if proposal.refusal is not None or proposal.notes:
-            raw = None  # said anew, from the target's own state
-    speculative = raw is not None
+    found: list[ContainerCheck | None] = []  # the container API's word, once asked
+    proposal = proposed(ctx, request, allow_drift)
+    raw = proposal
     for _ in range(ATTEMPTS):
-        if raw is None:
-            container, fresh, drifts = check_all(
-                ctx, deep=deep, startup=startup, meanwhile=ui.prepare
-            )
-            raw = fresh.raw if fresh is not None else {}
+        gate = None
+        if proposal is not None:
+            state = parse_state(proposal)
+            if ctx.provisioner is not None:  # asked while the target probes
+                gate = container_gate(ctx, state, allow_drift, found)
+        else:
+            if raw is None:  # a probe, and the container's API beside it (as check asks)
+                container, fresh, drifts = check_all(
+                    ctx, deep=deep, startup=startup, meanwhile=ui.prepare
+                )
+                found[:] = [container]
+                raw = fresh.raw if fresh is not None else {}
+            else:
+                fresh, drifts = judged(ctx, found[0] if found else None, raw)
             state = decide(ctx, fresh, drifts, allow_drift)
-        elif not speculative:
-            state, drifts = judged(ctx, container, raw)
-            state = decide(ctx, state, drifts, allow_drift)
+        assert raw is not None
         launch = launch_request(ctx, request, raw, state, argv, base)
-        if not speculative:
+        if proposal is None:
             kept = {**raw, "startup_ready": True} if launch["startup"] else raw
             remember(ctx.transport, root, request, kept)
-        outcome = call_run(ctx.transport, root, launch)
+        outcome = call_run(ctx.transport, root, launch, gate)
         if isinstance(outcome, Started):
             return outcome.code
-        # Changed: judge what the target answered; Failed: ask the usual way, which says why.
-        raw = outcome.raw if isinstance(outcome, Changed) else None
-        speculative = False
+        # Stopped: the state as proposed, which the container's word changes; Changed: the
+        # state the target answered; Failed: ask the usual way, which says why.
+        raw = proposal if isinstance(outcome, Stopped) else None
+        raw = outcome.raw if isinstance(outcome, Changed) else raw
+        proposal = None
     raise OperationError(
         f"{ctx.transport.name}: the target's state changed {ATTEMPTS} times while `run` "
         "started the command (an apply or rollback at work?); nothing was started",
         hint="run it again",
     )
+
+
+def proposed(ctx: Context, request: dict[str, Any], allow_drift: bool) -> dict[str, Any] | None:
+    """The state remembered from the last run on this target, when it would start quietly
+    (nothing to refuse, nothing to say); else None."""
+    raw = remembered(ctx.transport, ctx.profile.target.root, request)
+    if raw is None:
+        return None
+    state, drifts = judged(ctx, None, raw)
+    return raw if quiet(verdict(ctx, state, drifts, allow_drift)) else None
+
+
+def container_gate(
+    ctx: Context, state: State, allow_drift: bool, found: list[ContainerCheck | None]
+) -> Callable[[], bool]:
+    """The container API's word on a proposed state: whether it still starts quietly."""
+
+    def gate() -> bool:
+        container = check_container(ctx)
+        found[:] = [container]
+        _, drifts = judged(ctx, container, state.raw)
+        running = container is None or container.running
+        return running and quiet(verdict(ctx, state, drifts, allow_drift))
+
+    return gate
+
+
+def quiet(judgment: Verdict) -> bool:
+    return judgment.refusal is None and not judgment.notes
 
 
 def judged(

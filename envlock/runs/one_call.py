@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -54,6 +55,11 @@ class Changed:
     """The target's state was not the one judged: here it is, nothing was started."""
 
     raw: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The state was the one judged, but the gate said no: nothing was started."""
 
 
 @dataclass(frozen=True)
@@ -89,23 +95,43 @@ def remember(transport: Transport, root: str, request: dict[str, Any], raw: dict
 
 
 def call_run(
-    transport: Transport, root: str, request: dict[str, Any]
-) -> Started | Changed | Failed:
-    """Send the agent's `run` (request: probe, expect, spec, argv, startup) and follow it."""
+    transport: Transport,
+    root: str,
+    request: dict[str, Any],
+    gate: Callable[[], bool] | None = None,
+) -> Started | Changed | Failed | Stopped:
+    """Send the agent's `run` (request: probe, expect, spec, argv, startup) and follow it.
+    `gate` (the container API's word) runs while the target probes; the agent then waits for
+    it before it starts anything."""
     argv = agent_argv(transport, root, "run", env_python=True)
-    payload = json.dumps(request).encode()
+    payload = json.dumps({**request, "await": gate is not None}).encode()
+    verdict: list[bool | BaseException] = []
+    asking = threading.Thread(target=ask, args=(gate, verdict), daemon=True) if gate else None
     proc = transport.spawn(argv, piped=True)
+    if asking is not None:
+        asking.start()
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
         proc.stdin.write(b"%d\n" % len(payload) + payload)
         proc.stdin.flush()
     except BrokenPipeError:
         pass  # it ended before reading: its answer (or its failure) says why
-    first = proc.stdout.readline()
-    try:
-        answer = json.loads(first) if first.strip() else None
-    except ValueError:
-        answer = None
+    answer, first = read_answer(proc.stdout)
+    if asking is not None:
+        asking.join()
+        if isinstance(verdict[0], BaseException):
+            proc.kill()  # it waits for a word that will not come
+            proc.wait()
+            raise verdict[0]
+    if isinstance(answer, dict) and answer.get("ready"):
+        word = b"go\n" if verdict and verdict[0] is True else b"stop\n"
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(word)
+            proc.stdin.flush()
+        if word == b"stop\n":
+            proc.communicate()
+            return Stopped()
+        answer, first = read_answer(proc.stdout)
     if isinstance(answer, dict) and isinstance(answer.get("run"), dict):
         return Started(follow(proc, transport, str(answer["run"].get("target", ""))))
     out, err = proc.communicate()
@@ -113,6 +139,22 @@ def call_run(
     if answer is None:
         return Failed(result)
     return Changed(parse_answer(transport, "run", result))
+
+
+def read_answer(stdout: IO[bytes]) -> tuple[Any, bytes]:
+    """The agent's next line as JSON (None when it is not), and the line."""
+    line = stdout.readline()
+    try:
+        return (json.loads(line) if line.strip() else None), line
+    except ValueError:
+        return None, line
+
+
+def ask(gate: Callable[[], bool], verdict: list[bool | BaseException]) -> None:
+    try:
+        verdict.append(gate())
+    except BaseException as exc:  # raised in the caller's thread
+        verdict.append(exc)
 
 
 def follow(proc: subprocess.Popen[bytes], transport: Transport, target: str) -> int:
