@@ -7,6 +7,8 @@ lines in pct.log). A real LXC container, a real ssh hop, the real agent.
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +59,32 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
         assert (again.returncode, again.stdout, again.stderr) == (7, "it's\n", "")
         assert round_trips(log) == 1
 
+        # A terminal's run (stdin a tty: nothing may travel ahead of it) keeps the launcher.
+        leader, follower = pty.openpty()
+        try:
+            tty = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "envlock",
+                    "run",
+                    str(profile),
+                    "--",
+                    "python",
+                    "-c",
+                    program,
+                ],
+                capture_output=True,
+                text=True,
+                stdin=follower,
+                env={**envlock_env(), "XDG_CACHE_HOME": str(cache)},
+                timeout=120,
+            )
+        finally:
+            os.close(leader)
+            os.close(follower)
+        assert tty.returncode == 7 and "it's" in tty.stdout, tty.stderr
+
         # The container drifted (its API says so): the agent found the state as judged and
         # waited; the controller said no, and explains as `check` would.
         api = pve_api(fakepve_url, fakepve_cafile)
@@ -81,6 +109,7 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
         assert round_trips(log) == 1
         checked = cli(cache, "check", "--json", profile)
         assert [d["kind"] for d in json.loads(checked.stdout)["drift"]] == ["script-modified"]
+
     finally:
         log.unlink(missing_ok=True)
 
