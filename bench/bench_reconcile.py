@@ -16,6 +16,9 @@ of fresh runs, beside the baseline that bounds it:
   * scaling               check time per file over ~1k, ~16k and ~100k-file generations vs
                           `find` per file (least-squares slopes; the 100k one is the torch
                           generation with 84k small files added and its manifest rewritten)
+  * fast check of a ~1k-file environment vs `envlock --version`
+check and `--version`, run and the generation's python are measured in turn (`paired`), so
+a load that comes and goes on a shared machine weighs on both sides of a ratio alike.
 Each row carries the goal it is held to (issue "Speed"); bench/readme_table.py renders the
 README's table from bench/results/reconcile.json.
 """
@@ -62,6 +65,15 @@ def timed(argv: list[str], *, ok: tuple[int, ...] = (0,)) -> float:
 def median_of(runs: int, fn: Callable[[], float]) -> float:
     fn()  # one warm-up: page cache and the agent's compiled-code cache, as a user has them
     return statistics.median(fn() for _ in range(runs))
+
+
+def paired(runs: int, fn: Callable[[], float], base: Callable[[], float]) -> tuple[float, float]:
+    """Medians of `fn` and of its baseline, measured in turn (one warm-up each): a load that
+    comes and goes on a shared machine weighs on both alike."""
+    fn()
+    base()
+    pairs = [(fn(), base()) for _ in range(runs)]
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
 def write_profile(work: Path, name: str, packages: list[str], *, torch: bool = True) -> Path:
@@ -150,17 +162,19 @@ def measure_main(work: Path, runs: int, results: dict[str, Any]) -> Path:
     results["files"] = files_in(gen)
     python = str(gen / "bin" / "python")
 
-    results["version_s"] = median_of(runs, lambda: timed(envlock("--version")))
+    results["check_s"], results["version_s"] = paired(
+        runs, lambda: timed(envlock("check", profile)), lambda: timed(envlock("--version"))
+    )
     results["find_s"] = median_of(runs, lambda: timed(find_floor(gen)))
     results["uv_sync_dry_run_s"] = median_of(
         runs,
         lambda: timed([uv_path(), "pip", "sync", "--dry-run", "-q", str(lock), "--python", python]),
     )
-    results["check_s"] = median_of(runs, lambda: timed(envlock("check", profile)))
     results["noop_apply_s"] = median_of(runs, lambda: timed(envlock("apply", "-y", profile)))
-    results["direct_python_s"] = median_of(runs, lambda: timed([python, "-c", "pass"]))
-    results["run_s"] = median_of(
-        runs, lambda: timed(envlock("run", profile, "--", "python", "-c", "pass"))
+    results["run_s"], results["direct_python_s"] = paired(
+        runs,
+        lambda: timed(envlock("run", profile, "--", "python", "-c", "pass")),
+        lambda: timed([python, "-c", "pass"]),
     )
     results["check_deep_s"] = median_of(
         max(3, runs // 3), lambda: timed(envlock("check", "--deep", profile))
@@ -201,6 +215,10 @@ def measure_scaling(work: Path, runs: int, results: dict[str, Any]) -> None:
     small = write_profile(work, "small", ["numpy>=1.26"], torch=False)
     run_quiet(envlock("lock", small))
     run_quiet(envlock("apply", "-y", small))
+    results["check_1k_s"], results["version_1k_s"] = paired(
+        runs, lambda: timed(envlock("check", small)), lambda: timed(envlock("--version"))
+    )
+    results["files_1k"] = files_in(generation_of(work, "small"))
     big = work / "bench.toml"
     points = []
     for profile, name, extra in ((small, "small", 0), (big, "bench", 0), (big, "bench", 84_000)):
@@ -247,8 +265,8 @@ def rows(r: dict[str, Any]) -> list[dict[str, Any]]:
             f"{r['uv_sync_dry_run_s']:.3f} s; `envlock --version` {r['version_s']:.3f} s",
             "ratio": f"{r['check_s'] / r['find_s']:.1f}× find, "
             f"{r['check_s'] / r['version_s']:.1f}× --version",
-            "goal": "≤ 0.15 s, ≤ 2.5× --version",
-            "met": r["check_s"] <= 0.15 and r["check_s"] <= 2.5 * r["version_s"],
+            "goal": "≤ 2.5× --version (stretch ≤ 2×)",
+            "met": r["check_s"] <= 2.5 * r["version_s"],
         },
         {
             "operation": "no-op apply",
@@ -279,8 +297,8 @@ def rows(r: dict[str, Any]) -> list[dict[str, Any]]:
             "envlock": f"{r['run_s']:.3f} s (+{run_overhead:.3f} s)",
             "baseline": f"the generation's python directly {r['direct_python_s']:.3f} s",
             "ratio": f"{r['run_s'] / r['direct_python_s']:.1f}×",
-            "goal": "≤ 0.15 s more",
-            "met": run_overhead <= 0.15,
+            "goal": "≤ 0.10 s more",
+            "met": run_overhead <= 0.10,
         },
         {
             "operation": "apply, fresh root, warm uv cache",
@@ -300,6 +318,18 @@ def rows(r: dict[str, Any]) -> list[dict[str, Any]]:
             "met": r["sha256sum_s"] / r["check_deep_s"] >= 0.8,
         },
     ]
+    if "check_1k_s" in r:
+        table.insert(
+            1,
+            {
+                "operation": f"fast check ({r['files_1k']:,} files)",
+                "envlock": f"{r['check_1k_s']:.3f} s",
+                "baseline": f"`envlock --version` {r['version_1k_s']:.3f} s",
+                "ratio": f"{r['check_1k_s'] / r['version_1k_s']:.1f}× --version",
+                "goal": "≤ 2× --version",
+                "met": r["check_1k_s"] <= 2 * r["version_1k_s"],
+            },
+        )
     if "scaling" in r:
         sizes = ", ".join(
             f"{p['files'] // 1000 or p['files']}{'k' if p['files'] >= 1000 else ''}: "

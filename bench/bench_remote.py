@@ -9,6 +9,9 @@ fake Proxmox API. Measured, each as a median of fresh `envlock` processes:
     the multiplexed master cold and warm; time vs a hand-written
     `ssh node pct exec VMID -- uv pip freeze` (one fresh connection, no multiplexing)
   * no-op apply (goal ≤ 1.5 s)
+  * run -- python -c pass and check, warm master, each interleaved with its baseline: the
+    hand-written `ssh node 'pct exec VMID --keep-env 0 -- /opt/venv/bin/python -c pass'`
+    over the same warm master (goals: run exactly 1 round trip and ≤ 1.3×, check ≤ 1.2×)
 Results: bench/results/remote.json and a table on stdout.
 """
 
@@ -114,7 +117,8 @@ def measure(
     log.write_text("")
     connections = accepted(node)
     started = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    # stdin no terminal, as a batch job's (a terminal's run keeps the launcher's path)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     elapsed = time.perf_counter() - started
     assert done.returncode == 0, done.stderr
     time.sleep(0.2)  # sshd writes its log line after the session
@@ -123,6 +127,20 @@ def measure(
         "ssh_processes": len(log.read_text().split()),
         "connections": accepted(node) - connections,
     }
+
+
+def interleaved(
+    pairs: list[tuple[str, list[str]]], env: dict[str, str], log: Path, node: Node
+) -> dict[str, list[dict[str, float]]]:
+    """Each argv once per round, in turn, RUNS rounds after one warm-up round: a load that
+    comes and goes weighs on all of them alike."""
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name, _ in pairs}
+    for index in range(RUNS + 1):
+        for name, argv in pairs:
+            sample = measure(argv, env, log, node)
+            if index:
+                samples[name].append(sample)
+    return samples
 
 
 def median(samples: list[dict[str, float]], key: str) -> float:
@@ -172,6 +190,15 @@ def test_bench_remote(
         )
     ]
     baseline = [measure(freeze, env, log, node_sshd) for _ in range(RUNS)]
+    # The same warm master as envlock's: one session on it, pct exec, the venv's python.
+    by_hand = [
+        *transport.ssh_argv(),
+        f"pct exec {vmid} --keep-env 0 -- /opt/venv/bin/python -c pass",
+    ]
+    run = [*envlock, "run", str(profile), "--", "python", "-c", "pass"]
+    paired = interleaved(
+        [("run", run), ("check", check), ("by_hand", by_hand)], env, log, node_sshd
+    )
     results = {
         "runs": RUNS,
         "check_cold_s": median(cold, "seconds"),
@@ -183,7 +210,13 @@ def test_bench_remote(
         "noop_apply_s": median(noop, "seconds"),
         "noop_apply_round_trips": median(noop, "ssh_processes"),
         "hand_written_freeze_s": median(baseline, "seconds"),
+        "run_warm_s": median(paired["run"], "seconds"),
+        "run_warm_round_trips": median(paired["run"], "ssh_processes"),
+        "check_paired_s": median(paired["check"], "seconds"),
+        "hand_written_python_s": median(paired["by_hand"], "seconds"),
     }
+    results["ratio_run_vs_python"] = results["run_warm_s"] / results["hand_written_python_s"]
+    results["ratio_check_vs_python"] = results["check_paired_s"] / results["hand_written_python_s"]
     results["ratio_check_cold_vs_freeze"] = (
         results["check_cold_s"] / results["hand_written_freeze_s"]
     )
@@ -212,4 +245,12 @@ def test_bench_remote(
         f"{results['hand_written_freeze_s']:.2f} s → check is "
         f"{results['ratio_check_cold_vs_freeze']:.2f}x cold, "
         f"{results['ratio_check_warm_vs_freeze']:.2f}x warm"
+    )
+    print(
+        f"  run -- python -c pass, warm master: {results['run_warm_s']:.3f} s, "
+        f"{results['run_warm_round_trips']:.0f} round trip(s); "
+        f"check {results['check_paired_s']:.3f} s; "
+        "ssh … pct exec … python -c pass (hand-written, same master): "
+        f"{results['hand_written_python_s']:.3f} s → run {results['ratio_run_vs_python']:.2f}x, "
+        f"check {results['ratio_check_vs_python']:.2f}x"
     )

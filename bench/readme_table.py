@@ -41,6 +41,29 @@ def extra_rows() -> list[dict[str, Any]]:
                 "met": remote["check_warm_s"] <= 0.35,
             }
         )
+    if remote and "run_warm_s" in remote:
+        by_hand = remote["hand_written_python_s"]
+        rows.append(
+            {
+                "operation": "remote `run -- python -c pass`, warm ssh master (proxmox-lxc)",
+                "envlock": f"{remote['run_warm_s']:.3f} s, "
+                f"{remote['run_warm_round_trips']:.0f} round trip(s)",
+                "baseline": f"`ssh … 'pct exec … -- /opt/venv/bin/python -c pass'` {by_hand:.3f} s",
+                "ratio": f"{remote['ratio_run_vs_python']:.2f}×",
+                "goal": "1 round trip, ≤ 1.3×",
+                "met": remote["run_warm_round_trips"] == 1 and remote["ratio_run_vs_python"] <= 1.3,
+            }
+        )
+        rows.append(
+            {
+                "operation": "remote check, warm ssh master, beside the same baseline",
+                "envlock": f"{remote['check_paired_s']:.3f} s",
+                "baseline": f"`ssh … 'pct exec … -- /opt/venv/bin/python -c pass'` {by_hand:.3f} s",
+                "ratio": f"{remote['ratio_check_vs_python']:.2f}×",
+                "goal": "≤ 1.2×",
+                "met": remote["ratio_check_vs_python"] <= 1.2,
+            }
+        )
     snapshot = load("snapshot")
     if snapshot and "api_s" in snapshot:
         rows.append(

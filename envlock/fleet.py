@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from envlock import ui
 from envlock.errors import EXIT_FAILED, EXIT_INTERRUPTED, EnvlockError, UsageError, cause_of
 from envlock.proxmox.fleet import Member, list_members, restrict
-from envlock.reconcile.context import Context
+from envlock.reconcile.context import Context, is_fleet  # noqa: F401 (apply's import)
 from envlock.targets.pct import ContainerNotRunning, PctTransport
 from envlock.targets.ssh import Sessions
 
@@ -65,10 +65,6 @@ class MemberResult:
 
 
 Work = Callable[[Context, Progress], MemberResult]
-
-
-def is_fleet(ctx: Context) -> bool:
-    return getattr(ctx.profile.target.settings, "fleet", None) is not None
 
 
 def member_context(ctx: Context, member: Member, sessions: Sessions | None = None) -> Context:

@@ -21,8 +21,9 @@ from packaging.version import InvalidVersion, Version
 
 from envlock.atomic import write_atomic
 from envlock.errors import EXIT_DRIFT, EnvlockError, UsageError
-from envlock.lock import Lock, ResolutionFailed, lock_policy, parse_lock, resolve
+from envlock.lock import Lock, lock_policy, parse_lock
 from envlock.lock_changes import LockChanges, lock_changes, torch_moves
+from envlock.lock_resolve import ResolutionFailed, resolve
 from envlock.lock_schema import SHOWN
 from envlock.profile import Profile, load_profile
 from envlock.profile_edit import Edit

@@ -13,15 +13,13 @@ import platform as host_platform
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envlock.errors import ProfileError
-from envlock.proxmox.settings import Container
+from envlock.profile_cache import Names, cached_names, remember_names
 from envlock.schema import PACKAGE_NAME_RE
 from envlock.targets.base import Target
 from envlock.targets.registry import TARGET_TYPES
@@ -35,6 +33,11 @@ from envlock.tomlread import (
     suggest,
     suggest_value,
 )
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+
+    from envlock.proxmox.settings import Container
 
 # Matched with fullmatch: "$" would also accept a value that ends in a newline.
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
@@ -396,9 +399,9 @@ class _ProfileReader:
             _check_url(t, "index-url", index_url)
         packages = t.texts("packages", [])
         seen: dict[str, str] = {"torch": "[torch] version"}
+        names = _Names(t, packages)
         for index, text in enumerate(packages):
-            req = _requirement(t, f"packages[{index}]", text)
-            name = canonicalize_name(req.name)
+            written, name = names.at(index)
             if name == "torch":
                 t.fail(
                     f"packages[{index}]",
@@ -406,8 +409,9 @@ class _ProfileReader:
                     hint="remove it from [torch] packages",
                 )
             if name in seen:
-                t.fail(f"packages[{index}]", f'duplicate package "{req.name}"')
+                t.fail(f"packages[{index}]", f'duplicate package "{written}"')
             seen[name] = text
+        names.remember()
         t.finish()
         return TorchSpec(
             version=version, backend=backend, index_url=index_url, packages=tuple(packages)
@@ -420,24 +424,25 @@ class _ProfileReader:
             return Dependencies()
         packages = t.texts("packages", [])
         torch_names = (
-            {canonicalize_name(Requirement(p).name) for p in torch.packages} if torch else set()
+            {name for _, name in _Names(t, list(torch.packages)).all()} if torch else set()
         )
         seen: set[str] = set()
+        names = _Names(t, packages)
         for index, text in enumerate(packages):
             key = f"packages[{index}]"
-            req = _requirement(t, key, text)
-            name = canonicalize_name(req.name)
+            written, name = names.at(index)
             if name in seen:
-                t.fail(key, f'duplicate package "{req.name}"', hint="list each package once")
+                t.fail(key, f'duplicate package "{written}"', hint="list each package once")
             seen.add(name)
             if torch is not None and name == "torch":
-                self.torch_conflict(t, key, req, torch)
+                self.torch_conflict(t, key, _requirement(t, key, text), torch)
             if name in torch_names:
                 t.fail(
                     key,
-                    f'"{req.name}" is already in [torch] packages',
+                    f'"{written}" is already in [torch] packages',
                     hint="keep torch-family packages in [torch] packages only",
                 )
+        names.remember()
         index_url = t.string("index-url", None)
         if index_url is not None:
             _check_url(t, "index-url", index_url)
@@ -622,7 +627,38 @@ def raise_profile(path: str, message: str, hint: str | None = None) -> NoReturn:
     raise ProfileError(path, message, hint=hint)
 
 
+class _Names:
+    """The names of a list of requirements (`packages`), each text validated by the parser
+    (`_requirement`) as it is reached, or all at once from profile_cache when this very list
+    was accepted before."""
+
+    def __init__(self, t: Table, texts: list[str]) -> None:
+        self.t, self.texts = t, texts
+        self.cached = cached_names(texts)
+        self.parsed: Names = []
+
+    def at(self, index: int) -> tuple[str, str]:
+        if self.cached is not None:
+            return self.cached[index]
+        req = _requirement(self.t, f"packages[{index}]", self.texts[index])
+        self.parsed.append((req.name, canonicalize_name(req.name)))
+        return self.parsed[-1]
+
+    def all(self) -> Names:
+        return [self.at(index) for index in range(len(self.texts))]
+
+    def remember(self) -> None:
+        """Once every text passed (and the list's own rules): keep the verdict."""
+        if self.cached is None and len(self.parsed) == len(self.texts):
+            remember_names(self.texts, self.parsed)
+
+
 def _requirement(t: Table, key: str, text: str) -> Requirement:
+    """`text` as PEP 508 (the parser loads here: a profile's lists usually come from
+    profile_cache), refused with the parser's own words."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:

@@ -9,15 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from envlock.lock import (
-    Lock,
-    envlock_table,
-    read_lock,
-    resolution_sha256,
-    resolver_input,
-    stale_reasons,
-    wheel_in_find_links,
-)
+from envlock.lock import Lock, read_lock, resolution_sha256, stale_reasons
+from envlock.lock_links import wheel_in_find_links
+from envlock.lock_resolve import envlock_table, resolver_input
 from envlock.profile import load_profile
 from envlock.tomlread import tomllib
 from tests.conftest import Envlock

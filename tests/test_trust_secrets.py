@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from envlock.errors import EXIT_USAGE, UsageError
-from envlock.lock import resolver_input, uv_compile_argv
+from envlock.lock_resolve import resolver_input, uv_compile_argv
 from envlock.profile import load_profile
 from envlock.proxmox.api import read_secret
 from envlock.proxmox.settings import LxcSettings

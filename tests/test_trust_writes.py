@@ -550,6 +550,9 @@ ALLOWED = {
     ("agent/core.py", "append_history"): {"O_NOFOLLOW"},
     # A cache archive streamed to stdout (no file of ours is opened).
     ("agent/cache.py", "cache_save"): set(),
+    # run's startup set, carried in the agent's call: new files in a fresh temp dir, renamed
+    # into place once their hashes match (as the startup installer below does).
+    ("agent/launch.py", "install_startup"): {"O_EXCL", "O_NOFOLLOW"},
 }
 
 

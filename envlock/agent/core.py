@@ -484,6 +484,8 @@ class AgentError(Exception):
 
 COMMANDS = {}  # type: dict  # name -> function(request); filled in by the other modules
 STREAMING = []  # type: list  # non-empty once a command started writing binary output
+# Commands that read their own request from stdin, exactly (`run`: the rest is the command's).
+OWN_STDIN = set()  # type: set
 
 
 def main(argv=None):
@@ -493,7 +495,10 @@ def main(argv=None):
     command = argv[0] if argv else "probe"
     try:
         # One line: apply may read an answer from stdin after it (agent/apply.py handshake).
-        req = json.loads(argv[1] if len(argv) > 1 else sys.stdin.readline() or "{}")
+        if command in OWN_STDIN:
+            req = None
+        else:
+            req = json.loads(argv[1] if len(argv) > 1 else sys.stdin.readline() or "{}")
         result = COMMANDS[command](req)
     except AgentError as exc:
         return fail({"kind": exc.kind, "message": str(exc)})

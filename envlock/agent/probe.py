@@ -289,6 +289,8 @@ def probe(req):
         )
         remember_warmth(root, state["cache"])
     state["scripts"] = scripts_state(req.get("scripts"))
+    if req.get("startup"):  # `run`: whether <root>/startup/<version> is in place
+        state["startup_ready"] = os.path.isfile(os.path.join(req["startup"], ".complete"))
     state["uv"] = uv_state(req.get("uv"))
     return state
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,7 +17,6 @@ from envlock.commands.common import (
     with_context,
 )
 from envlock.errors import EXIT_DRIFT
-from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import (
     Context,
     check_all,
@@ -26,11 +26,17 @@ from envlock.reconcile.context import (
 from envlock.reconcile.gpu import gpu_note
 from envlock.runs.cache import cache_warnings
 
+if TYPE_CHECKING:
+    # A fleet's code loads only for a fleet profile: one target's check never pays for it.
+    from envlock.fleet import MemberResult, Progress
+
 
 def check_member(
     ctx: Context, progress: Progress, *, deep: bool, strict: bool, as_json: bool
 ) -> MemberResult:
     """check on one fleet member: its generation, lock, hold and drift."""
+    from envlock.fleet import MemberResult
+
     _container, state, drifts = check_all(ctx, deep=deep)
     if state is None:
         return MemberResult(EXIT_DRIFT, "drift", drift=len(drifts), note="container not running")

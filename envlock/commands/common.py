@@ -89,9 +89,11 @@ def across_fleet(
     def decorate(func: Callable[..., Any]) -> Any:
         @functools.wraps(func)
         def wrapper(ctx: Context, *, jobs: int, on: tuple[str, ...], **kwargs: Any) -> Any:
-            from envlock.fleet import is_fleet, one_member, run_fleet
+            from envlock.reconcile.context import is_fleet
 
             if is_fleet(ctx):
+                from envlock.fleet import one_member, run_fleet
+
                 if work is None or (one(kwargs) if callable(one) else one):
                     return func(one_member(ctx, on, command), **kwargs)
                 run_fleet(

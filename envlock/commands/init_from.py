@@ -109,7 +109,7 @@ def summary(survey: Survey, found: Import) -> str:
 
 
 def lock_and_compare(prof: Any, survey: Survey) -> tuple[Path | None, Comparison | None, str]:
-    from envlock.lock import write_lock
+    from envlock.lock_resolve import write_lock
 
     try:
         with ui.status(f"resolving {prof.path.name} with uv"):

@@ -10,8 +10,9 @@ import click
 from envlock import ui
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_DRIFT, UsageError
-from envlock.lock import Lock, lock_policy, read_lock, stale_reasons, write_lock
+from envlock.lock import Lock, lock_policy, read_lock, stale_reasons
 from envlock.lock_links import target_paths
+from envlock.lock_resolve import write_lock
 from envlock.profile import Profile, load_profile
 
 

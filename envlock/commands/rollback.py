@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,7 +17,6 @@ from envlock.commands.common import (
     with_context,
 )
 from envlock.errors import UsageError
-from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, own_context
 from envlock.reconcile.drift import compute_drift
 from envlock.reconcile.execute import execute, verify_after
@@ -24,6 +24,10 @@ from envlock.reconcile.generations import plan_rollback
 from envlock.reconcile.kinds import Drift
 from envlock.reconcile.plan import Plan, repair_action
 from envlock.reconcile.state import State
+
+if TYPE_CHECKING:
+    # A fleet's code loads only for a fleet profile: one target's rollback never pays for it.
+    from envlock.fleet import MemberResult, Progress
 
 
 def rollback_member(
@@ -38,6 +42,8 @@ def rollback_member(
     as_json: bool,
 ) -> MemberResult:
     """rollback on one fleet member: a generation switch, a --resync, or the container."""
+    from envlock.fleet import MemberResult
+
     if container:
         if ctx.provisioner is None:
             raise UsageError("--container needs a proxmox-lxc target with a [container] table")

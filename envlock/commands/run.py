@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import click
 
@@ -16,20 +18,38 @@ from envlock.commands.common import (
     print_fixes,
     with_context,
 )
-from envlock.errors import EnvlockError, UsageError
+from envlock.errors import EnvlockError, OperationError, UsageError
 from envlock.ownership import untrusted
 from envlock.profile import pass_env_refusal
-from envlock.reconcile.context import Context, check_all, hold_notice
+from envlock.reconcile.context import (
+    Context,
+    check_all,
+    check_container,
+    hold_notice,
+    judge,
+    probe_request,
+)
 from envlock.reconcile.drift import trust_drift
 from envlock.reconcile.kinds import Drift, Repair, blocking, of_repair
-from envlock.reconcile.state import Trust
+from envlock.reconcile.state import State, Trust, parse_state
 from envlock.runs.environment import (
     SCRUBBED,
     command_environment,
     compile_artifacts_env,
     generation_dir,
 )
-from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remote
+from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remote, spec_of
+from envlock.runs.one_call import (
+    Changed,
+    Started,
+    Stopped,
+    call_run,
+    remember,
+    remembered,
+    state_digest,
+)
+from envlock.runs.startup_set import remote_dir, startup_payload
+from envlock.targets.base import ContainerCheck
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True})
@@ -82,28 +102,19 @@ def command(
         raise UsageError("no command given", hint="envlock run PROFILE -- python train.py")
     if force and not snapshot_dir:
         raise UsageError("--force goes with --snapshot-into", hint="drop --force")
+    remote = ctx.profile.target.remote
+    # A remote run checks and starts in one agent call when the request can travel ahead of
+    # the command's stdin (no terminal there); a snapshot is written in between, so not then.
+    if remote and not snapshot_dir and not artifacts and not sys.stdin.isatty():
+        base = passed_env(ctx, names)
+        sys.exit(run_in_one_call(ctx, argv, base, deep=deep, allow_drift=allow_drift))
     # A snapshot records the cache's warmth and the active generation's own lock.
     wanted = bool(snapshot_dir)
     # The container's drift refuses a run like any other.
     _container, state, drifts = check_all(
         ctx, deep=deep, warmth=wanted, lock=wanted, meanwhile=ui.prepare
     )
-    if state is None:
-        refuse(ctx, "the container is not running", drifts)
-    refusing = blocking(drifts)
-    owned = of_repair(drifts, Repair.OWNER)
-    if owned:  # not even --allow-drift: it would run another user's interpreter as us
-        refuse(ctx, "refusing to run: a directory it needs is not yours", owned)
-    if state.current is None or not state.in_generation:
-        refuse(ctx, "no working environment on the target", drifts)
-    if refusing and not allow_drift:
-        refuse(ctx, f"refusing to run: {len(refusing)} drift item(s)", refusing, allow=True)
-    if refusing:
-        ui.warn(f"running despite {len(refusing)} drift item(s) (--allow-drift)")
-    notice = hold_notice(ctx, state)
-    if notice:
-        ui.info(f"envlock: {notice}")
-    remote = ctx.profile.target.remote
+    state = decide(ctx, state, drifts, allow_drift)
     env = command_environment(ctx, state, passed_env(ctx, names) if remote else os.environ)
     if artifacts:
         if ctx.profile.target.remote:
@@ -129,6 +140,157 @@ def command(
         exec_local(argv, env)
     spec = remote_spec(env, f"{gen}/bin", SCRUBBED, ctx.profile.env.get("PATH"))
     sys.exit(run_remote(ctx.transport, ctx.profile.target.root, argv, spec))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What run does with a state: refuse (why, the drift shown, whether --allow-drift would
+    start it anyway), or start it after saying `notes` ((warn or info, text), in order)."""
+
+    refusal: tuple[str, list[Drift], bool] | None = None
+    notes: tuple[tuple[str, str], ...] = ()
+
+
+def verdict(ctx: Context, state: State | None, drifts: list[Drift], allow_drift: bool) -> Verdict:
+    """The one judgment of a state, for the run that starts now and for one proposed ahead."""
+    if state is None:
+        return Verdict(("the container is not running", drifts, False))
+    refusing = blocking(drifts)
+    owned = of_repair(drifts, Repair.OWNER)
+    if owned:  # not even --allow-drift: it would run another user's interpreter as us
+        return Verdict(("refusing to run: a directory it needs is not yours", owned, False))
+    if state.current is None or not state.in_generation:
+        return Verdict(("no working environment on the target", drifts, False))
+    if refusing and not allow_drift:
+        return Verdict((f"refusing to run: {len(refusing)} drift item(s)", refusing, True))
+    notes = []
+    if refusing:
+        notes.append(("warn", f"running despite {len(refusing)} drift item(s) (--allow-drift)"))
+    notice = hold_notice(ctx, state)
+    if notice:
+        notes.append(("info", f"envlock: {notice}"))
+    return Verdict(notes=tuple(notes))
+
+
+def decide(ctx: Context, state: State | None, drifts: list[Drift], allow_drift: bool) -> State:
+    """Refuse (exits), or say the verdict's notes and return the state to start in."""
+    judged = verdict(ctx, state, drifts, allow_drift)
+    if judged.refusal is not None:
+        why, shown, allow = judged.refusal
+        refuse(ctx, why, shown, allow=allow)
+    for level, text in judged.notes:
+        (ui.warn if level == "warn" else ui.info)(text)
+    assert state is not None
+    return state
+
+
+# How often the one-call run judges a state that changed under it before it gives up.
+ATTEMPTS = 3
+
+
+def run_in_one_call(
+    ctx: Context, argv: list[str], base: dict[str, str], *, deep: bool, allow_drift: bool
+) -> int:
+    """The remote run in one agent call (runs/one_call.py): proposing the state remembered
+    from the last run when it would start quietly, else the state a probe returns; a state
+    that changed meanwhile comes back and is judged and explained as after any probe."""
+    root = ctx.profile.target.root
+    startup = remote_dir(root)
+    request = probe_request(ctx, deep=deep, startup=startup)
+    found: list[ContainerCheck | None] = []  # the container API's word, once asked
+    proposal = proposed(ctx, request, allow_drift)
+    raw = proposal
+    for _ in range(ATTEMPTS):
+        gate = None
+        if proposal is not None:
+            state = parse_state(proposal)
+            if ctx.provisioner is not None:  # asked while the target probes
+                gate = container_gate(ctx, state, allow_drift, found)
+        else:
+            if raw is None:  # a probe, and the container's API beside it (as check asks)
+                container, fresh, drifts = check_all(
+                    ctx, deep=deep, startup=startup, meanwhile=ui.prepare
+                )
+                found[:] = [container]
+                raw = fresh.raw if fresh is not None else {}
+            else:
+                fresh, drifts = judged(ctx, found[0] if found else None, raw)
+            state = decide(ctx, fresh, drifts, allow_drift)
+        assert raw is not None
+        launch = launch_request(ctx, request, raw, state, argv, base)
+        if proposal is None:
+            kept = {**raw, "startup_ready": True} if launch["startup"] else raw
+            remember(ctx.transport, root, request, kept)
+        outcome = call_run(ctx.transport, root, launch, gate)
+        if isinstance(outcome, Started):
+            return outcome.code
+        # Stopped: the state as proposed, which the container's word changes; Changed: the
+        # state the target answered; Failed: ask the usual way, which says why.
+        raw = proposal if isinstance(outcome, Stopped) else None
+        raw = outcome.raw if isinstance(outcome, Changed) else raw
+        proposal = None
+    raise OperationError(
+        f"{ctx.transport.name}: the target's state changed {ATTEMPTS} times while `run` "
+        "started the command (an apply or rollback at work?); nothing was started",
+        hint="run it again",
+    )
+
+
+def proposed(ctx: Context, request: dict[str, Any], allow_drift: bool) -> dict[str, Any] | None:
+    """The state remembered from the last run on this target, when it would start quietly
+    (nothing to refuse, nothing to say); else None."""
+    raw = remembered(ctx.transport, ctx.profile.target.root, request)
+    if raw is None:
+        return None
+    state, drifts = judged(ctx, None, raw)
+    return raw if quiet(verdict(ctx, state, drifts, allow_drift)) else None
+
+
+def container_gate(
+    ctx: Context, state: State, allow_drift: bool, found: list[ContainerCheck | None]
+) -> Callable[[], bool]:
+    """The container API's word on a proposed state: whether it still starts quietly."""
+
+    def gate() -> bool:
+        container = check_container(ctx)
+        found[:] = [container]
+        _, drifts = judged(ctx, container, state.raw)
+        running = container is None or container.running
+        return running and quiet(verdict(ctx, state, drifts, allow_drift))
+
+    return gate
+
+
+def quiet(judgment: Verdict) -> bool:
+    return judgment.refusal is None and not judgment.notes
+
+
+def judged(
+    ctx: Context, container: ContainerCheck | None, raw: dict[str, Any]
+) -> tuple[State, list[Drift]]:
+    """A state the agent answered, with its drift and the container's, as check_all orders it."""
+    state = parse_state(raw)
+    return state, [*(container.drifts if container else ()), *judge(ctx, state)]
+
+
+def launch_request(
+    ctx: Context,
+    request: dict[str, Any],
+    raw: dict[str, Any],
+    state: State,
+    argv: list[str],
+    base: dict[str, str],
+) -> dict[str, Any]:
+    """The agent's `run` request: start `argv` if the target's state is still `raw`."""
+    env = command_environment(ctx, state, base, carried=True)
+    gen = generation_dir(ctx.profile, state)
+    return {
+        "probe": request,
+        "expect": state_digest(raw),
+        "spec": spec_of(env, f"{gen}/bin", SCRUBBED, ctx.profile.env.get("PATH")),
+        "argv": argv,
+        "startup": None if state.startup_ready else startup_payload(ctx.profile.target.root),
+    }
 
 
 def refuse_untrusted_local(ctx: Context) -> None:

@@ -37,6 +37,7 @@ AGENT_EXTRA = {
     "cache": ("cache.py",),
     "survey": ("survey.py",),
     "data": ("dataset.py",),
+    "run": ("launch.py",),
 }
 
 # Unpacks and compiles the agent's modules into one namespace and runs it. The compiled code

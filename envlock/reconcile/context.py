@@ -95,6 +95,12 @@ def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = Fa
     return Context(profile, lock, profile.target.transport(), stale)
 
 
+def is_fleet(ctx: Context) -> bool:
+    """Whether the profile names a fleet of containers (fleet.py runs its members); here,
+    so that a single target's command never loads the fleet's code."""
+    return getattr(ctx.profile.target.settings, "fleet", None) is not None
+
+
 def probe_request(
     ctx: Context,
     *,
@@ -102,7 +108,9 @@ def probe_request(
     verify: bool = True,
     warmth: bool = False,
     lock: bool = False,
+    startup: str | None = None,
 ) -> dict[str, Any]:
+    """What the probe is asked (`startup`: whether run's startup set is in place there)."""
     profile = ctx.profile
     scripts = None
     if profile.scripts is not None:
@@ -119,6 +127,7 @@ def probe_request(
         "devices": list(ctx.devices),
         "active_lock": lock,
         "uv": {"path": ctx.uv, "version": uv_version()} if remote else None,
+        **({"startup": startup} if startup else {}),
     }
 
 
@@ -129,6 +138,7 @@ def gather_state(
     verify: bool = True,
     warmth: bool = False,
     lock: bool = False,
+    startup: str | None = None,
     meanwhile: Callable[[], object] | None = None,
 ) -> State:
     """One round trip: the agent, run by the environment's own interpreter, reports state.
@@ -140,7 +150,7 @@ def gather_state(
         ctx.transport,
         ctx.profile.target.root,
         "probe",
-        probe_request(ctx, deep=deep, verify=verify, warmth=warmth, lock=lock),
+        probe_request(ctx, deep=deep, verify=verify, warmth=warmth, lock=lock, startup=startup),
         env_python=True,
         meanwhile=meanwhile,
     )
@@ -154,13 +164,21 @@ def check(
     warmth: bool = False,
     hold: bool = True,
     lock: bool = False,
+    startup: str | None = None,
     meanwhile: Callable[[], object] | None = None,
 ) -> tuple[State, list[Drift]]:
-    """Gather and compute drift. While a rollback holds the root, the active generation is
-    judged against its own lock (`hold=False`: against the profile's, as apply plans)."""
-    state = gather_state(ctx, deep=deep, warmth=warmth, lock=lock, meanwhile=meanwhile)
+    """Gather and compute drift (see `judge`)."""
+    state = gather_state(
+        ctx, deep=deep, warmth=warmth, lock=lock, startup=startup, meanwhile=meanwhile
+    )
+    return state, judge(ctx, state, hold=hold)
+
+
+def judge(ctx: Context, state: State, *, hold: bool = True) -> list[Drift]:
+    """The drift of a gathered state. While a rollback holds the root, the active generation
+    is judged against its own lock (`hold=False`: against the profile's, as apply plans)."""
     judged = held_context(ctx, state) if hold else None
-    return state, compute_drift((judged or ctx).expectation(), state)
+    return compute_drift((judged or ctx).expectation(), state)
 
 
 def own_context(ctx: Context, state: State) -> Context:
@@ -217,6 +235,7 @@ def check_all(
     deep: bool = False,
     warmth: bool = False,
     lock: bool = False,
+    startup: str | None = None,
     meanwhile: Callable[[], object] | None = None,
 ) -> tuple[ContainerCheck | None, State | None, list[Drift]]:
     """The container's drift (its provisioner asks the API) and the probe inside it, asked at
@@ -225,7 +244,9 @@ def check_all(
     container's first, then the environment's."""
     provisioner = ctx.provisioner
     if provisioner is None:
-        state, drifts = check(ctx, deep=deep, warmth=warmth, lock=lock, meanwhile=meanwhile)
+        state, drifts = check(
+            ctx, deep=deep, warmth=warmth, lock=lock, startup=startup, meanwhile=meanwhile
+        )
         return None, state, drifts
     found: list[ContainerCheck] = []
 
@@ -235,7 +256,9 @@ def check_all(
             meanwhile()
 
     try:
-        state, drifts = check(ctx, deep=deep, warmth=warmth, lock=lock, meanwhile=ask_api)
+        state, drifts = check(
+            ctx, deep=deep, warmth=warmth, lock=lock, startup=startup, meanwhile=ask_api
+        )
     except OperationError:
         if found and not found[0].running:
             return found[0], None, list(found[0].drifts)

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 from envlock.errors import OperationError
-from envlock.lock import install_text_for
 from envlock.lock_indexes import uv_index_env
 from envlock.profile import Profile
 from envlock.reconcile.agentcall import call_agent
@@ -37,7 +36,7 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         "cache_dir": profile.cache_dir,
         # Only a build writes the lock into a generation; working it out may hash the local
         # copies of wheels (the install cache), which a switch or a rollback must not pay.
-        "lock_text": install_text_for(ctx.lock, profile)
+        "lock_text": build_lock_text(ctx)
         if any(action["kind"] == "build" for action in actions)
         else "",
         "lock_sha256": ctx.lock.sha256,
@@ -58,6 +57,14 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         if plan.assumed is None
         else {"current": plan.assumed.current, "fingerprint": plan.assumed.fingerprint},
     }
+
+
+def build_lock_text(ctx: Context) -> str:
+    """The lock as a build installs it (resolution's module: loaded by builds alone, never
+    by a switch or a rollback)."""
+    from envlock.lock_resolve import install_text_for
+
+    return install_text_for(ctx.lock, ctx.profile)
 
 
 def install_limits(ctx: Context) -> dict[str, Any]:

@@ -226,6 +226,8 @@ class State:
     # carries it, and the agent refuses the plan under the root's lock if it changed.
     root_fingerprint: str = ""
     trust: Trust = Trust()
+    # Whether run's startup set is in place on the target (None: not asked).
+    startup_ready: bool | None = None
 
     @property
     def current_generation(self) -> Generation | None:
@@ -267,6 +269,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         active_lock=raw.get("active_lock"),
         root_fingerprint=str(raw.get("root_fingerprint") or ""),
         trust=_trust(raw.get("trust")),
+        startup_ready=raw.get("startup_ready"),
     )
 
 

@@ -89,12 +89,15 @@ def run_context(profile: Profile, scripts: Sequence[str], target: str) -> dict[s
     }
 
 
-def command_environment(ctx: Context, state: State, base: Mapping[str, str]) -> dict[str, str]:
+def command_environment(
+    ctx: Context, state: State, base: Mapping[str, str], *, carried: bool = False
+) -> dict[str, str]:
     """run_environment for the context's command; on a remote target the startup set is
-    installed in the root first (once per envlock version)."""
+    installed in the root first (once per envlock version), unless the caller carries it
+    in its own call (`carried`: runs/one_call.py)."""
     running = own_context(ctx, state)  # the active generation's own lock pins its scripts
     target = ctx.profile.target
-    if target.remote:
+    if target.remote and not carried:
         ship(ctx.transport, target.root)
     return run_environment(
         ctx.profile, state, base, scripts=sorted(running.scripts), target=ctx.transport.name

@@ -24,6 +24,7 @@ import signal
 import sys
 from collections.abc import Mapping
 from types import FrameType
+from typing import Any
 
 from envlock.errors import EXIT_USAGE, OperationError
 from envlock.pythons import own_python
@@ -107,9 +108,18 @@ def remote_spec(
 ) -> bytes:
     """The env file's content: what the command gets on top of the target's own base. PATH is
     composed there, since the target's own PATH is only known there."""
+    return json.dumps(spec_of(env, generation_bin, unset, declared_path)).encode()
+
+
+def spec_of(
+    env: Mapping[str, str],
+    generation_bin: str,
+    unset: tuple[str, ...],
+    declared_path: str | None = None,
+) -> dict[str, Any]:
+    """remote_spec's content as data (the agent's `run` gets it inside its request)."""
     variables = {k: v for k, v in env.items() if k != "PATH"}
-    spec = {"set": variables, "unset": list(unset), "path": generation_bin, "tail": declared_path}
-    return json.dumps(spec).encode()
+    return {"set": variables, "unset": list(unset), "path": generation_bin, "tail": declared_path}
 
 
 def run_remote(transport: Transport, root: str, argv: list[str], spec: bytes) -> int:
@@ -143,18 +153,24 @@ def write_private(transport: Transport, run_dir: str, path: str, data: bytes) ->
 
 
 class Forwarder:
-    """A signal handler that sends the signal on to the remote command's process group."""
+    """A signal handler that sends the signal on to the remote command's process group: the
+    one the launcher wrote to `pid_file`, or the `target` the agent's `run` named."""
 
-    def __init__(self, transport: Transport, pid_file: str) -> None:
+    def __init__(self, transport: Transport, pid_file: str = "", *, target: str = "") -> None:
         self.transport = transport
         self.pid_file = pid_file
+        self.target = target
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name.removeprefix("SIG")
-        script = 'target=$(cat "$2" 2>/dev/null) && kill -s "$1" -- "$target"'
+        if self.target:
+            argv = ["sh", "-c", 'kill -s "$1" -- "$2"', "sh", name, self.target]
+        else:
+            script = 'target=$(cat "$2" 2>/dev/null) && kill -s "$1" -- "$target"'
+            argv = ["sh", "-c", script, "sh", name, self.pid_file]
         # The command may have ended meanwhile; its status comes back all the same.
         with contextlib.suppress(OperationError):
-            self.transport.run(["sh", "-c", script, "sh", name, self.pid_file])
+            self.transport.run(argv)
 
 
 def refused_exit() -> int:

@@ -107,6 +107,16 @@ except OSError:
 """
 
 
+def startup_payload(root: str) -> dict[str, object]:
+    """The startup set as the agent's `run` installs it when the target lacks it."""
+    files = startup_files()
+    return {
+        "dir": remote_dir(root),
+        "version": version_of(files),
+        "files": {rel: base64.b64encode(data).decode() for rel, data in files.items()},
+    }
+
+
 def ship(transport: Transport, root: str) -> str:
     """Make sure `<root>/startup/<version>/` holds this envlock's startup set; returns it.
     One round trip when it is there (the usual case), two when it has to be pushed."""

@@ -60,8 +60,9 @@ class Transport(Protocol):
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result: ...
 
-    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
-        """Start argv with stdio passed through (interactive); the caller waits for it."""
+    def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
+        """Start argv with stdio passed through (interactive), or with pipes for the caller
+        to speak through (`piped`: never a terminal); the caller waits for it."""
         ...
 
 

@@ -42,11 +42,11 @@ class LocalTransport:
             raise OperationError(f"command not found: {argv[0]}") from None
         return communicate(proc, argv, stdin, on_stderr_line)
 
-    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
-        return spawn_ignoring_signals(argv)
+    def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
+        return spawn_ignoring_signals(argv, piped=piped)
 
 
-def spawn_ignoring_signals(argv: list[str]) -> subprocess.Popen[bytes]:
+def spawn_ignoring_signals(argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
     """Start a command (a transport's client, e.g. ssh) with stdio passed through, ignoring
     the signals envlock forwards itself: a Ctrl-C must reach the remote command, not cut the
     connection (OpenSSH keeps a signal ignored when it starts with it ignored)."""
@@ -55,6 +55,9 @@ def spawn_ignoring_signals(argv: list[str]) -> subprocess.Popen[bytes]:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
 
+    if piped:
+        pipe = subprocess.PIPE
+        return subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, preexec_fn=ignore)
     return subprocess.Popen(argv, preexec_fn=ignore)
 
 

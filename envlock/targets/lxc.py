@@ -9,19 +9,17 @@ container itself is checked, provisioned and rolled back through the Proxmox API
 from __future__ import annotations
 
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlock.errors import UsageError
-from envlock.proxmox.settings import (
-    Container,
-    LxcSettings,
-    read_container,
-    read_lxc_settings,
-    require_api_settings,
-)
-from envlock.targets.base import Provisioner, Result, TargetType, Transport
+from envlock.targets.base import LocalPath, Provisioner, Result, TargetType, Transport
 from envlock.targets.pct import PctTransport
 from envlock.tomlread import Table
+
+if TYPE_CHECKING:
+    # Read when a profile names this type: the registry lists every type, and a local
+    # profile's `check` or `run` loads none of the Proxmox code.
+    from envlock.proxmox.settings import Container, LxcSettings
 
 
 def lxc_transport(settings: LxcSettings) -> Transport:
@@ -44,13 +42,21 @@ class FleetTransport:
             hint="`--on` takes a vmid, a node or a tag",
         )
 
-    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+    def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
         self.run(argv)
         raise AssertionError("unreachable")
 
 
+def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
+    from envlock.proxmox.settings import read_lxc_settings as read
+
+    return read(t, local_path)
+
+
 def read_lxc_container(t: Table, settings: LxcSettings) -> Container:
     """[container], and the API settings that managing it needs."""
+    from envlock.proxmox.settings import read_container, require_api_settings
+
     container = read_container(t)
     require_api_settings(settings, t)
     return container

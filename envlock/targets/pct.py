@@ -123,10 +123,12 @@ class PctTransport:
         """Learn once per connection whether the node's pct knows `--keep-env`."""
         self.run(["true"])
 
-    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
-        if self.keep_env is None:
+    def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
+        if self.keep_env is None and not piped:
             self.detect_keep_env()
-        return self.node.spawn(self.wrap(argv, None))
+        # Piped, the caller reads pct's refusal of --keep-env (refuses_keep_env) and asks
+        # again without it: one call on a current node, none spent on asking.
+        return self.node.spawn(self.wrap(argv, None), piped=piped)
 
     def raise_for_pct(self, result: Result, argv: list[str]) -> None:
         """pct's own failures become distinct errors; the command's failures pass through.

@@ -158,10 +158,12 @@ class SshTransport:
             self.raise_for_connection(result)
         return result
 
-    def spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
-        """Start argv on the host with stdio passed through (a remote tty when ours is one)."""
-        tty = sys.stdin.isatty()
-        return spawn_ignoring_signals([*self.ssh_argv(tty=tty), self.remote_command(argv, None)])
+    def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
+        """Start argv on the host with stdio passed through (a remote tty when ours is one),
+        or through pipes (`piped`)."""
+        tty = sys.stdin.isatty() and not piped
+        full = [*self.ssh_argv(tty=tty), self.remote_command(argv, None)]
+        return spawn_ignoring_signals(full, piped=piped)
 
     def raise_for_connection(self, result: Result) -> None:
         """ssh's own failures (exit 255) become clear errors; a command's 255 passes."""

@@ -1,0 +1,209 @@
+"""`envlock run` on a remote target in one agent call: check, environment and launch.
+
+The agent's `run` (envlock/agent/launch.py) probes and, when the state is exactly one the
+controller judged (the sha256 of its JSON), execs the command in the same process; else it
+answers the state and starts nothing. So the controller judges a state before it sends the
+call: the one it remembers from its last run on this target (`remembered`), or, the first
+time and after a change, the one a probe just returned. A remembered state that is stale
+costs nothing but the fallback: the agent answers the fresh state, which the controller
+judges and explains exactly as after a probe.
+
+The environment travels inside the request on stdin (never on a command line, never in a
+file); the command's stdin follows it once the agent said it starts (nothing of ours is
+read before: a fallback loses none of it). stdout and stderr are relayed; SIGINT, SIGTERM
+and SIGHUP are forwarded to the command's process group, which the agent names when it
+starts (runs/launch.py's Forwarder, over a second multiplexed connection).
+
+Remembered states are kept in the user's cache (usercache.py: this user's alone, read
+through the one gate), named by the target, root and probe request. They are data that can
+only make the controller *propose* a state: the agent starts the command only when the
+target's own state hashes to the same value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from envlock.reconcile.agentcall import agent_argv, parse_answer
+from envlock.runs.launch import FORWARDED, Forwarder
+from envlock.targets.base import Result, Transport
+from envlock.usercache import read_entry, write_entry
+
+KIND = "run-states"
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Started:
+    """The agent started the command; its exit status."""
+
+    code: int
+
+
+@dataclass(frozen=True)
+class Changed:
+    """The target's state was not the one judged: here it is, nothing was started."""
+
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The state was the one judged, but the gate said no: nothing was started."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """No answer (the transport or pct failed first): the caller asks again the usual way,
+    which words the failure."""
+
+    result: Result
+
+
+def state_digest(raw: object) -> str:
+    """The agent's `state_digest` (envlock/agent/launch.py): keep the two in step."""
+    travelled = json.loads(json.dumps(raw))
+    return hashlib.sha256(json.dumps(travelled, sort_keys=True).encode()).hexdigest()
+
+
+def state_key(transport: Transport, root: str, request: dict[str, Any]) -> list[object]:
+    return [SCHEMA, transport.name, root, request]
+
+
+def remembered(transport: Transport, root: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    """The state last judged runnable for this target, root and request (None: none kept)."""
+    entry = read_entry(KIND, state_key(transport, root, request))
+    if isinstance(entry, dict) and entry.get("schema") == SCHEMA:
+        state = entry.get("state")
+        if isinstance(state, dict):
+            return state
+    return None
+
+
+def remember(transport: Transport, root: str, request: dict[str, Any], raw: dict[str, Any]) -> None:
+    write_entry(KIND, state_key(transport, root, request), {"schema": SCHEMA, "state": raw})
+
+
+def call_run(
+    transport: Transport,
+    root: str,
+    request: dict[str, Any],
+    gate: Callable[[], bool] | None = None,
+) -> Started | Changed | Failed | Stopped:
+    """Send the agent's `run` (request: probe, expect, spec, argv, startup) and follow it.
+    `gate` (the container API's word) runs while the target probes; the agent then waits for
+    it before it starts anything."""
+    argv = agent_argv(transport, root, "run", env_python=True)
+    payload = json.dumps({**request, "await": gate is not None}).encode()
+    verdict: list[bool | BaseException] = []
+    asking = threading.Thread(target=ask, args=(gate, verdict), daemon=True) if gate else None
+    proc = transport.spawn(argv, piped=True)
+    if asking is not None:
+        asking.start()
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(b"%d\n" % len(payload) + payload)
+        proc.stdin.flush()
+    except BrokenPipeError:
+        pass  # it ended before reading: its answer (or its failure) says why
+    answer, first = read_answer(proc.stdout)
+    if asking is not None:
+        asking.join()
+        if isinstance(verdict[0], BaseException):
+            proc.kill()  # it waits for a word that will not come
+            proc.wait()
+            raise verdict[0]
+    if isinstance(answer, dict) and answer.get("ready"):
+        word = b"go\n" if verdict and verdict[0] is True else b"stop\n"
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(word)
+            proc.stdin.flush()
+        if word == b"stop\n":
+            proc.communicate()
+            return Stopped()
+        answer, first = read_answer(proc.stdout)
+    if isinstance(answer, dict) and isinstance(answer.get("run"), dict):
+        return Started(follow(proc, transport, str(answer["run"].get("target", ""))))
+    out, err = proc.communicate()
+    result = Result(tuple(argv), proc.returncode, first + out, err)
+    if answer is None:
+        return Failed(result)
+    return Changed(parse_answer(transport, "run", result))
+
+
+def read_answer(stdout: IO[bytes]) -> tuple[Any, bytes]:
+    """The agent's next line as JSON (None when it is not), and the line."""
+    line = stdout.readline()
+    try:
+        return (json.loads(line) if line.strip() else None), line
+    except ValueError:
+        return None, line
+
+
+def ask(gate: Callable[[], bool], verdict: list[bool | BaseException]) -> None:
+    try:
+        verdict.append(gate())
+    except BaseException as exc:  # raised in the caller's thread
+        verdict.append(exc)
+
+
+def follow(proc: subprocess.Popen[bytes], transport: Transport, target: str) -> int:
+    """Relay the started command's stdio, forward signals to its group; its exit status."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    relays = [
+        threading.Thread(target=relay, args=(proc.stdout, sys.stdout), daemon=True),
+        threading.Thread(target=relay, args=(proc.stderr, sys.stderr), daemon=True),
+    ]
+    for thread in relays:
+        thread.start()
+    threading.Thread(target=feed_stdin, args=(proc.stdin,), daemon=True).start()
+    forward = Forwarder(transport, target=target)
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for thread in relays:
+        thread.join()
+    return code
+
+
+def relay(source: IO[bytes], sink: IO[str]) -> None:
+    """Copy a pipe to our stream as it comes (what the buffer already holds first)."""
+    sink.flush()
+    fd = sink.fileno()
+    read = getattr(source, "read1", source.read)
+    while True:
+        chunk = read(1 << 16)
+        if not chunk:
+            return
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def feed_stdin(pipe: IO[bytes]) -> None:
+    """Our stdin to the command, until either ends."""
+    try:
+        while True:
+            chunk = os.read(0, 1 << 16)
+            if not chunk:
+                break
+            pipe.write(chunk)
+            pipe.flush()
+    except (OSError, ValueError):
+        pass
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            pipe.close()

@@ -1,0 +1,61 @@
+"""envlock's own cache on this machine, under the user's `~/.cache/envlock/<kind>/`.
+
+What is kept there saves work, never decides it: each entry is named by the hash of what it
+answers, written by the one atomic writer (0600, in directories made 0700), and read as
+untrusted data — only while it and every directory above it are this user's (or root's) and
+no one else may write them (ownership.untrusted), through the one gate
+(untrusted.read_untrusted), as JSON; the caller checks the shape. Anything else is a miss.
+Writing is best effort: a read-only home only costs the work next time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from typing import Any
+
+from envlock.atomic import write_atomic
+from envlock.errors import EnvlockError
+from envlock.ownership import untrusted
+from envlock.untrusted import read_untrusted
+
+
+def cache_dir(kind: str) -> str | None:
+    """`~/.cache/envlock/<kind>` (XDG_CACHE_HOME respected); None without an absolute one."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(base, "envlock", kind) if os.path.isabs(base) else None
+
+
+def entry_path(kind: str, key: object) -> str | None:
+    """Where the entry answering `key` (any JSON value) lives."""
+    directory = cache_dir(kind)
+    if directory is None:
+        return None
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return os.path.join(directory, digest + ".json")
+
+
+def read_entry(kind: str, key: object) -> Any:
+    """The JSON kept for `key`, or None (a miss: absent, not this user's alone, unreadable)."""
+    path = entry_path(kind, key)
+    if path is None:
+        return None
+    try:
+        if not os.path.exists(path) or untrusted(path) is not None:
+            return None
+        return json.loads(read_untrusted(path, "json"))
+    except (OSError, ValueError, EnvlockError):
+        return None
+
+
+def write_entry(kind: str, key: object, data: object) -> None:
+    """Keep `data` for `key`; silently nothing when the directory is not this user's."""
+    path = entry_path(kind, key)
+    if path is None:
+        return
+    with contextlib.suppress(OSError, EnvlockError):
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if untrusted(os.path.dirname(path)) is None:
+            write_atomic(path, json.dumps(data).encode(), 0o600)

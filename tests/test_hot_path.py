@@ -1,0 +1,178 @@
+"""The hot path loads only what it uses: a local single-target `check` or `run` imports no
+Proxmox, fleet, rich-table, lock-resolution or requirement-parser code (issue "Speed").
+
+Measured in real processes on a real applied environment: the CLI runs in a subprocess whose
+wrapper reports `sys.modules` when envlock exits, or where `run` would exec its command (the
+command itself is then not started: what it would have paid is envlock's alone). The profile's
+requirement lists are parsed once per distinct list (envlock/profile_cache.py): the first
+command after a change pays for the parser, the next ones read the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envlock import profile_cache
+from tests.conftest import Envlock
+from tests.projects import write_seed_project
+
+# Everything a local single-target check or run must not load (module names, or a package
+# and everything under it when the name ends with ".").
+NOT_ON_THE_HOT_PATH = (
+    "envlock.fleet",
+    "envlock.proxmox.",
+    "proxmoxer",
+    "requests",
+    "rich.table",
+    "envlock.lock_resolve",
+    "envlock.lock_links",
+    "envlock.lock_sources",
+    "envlock.lock_indexes",
+    "packaging.requirements",
+    "packaging.markers",
+    "packaging.specifiers",
+)
+REQUIREMENT_PARSER = "packaging.requirements"
+
+# The CLI as a user runs it; `run`'s exec is where envlock's own work ends, so it reports there.
+WRAPPER = """
+import json, os, sys
+out = sys.argv.pop(1)
+def report(code):
+    with open(out, "w") as handle:
+        json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
+def execvpe(file, args, env):
+    report("exec " + file)
+    os._exit(0)
+os.execvpe = execvpe
+sys.argv[0] = "envlock"
+from envlock.cli import main
+try:
+    main()
+except SystemExit as exc:
+    report(exc.code)
+    raise
+"""
+
+
+def loaded(tmp_path: Path, cache: Path, *args: str | Path) -> tuple[object, list[str]]:
+    """(how the CLI ended, the modules it had loaded) for `envlock ARGS`."""
+    out = tmp_path / "modules.json"
+    out.unlink(missing_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, str(out), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+    )
+    assert out.exists(), proc.stderr
+    data = json.loads(out.read_text())
+    return data["code"], data["modules"]
+
+
+def forbidden(modules: list[str]) -> list[str]:
+    return [
+        m
+        for m in modules
+        if any(m == f or (f.endswith(".") and m.startswith(f)) for f in NOT_ON_THE_HOT_PATH)
+        or m.startswith("proxmoxer.")
+    ]
+
+
+@pytest.fixture
+def applied(tmp_path: Path, wheelhouse: Path, envlock: Envlock) -> Path:
+    profile = write_seed_project(tmp_path / "proj", wheelhouse)
+    assert envlock("lock", profile).returncode == 0
+    assert envlock("apply", "-y", profile).returncode == 0
+    return profile
+
+
+def test_check_and_run_of_one_local_target_load_only_what_they_use(
+    applied: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "user-cache"
+    # The first command after a change to the profile's requirements pays for the parser…
+    code, first = loaded(tmp_path, cache, "check", applied)
+    assert code == 0
+    assert REQUIREMENT_PARSER in first
+    assert list((cache / "envlock" / "requirements").glob("*.json"))
+    # …the next ones do not, and nothing of Proxmox, fleets, tables or resolution loads.
+    code, check = loaded(tmp_path, cache, "check", applied)
+    assert code == 0
+    assert forbidden(check) == []
+    code, run = loaded(tmp_path, cache, "run", applied, "--", "python", "-c", "pass")
+    assert code == "exec python"
+    assert forbidden(run) == []
+    assert "envlock.commands.run" in run and "envlock.runs.launch" in run
+
+
+def test_a_changed_requirement_is_parsed_again_and_refused(
+    applied: Path, tmp_path: Path, envlock: Envlock
+) -> None:
+    cache = tmp_path / "user-cache"
+    assert loaded(tmp_path, cache, "check", applied)[0] == 0  # the verdict is kept
+    text = applied.read_text()
+    applied.write_text(text.replace('"trainutil"', '"trainutil", "bad name==1"'))
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    refused = subprocess.run(
+        [sys.executable, "-m", "envlock", "check", str(applied)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert refused.returncode == 2
+    assert "invalid requirement" in refused.stderr and "bad name==1" in refused.stderr
+
+
+TEXTS = ["numpy>=1.26", "Six"]
+NAMES = [("numpy", "numpy"), ("Six", "six")]
+
+
+def test_the_kept_verdict_is_read_only_when_it_is_this_users_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert profile_cache.cached_names(TEXTS) is None
+    profile_cache.remember_names(TEXTS, NAMES)
+    assert profile_cache.cached_names(TEXTS) == NAMES
+    path = Path(str(profile_cache.entry_path(TEXTS)))
+    assert path.stat().st_mode & 0o777 == 0o600
+    # Another list (even one text more) is another entry: a miss.
+    assert profile_cache.cached_names([*TEXTS, "torch"]) is None
+    # A file others may write (or in a directory they may) is not trusted: a miss.
+    path.chmod(0o666)
+    assert profile_cache.cached_names(TEXTS) is None
+    path.chmod(0o600)
+    path.parent.chmod(0o777)
+    assert profile_cache.cached_names(TEXTS) is None
+    path.parent.chmod(0o700)
+    assert profile_cache.cached_names(TEXTS) == NAMES
+    # A link in its place is not followed.
+    path.unlink()
+    target = tmp_path / "elsewhere.json"
+    target.write_text(json.dumps({"schema": 1, "texts": TEXTS, "names": [["x", "x"]] * 2}))
+    path.symlink_to(target)
+    assert profile_cache.cached_names(TEXTS) is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        [],
+        {"schema": 2, "texts": TEXTS, "names": [list(n) for n in NAMES]},
+        {"schema": 1, "texts": ["numpy>=1.26", "six"], "names": [list(n) for n in NAMES]},
+        {"schema": 1, "texts": TEXTS, "names": [["numpy", "numpy"]]},
+        {"schema": 1, "texts": TEXTS, "names": [["numpy", "numpy"], ["six", 6]]},
+        {"schema": 1, "texts": TEXTS, "names": [["numpy", "numpy"], ["six"]]},
+        {"schema": 1, "texts": TEXTS, "names": "numpy six"},
+    ],
+)
+def test_an_entry_of_another_shape_is_a_miss(data: object) -> None:
+    assert profile_cache.names_of(data, TEXTS) is None
