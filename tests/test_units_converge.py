@@ -84,7 +84,9 @@ class Provisioner:
     running: bool = True
     drifts: tuple[Drift, ...] = ()
     fail: Exception | None = None
+    name: str | None = "envlock-snap"  # None: the profile asks for no snapshot
     calls: list[tuple[str, Any]] = field(default_factory=list)
+    progress: list[Any] = field(default_factory=list)  # the on_progress each call was given
 
     def describe(self) -> str:
         return "container 101"
@@ -95,12 +97,14 @@ class Provisioner:
 
     def snapshot(self, *, generation: Any, lock: str, applying: str, on_progress: Any) -> str:
         self.calls.append(("snapshot", (generation, lock, applying)))
+        self.progress.append(on_progress)
         if self.fail is not None:
             raise self.fail
-        return "envlock-snap"
+        return self.name
 
     def provision(self, *, restart: bool, on_progress: Any) -> list[str]:
         self.calls.append(("provision", restart))
+        self.progress.append(on_progress)
         self.running = True
         return ["container started"]
 
@@ -278,6 +282,20 @@ def test_the_container_snapshot_is_taken_under_the_lock_before_the_first_change(
     assert done.snapshotted and done.report == ("snapshot envlock-snap",)
 
 
+def test_a_first_apply_s_snapshot_names_no_generation_and_may_be_none(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    box = Provisioner(name=None)
+    script = Script(
+        probe(empty_root(root)), ("apply", handshake({"current": GEN})), probe(in_sync(root))
+    )
+    said: list[str] = []
+    done = converge(context(tmp_path, script, box), progress=said.append)
+    assert script.done()
+    assert box.calls == [("check", None), ("snapshot", ("none", "", HASH))]
+    assert box.progress == [said.append]  # the snapshot reports through converge's progress
+    assert not done.snapshotted and done.report == ()  # the profile asked for none
+
+
 def test_a_failed_snapshot_aborts_the_apply_before_any_change(tmp_path: Path) -> None:
     root = root_of(tmp_path)
     box = Provisioner(fail=OperationError("the API refused the snapshot"))
@@ -308,6 +326,7 @@ def test_a_stopped_container_is_snapshotted_then_provisioned_before_the_probe(
     assert script.done()
     # The generation is unknown while the container is stopped; one snapshot per apply.
     assert box.calls == [("check", None), ("snapshot", (None, "", HASH)), ("provision", False)]
+    assert box.progress == [None, None]
     assert seen == [(["container"], True)]
     assert done.snapshotted and done.report == ("snapshot envlock-snap", "container started")
     assert not done.applied
