@@ -42,10 +42,11 @@ bench: setup
 # Mutation testing ([tool.mutmut] in pyproject.toml: which files, which fast tests). Not part
 # of `make test`. mutants/ is rebuilt from the working tree each time, so a run never tests a
 # stale copy; the survivors and a per-module table (killed of ALL mutants, "no tests"
-# included) are printed at the end. MUTATE_JOBS=1 on a shared machine.
+# included) are printed at the end. On a shared machine: MUTATE_JOBS=1 MUTATE_NICE=19; a
+# subset of modules at a time with MUTANTS='envlock.lock.* envlock.agent.apply.*'.
 mutate: setup
 	rm -rf mutants
-	nice -n 10 .venv/bin/mutmut run --max-children $${MUTATE_JOBS:-2}
+	nice -n $${MUTATE_NICE:-10} .venv/bin/mutmut run --max-children $${MUTATE_JOBS:-2} $(MUTANTS)
 	@$(MAKE) --no-print-directory mutate-report
 
 # The table of the last run (mutants/ as `make mutate` left it). A mutant's name is
