@@ -18,6 +18,7 @@ import pytest
 
 from envlock.agent import probe as agent_probe
 from envlock.agent.core import GENERATION, HOLD, LOCK_COPY, AgentError
+from envlock.agent.files import write_manifest
 from envlock.agent.probe import (
     MAX_ENV_HEADER,
     MAX_ENV_TEXT,
@@ -362,3 +363,46 @@ def test_a_root_another_user_may_write_is_not_read(tmp_path: Path) -> None:
 
 def test_the_probe_registers_itself() -> None:
     assert agent_probe.COMMANDS["probe"] is probe
+
+
+def test_a_probe_inside_the_active_generation_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe as it runs shipped: in the active generation's interpreter (its prefix is
+    the generation, as pythons.py starts it), so packages, torch, files and cache are read."""
+    root = make_root(tmp_path)
+    gen = root / "generations" / f"1-{HASH}"
+    site = gen / SITE
+    dist(site, "torch", "2.11.0+cu128", "nvidia-cudnn-cu12==9.1")
+    version_file(site, "__version__ = '2.11.0+cu128'\ncuda = '12.8'\n")
+    (gen / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    write_manifest(str(gen))
+    (site / "torch" / "version.py").write_text("tampered")
+    monkeypatch.setattr(sys, "prefix", str(gen))
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    cache = tmp_path / "cache"
+    request = {"root": str(root), "cache_dir": str(cache), "deep": True}
+    state = probe(request)
+    assert state["in_generation"] is True and state["python"]["in_venv"] is True
+    assert state["packages"] == {"torch": "2.11.0+cu128"}
+    assert state["torch"]["cuda_requires"] == ["cu12"] and "cuda" not in state["torch"]
+    assert state["fingerprint"]["id"].startswith("torch-2.11.0+cu128-")
+    assert [m["path"] for m in state["files"]["modified"]] == [f"{SITE}/torch/version.py"]
+    key = state["fingerprint"]["id"]
+    assert state["cache"] == {
+        "dir": f"{cache}/{key}",
+        "fingerprint": state["fingerprint"],
+        "exists": False,
+        "was_warm": False,
+    }
+    (cache / key).mkdir(parents=True)
+    (cache / key / "f").write_text("x")
+    warm = probe({**request, "warmth": True, "verify": False})
+    assert "files" not in warm and warm["cache"]["files"] == 1 and warm["cache"]["bytes"] == 1
+    assert json.loads((root / "cache-seen.json").read_text()).keys() == {key}
+    # Another root's generation, or none active: the probe does not read it as its own.
+    monkeypatch.setattr(sys, "prefix", str(root / "generations" / f"2-{HASH}"))
+    assert probe(request)["in_generation"] is False
+    monkeypatch.setattr(sys, "base_prefix", str(gen))
+    monkeypatch.setattr(sys, "prefix", str(gen))
+    assert probe(request)["in_generation"] is False  # not a venv at all
