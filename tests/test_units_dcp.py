@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from envlock.checkpoint import dcp as dcp_module
 from envlock.checkpoint.dcp import is_dcp_dir, read_dcp, with_optimizer_nested
 from envlock.checkpoint.inert import Storage, TensorInfo
-from envlock.checkpoint.limits import Refused, command_budget
+from envlock.checkpoint.limits import BUDGET, Refused, command_budget
 from envlock.errors import OperationError
 from tests.hostile_checkpoints.assemble import PROTO, glob, num, uni
 
@@ -200,3 +201,72 @@ def test_only_an_optimizer_s_state_and_groups_are_nested() -> None:
     }
     # A key of no optimizer part makes no optimizer group.
     assert with_optimizer_nested({"optimizer.other.x": 1}) == {"optimizer.other.x": 1}
+
+
+def test_links_out_of_the_directory_are_refused_unless_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "meta").write_bytes(metadata({"w": tensor_meta(2)}, ("__0_0.distcp",)))
+    (outside / "shard").write_bytes(b"\0" * 8)
+    directory = tmp_path / "step-1"
+    directory.mkdir()
+    (directory / ".metadata").symlink_to(outside / "meta")
+    (directory / "__0_0.distcp").write_bytes(b"\0" * 8)
+    with pytest.raises(OperationError, match=r"\.metadata"):
+        read_dcp(directory)
+    assert read_dcp(directory, follow_links=True)[0]["w"].shape == (2,)
+    (directory / ".metadata").unlink()
+    (directory / ".metadata").write_bytes((outside / "meta").read_bytes())
+    (directory / "__0_0.distcp").unlink()
+    (directory / "__0_0.distcp").symlink_to(outside / "shard")
+    with pytest.raises(OperationError, match=r"__0_0\.distcp"):
+        read_dcp(directory)
+    assert len(read_dcp(directory, follow_links=True)[1]) == 1
+
+
+def test_the_limits_and_messages_name_the_metadata_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = dcp(tmp_path, metadata({"a": tensor_meta(1), "b": tensor_meta(1)}))
+    meta = directory / ".metadata"
+    monkeypatch.setattr(dcp_module, "MAX_TENSORS", 2)
+    assert len(read_dcp(directory)[0]) == 2
+    monkeypatch.setattr(dcp_module, "MAX_TENSORS", 1)
+    with pytest.raises(Refused, match=rf"^refusing: {meta}: 2 entries exceeds 1 tensors a file"):
+        read_dcp(directory)
+    monkeypatch.undo()
+    with command_budget("inspect") as spent:
+        spent.spend("tensors", BUDGET["tensors"] - 1)
+        with pytest.raises(Refused, match=rf"^refusing: {meta}: the tensors read"):
+            read_dcp(directory)
+    long = "k" * 250
+    with pytest.raises(OperationError) as info:
+        read_dcp(dcp(tmp_path, metadata({long: fields({})})))
+    assert (
+        info.value.message == f"{meta}: {'k' * 200}…(+50 chars) is described by an unknown object"
+    )
+    with pytest.raises(OperationError) as info:
+        read_dcp(dcp(tmp_path, metadata({long: tensor_meta(shape=b"N")})))
+    assert info.value.message == f"{meta}: {'k' * 200}…(+50 chars) has no tensor size"
+    with pytest.raises(Refused, match=r"a tensor shape of 65 dims"):
+        read_dcp(dcp(tmp_path, metadata({"w": tensor_meta(*([1] * 65))})))
+    body = fields({"state_dict_metadata": b"}(" + num(1) + tensor_meta(2) + b"u"})
+    with pytest.raises(OperationError, match=rf"^{meta}: a state_dict_metadata key"):
+        read_dcp(dcp(tmp_path, PROTO + obj(M, "Metadata", body) + b"."))
+    missing = "m" * 250 + ".distcp"
+    with pytest.raises(OperationError, match=r"shard m{200}…\(\+57 chars\) is listed"):
+        read_dcp(dcp(tmp_path / "x", metadata({"w": tensor_meta(2)}, (missing,))))
+
+
+def test_the_note_counts_the_shards_metadata_lists(tmp_path: Path) -> None:
+    shards = ("__0_0.distcp", "__1_0.distcp")
+    directory = dcp(tmp_path, metadata({"w": tensor_meta(2)}, shards), *shards, "__7_0.distcp")
+    _, files, notes, _ = read_dcp(directory)
+    assert len(files) == 3 and "2 shard file(s) written by 2 rank(s)" in notes[0]
+
+
+def test_an_optimizer_key_that_is_a_value_is_kept() -> None:
+    assert with_optimizer_nested({"optimizer": 5, "optimizer.state.x": 1}) == {
+        "optimizer": 5,
+        "optimizer.state.x": 1,
+    }
