@@ -26,9 +26,17 @@ from envlock.reconcile.converge import REPLANS, converge
 from envlock.reconcile.drift import compute_drift
 from envlock.reconcile.kinds import Drift
 from envlock.reconcile.state import parse_state
-from envlock.targets.base import ContainerCheck
+from envlock.targets.base import ContainerCheck, Result
 from tests.projects import torch_profile_text
-from tests.scripted import Call, Script, ScriptedTransport, Unscripted, handshake, replied
+from tests.scripted import (
+    Call,
+    Script,
+    ScriptedTransport,
+    Unscripted,
+    answer,
+    handshake,
+    replied,
+)
 from tests.test_core import GEN, HASH, LOCK
 
 OTHER = "000000000abc"  # a rollback's generation on another lock
@@ -157,13 +165,19 @@ def test_in_sync_probes_once_and_applies_nothing(tmp_path: Path) -> None:
 
 def test_a_plan_is_executed_then_verified_without_rehashing_the_build(tmp_path: Path) -> None:
     root = root_of(tmp_path)
-    applied = replied({"done": ["build"], "current": GEN})
+
+    def applied(call: Call) -> Result:
+        call.say("envlock-progress: building generation 1")
+        return answer(call, {"done": ["build"], "current": GEN})
+
     script = Script(probe(empty_root(root)), ("apply", applied), probe(in_sync(root)))
     ctx = context(tmp_path, script)
-    done = converge(ctx)
-    assert script.done()
+    said: list[str] = []
+    done = converge(ctx, progress=said.append)
+    assert script.done() and said == ["building generation 1"]
     first, apply, verify = ctx.transport.calls  # type: ignore[attr-defined]
     assert first.request["verify"] is True and first.root == root  # the environment's python
+    assert first.request["deep"] is False and apply.request["wait"] is True  # the defaults
     request = apply.request
     assert kinds(apply) == FIRST_PLAN
     assert request["assumed"] == {"current": None, "fingerprint": FINGERPRINT}
@@ -237,9 +251,11 @@ def test_converge_ends_a_rollback_s_hold_and_checks_the_generation_it_returns_to
         probe(in_sync(root)),
     )
     ctx = context(tmp_path, script)
-    done = converge(ctx)
+    done = converge(ctx, deep=True)
     assert script.done()
     calls = ctx.transport.calls  # type: ignore[attr-defined]
+    # The generation switched to is checked as deeply as asked, and repaired waiting.
+    assert calls[2].request["deep"] is True and calls[3].request["wait"] is True
     switch = calls[1].request["actions"]
     assert [a["kind"] for a in switch] == ["cache-dir", "switch"]
     assert switch[1]["name"] == GEN and switch[1]["why"] == "apply"
@@ -319,14 +335,16 @@ def test_a_stopped_container_is_snapshotted_then_provisioned_before_the_probe(
     box = Provisioner(running=False, drifts=(Drift("container", "101", "running", "stopped"),))
     seen: list[tuple[list[str], bool]] = []
     script = Script(probe(in_sync(root)))
+    said: list[str] = []
     done = converge(
         context(tmp_path, script, box),
         gate=lambda steps, plan: seen.append(([d.kind for d in steps], plan is None)),
+        progress=said.append,
     )
     assert script.done()
     # The generation is unknown while the container is stopped; one snapshot per apply.
     assert box.calls == [("check", None), ("snapshot", (None, "", HASH)), ("provision", False)]
-    assert box.progress == [None, None]
+    assert box.progress == [said.append, said.append]  # both report through converge's
     assert seen == [(["container"], True)]
     assert done.snapshotted and done.report == ("snapshot envlock-snap", "container started")
     assert not done.applied
@@ -356,7 +374,7 @@ def test_a_pending_restart_is_reported_unless_restart_is_asked(tmp_path: Path) -
 
 
 def test_restart_without_a_container_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="--restart needs a proxmox-lxc target"):
+    with pytest.raises(UsageError, match=r"^--restart needs a proxmox-lxc target with a"):
         converge(context(tmp_path, Script()), restart=True)
 
 
@@ -383,3 +401,40 @@ def test_no_wait_and_deep_reach_the_agent(tmp_path: Path) -> None:
     assert first.request["deep"] is True and apply.request["wait"] is False
     assert verify.request["deep"] is False  # a fresh build is not deep-checked again
     assert json.loads(json.dumps(apply.request))["actions"][0]["number"] == 1
+
+
+def test_container_changes_after_a_pending_restart_line_keep_it_and_report_progress(
+    tmp_path: Path,
+) -> None:
+    root = root_of(tmp_path)
+    pending = Drift("container-restart", "cores", "8", "4", "restart to apply cores 8")
+    change = Drift("container-config", "memory", "4096", "2048")
+    box = Provisioner(drifts=(pending, change))
+    script = Script(probe(in_sync(root)), probe(in_sync(root)))
+    said: list[str] = []
+    done = converge(context(tmp_path, script, box), progress=said.append)
+    assert done.report == ("restart to apply cores 8", "snapshot envlock-snap", "container started")
+    assert box.progress == [said.append, said.append]
+
+
+def test_a_replan_after_the_container_changed_still_verifies(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    box = Provisioner(drifts=(Drift("container-config", "memory", "4096", "2048"),))
+    moved = in_sync(root, packages={**LOCK.versions(), "numpy": "2.0.0"})
+    script = Script(
+        probe(moved),
+        ("apply", replied({"replan": True})),
+        probe(in_sync(root)),  # another apply repaired it meanwhile: nothing left to do
+        probe(in_sync(root)),  # ... but the container changed: verified all the same
+    )
+    done = converge(context(tmp_path, script, box))
+    assert script.done() and done.applied and done.replans == 1 and done.current == GEN
+    assert [c for c, _ in box.calls] == ["check", "snapshot", "provision"]
+
+
+def test_a_replan_that_finds_nothing_left_says_so(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    moved = in_sync(root, packages={**LOCK.versions(), "numpy": "2.0.0"})
+    script = Script(probe(moved), ("apply", replied({"replan": True})), probe(in_sync(root)))
+    done = converge(context(tmp_path, script))
+    assert script.done() and not done.applied and done.replans == 1
