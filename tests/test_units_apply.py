@@ -14,6 +14,7 @@ import json
 import os
 import stat
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -368,3 +369,30 @@ def test_startup_code_from_a_stranger_s_lock_is_refused(tmp_path: Path) -> None:
     assert "runs: evil-pkg (evil.pth, sitecustomize.py);" in str(info.value)
     assert str(info.value).endswith("apply again with --allow-pth evil-pkg")
     assert "good" not in str(info.value).split("runs: ")[1].split(";")[0]
+
+
+def test_apply_waits_for_the_root_s_lock_by_default_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = make_root(tmp_path, A)
+    held = RootLock(str(root), wait=False).__enter__()
+    release = threading.Timer(0.3, held.__exit__)
+    release.start()
+    req = request(root, switch(A))
+    del req["wait"]
+    assert apply(req)["current"] == A
+    release.join()
+    err = capsys.readouterr().err
+    assert f"waiting for another envlock operation on this root (pid {os.getpid()} on " in err
+    assert "envlock-progress: switch to " + A in err
+    assert stat.S_IMODE((root / ".envlock.lock").stat().st_mode) == 0o644
+
+
+def test_a_replan_is_said_and_a_fresh_root_gets_its_generations_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "fresh"
+    assumed = {"current": None, "fingerprint": "stale"}
+    assert apply(request(root, assumed=assumed))["replan"] is True
+    assert (root / "generations").is_dir()
+    assert "the root changed since this plan was made: planning again" in capsys.readouterr().err

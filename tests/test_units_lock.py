@@ -253,3 +253,15 @@ def test_a_stale_lock_is_refused_with_what_to_do(tmp_path: Path) -> None:
     ) as info:
         load_fresh_lock(load_profile(path))
     assert "to refresh it" in (info.value.hint or "") and "envlock lock" in (info.value.hint or "")
+
+
+def test_a_refused_lock_names_its_file_and_where_it_came_from(tmp_path: Path) -> None:
+    with pytest.raises(LockError) as info:
+        parse_lock(Path("pylock.x.toml"), "bad = [", where="snap.json")
+    assert "pylock.x.toml" in info.value.message and "snap.json" in info.value.message
+    head = with_wheels(LOCK_TEXT).split("[[packages]]")[0]
+    empty = parse_lock(Path("p.toml"), head + '[tool.envlock]\npython-version = "3.11"\n')
+    assert empty.packages == {} and empty.meta == {"python-version": "3.11"}
+    lock = parse_lock(Path("p.toml"), with_wheels(LOCK_TEXT))
+    assert lock.packages["numpy"].name == "numpy" and lock.packages["numpy"].sdist is None
+    assert len(lock.packages["numpy"].wheels) == 1
