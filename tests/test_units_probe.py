@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from envlock.agent.probe import (
     generation_facts,
     hold_state,
     installed_distributions,
+    interpreter_facts,
     link_state,
     local_label,
     metadata_headers,
@@ -406,3 +408,54 @@ def test_a_probe_inside_the_active_generation_reads_it(
     monkeypatch.setattr(sys, "base_prefix", str(gen))
     monkeypatch.setattr(sys, "prefix", str(gen))
     assert probe(request)["in_generation"] is False  # not a venv at all
+
+
+def test_long_lines_undecodable_bytes_and_colons_in_values(tmp_path: Path) -> None:
+    path = tmp_path / "METADATA"
+    path.write_bytes(
+        b"Description: " + b"d" * 10_000 + b"\nName: caf\xe9\n"
+        b"Requires-Dist: pkg ; extra == 'a:b'\nVersion: 1.0\n"
+    )
+    assert metadata_headers(path) == {
+        "name": ["caf\ufffd"],
+        "requires-dist": ["pkg ; extra == 'a:b'"],
+        "version": ["1.0"],
+    }
+
+
+def test_the_header_limits_per_file_and_per_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "METADATA"
+    path.write_bytes(b"Name: abc\n" * 5)  # 50 bytes, no blank line
+    monkeypatch.setattr(agent_probe, "MAX_ENV_HEADER", 50)
+    monkeypatch.setattr(agent_probe, "HEADER_BYTES", [0])
+    assert metadata_headers(path)["name"] == ["abc"] * 5
+    monkeypatch.setattr(agent_probe, "MAX_ENV_HEADER", 49)
+    with pytest.raises(AgentError, match="headers read exceed 49 bytes") as info:
+        metadata_headers(path)
+    assert info.value.kind == "unsafe"
+    monkeypatch.setattr(agent_probe, "MAX_ENV_HEADER", 1000)
+    monkeypatch.setattr(agent_probe, "MAX_ENV_HEADERS", 100)
+    monkeypatch.setattr(agent_probe, "HEADER_BYTES", [0])
+    metadata_headers(path)
+    metadata_headers(path)  # 100 bytes in all: the probe's budget, not past it
+    with pytest.raises(AgentError, match="headers read exceed 100 bytes"):
+        metadata_headers(path)
+
+
+def test_under_dash_s_the_environment_is_found_from_the_interpreter_s_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gen = tmp_path / "gen"
+    (gen / "bin").mkdir(parents=True)
+    monkeypatch.setattr(sys, "flags", SimpleNamespace(no_site=1))
+    monkeypatch.setattr(sys, "executable", str(gen / "bin" / "python"))
+    assert interpreter_facts(str(tmp_path))["prefix"] == sys.prefix  # no pyvenv.cfg
+    (gen / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    facts = interpreter_facts(str(tmp_path))
+    assert facts["prefix"] == str(gen) and facts["in_venv"] is True
+    assert facts["executable"] == str(gen / "bin" / "python")
+    (gen / "pyvenv.cfg").unlink()
+    (gen / "bin" / "pyvenv.cfg").write_text("home = /usr/bin\n")  # beside the executable
+    assert interpreter_facts(str(tmp_path))["prefix"] == str(gen)
