@@ -10,8 +10,11 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from envlock.lock_sources import record_index_sources, with_local_copies
+from envlock.lock_sources import ask_index, record_index_sources, with_local_copies
 from envlock.tomlread import tomllib
+from envlock.uvbin import uv_path
+from tests.index_server import IndexServer
+from tests.wheelhouse import build_wheel
 
 INDEX = "https://index.test/files"
 NAME = "pkg-1.0-py3-none-any.whl"
@@ -126,3 +129,46 @@ def test_a_local_copy_of_the_same_bytes_stands_in_at_install(tmp_path: Path) -> 
     (second / NAME).write_bytes(data)
     (links / NAME).write_bytes(b"changed")
     assert urls(with_local_copies(text, [str(links), str(second)])) == [(str(second / NAME), sha)]
+
+
+def test_an_index_is_asked_through_uv_for_one_release(tmp_path: Path) -> None:
+    """Real uv against a real index on loopback: the index's entries for that release, []
+    when uv cannot say (the release is not there, the index is gone)."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = build_wheel(wheels, "askpkg", "1.0")
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        url = server.add("idx", [wheel])
+        project = (
+            '[project]\nname = "envlock-index"\nversion = "0"\n'
+            'dependencies = ["askpkg==1.0"]\n\n[[tool.uv.index]]\nname = "idx"\n'
+            f'url = "{url}"\ndefault = true\n'
+        )
+
+        def argv(given: Path, output: Path) -> list[str]:
+            return [
+                uv_path(),
+                "pip",
+                "compile",
+                str(given),
+                "--quiet",
+                "--format",
+                "pylock.toml",
+                "--generate-hashes",
+                "--python-version",
+                "3.11",
+                "--no-python-downloads",
+                "--output-file",
+                str(output),
+                "--no-deps",
+            ]
+
+        (entry,) = ask_index(project, "AskPkg", argv, {"UV_FIND_LINKS": str(wheels)})
+        assert entry["url"].startswith(f"{server.url}/idx/files/askpkg-1.0-py3-none-any.whl")
+        assert entry["hashes"]["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+        assert ask_index(project, "other", argv) == []  # not the release asked about
+        missing = project.replace("askpkg==1.0", "askpkg==2.0")
+        assert ask_index(missing, "askpkg", argv) == []  # uv failed: it cannot say
+    finally:
+        server.stop()
