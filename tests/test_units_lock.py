@@ -8,6 +8,7 @@ only the table `envlock lock` writes, so these use a directory name for the find
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,31 +20,38 @@ from envlock.lock import (
     LOCK_FORMAT,
     Lock,
     LockedPackage,
+    _clean_uv_error,
+    _resolve_hint,
     build_options,
     changed_inputs,
+    clean_damaged_cache,
     envlock_table,
     input_digests,
     load_fresh_lock,
     parse_lock,
     read_lock,
+    refuse_undeclared,
     relative_to_profile,
     resolution_inputs,
     resolver_input,
     stale_reasons,
+    torch_index_asker,
     torch_sourced,
     unbuilt,
     uv_compile_argv,
 )
 from envlock.profile import Profile, load_profile
+from tests.index_server import IndexServer
 from tests.projects import write_seed_project
 from tests.test_core import LOCK_TEXT, with_wheels
 from tests.test_lock import RESOLUTION_INPUT_EDITS
+from tests.wheelhouse import build_wheel
 
 NUMPY_SHA = hashlib.sha256(b"numpy==2.1.0").hexdigest()  # its wheel's, in with_wheels
 
 
 def seed(tmp_path: Path, **kwargs: object) -> Path:
-    (tmp_path / "wheels").mkdir(exist_ok=True)
+    (tmp_path / "wheels").mkdir(parents=True, exist_ok=True)
     return write_seed_project(tmp_path, tmp_path / "wheels", **kwargs)  # type: ignore[arg-type]
 
 
@@ -265,3 +273,91 @@ def test_a_refused_lock_names_its_file_and_where_it_came_from(tmp_path: Path) ->
     lock = parse_lock(Path("p.toml"), with_wheels(LOCK_TEXT))
     assert lock.packages["numpy"].name == "numpy" and lock.packages["numpy"].sdist is None
     assert len(lock.packages["numpy"].wheels) == 1
+
+
+def test_what_to_do_when_resolution_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    monkeypatch.delenv("UV_FIND_LINKS", raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    path = seed(tmp_path)
+    offline = load_profile(path)
+    words = "Because only an sdist … Wheels are required for `slowpkg` because"
+    assert _resolve_hint(offline, [], words) == (
+        "slowpkg has no wheel here and envlock builds nothing from source unless told (a "
+        'build runs the package\'s own code): add build = ["slowpkg"] to [dependencies], or '
+        "put a wheel of it in find-links"
+    )
+    torch_hint = (
+        "torch 2.11.0+cu128 is taken from https://download.pytorch.org/whl/cu128: is it "
+        "reachable? Otherwise set [torch] index-url to a mirror, or put the wheel in "
+        "[dependencies] find-links"
+    )
+    assert _resolve_hint(offline, []) == torch_hint
+    wheels = tmp_path / "wheels"
+    (wheels / "torch-2.11.0+cu128-py3-none-any.whl").write_bytes(b"")
+    generic = "check the package names and versions; is the index reachable?"
+    assert _resolve_hint(offline, [str(wheels)]) == generic  # torch is here: not the index
+    monkeypatch.setenv("PIP_FIND_LINKS", "/machine/wheels")
+    assert _resolve_hint(offline, [str(wheels)]) == generic + (
+        "; the find-links this machine's pip or uv is configured with (/machine/wheels) are "
+        "not used for a remote target or an offline profile: list a directory the target "
+        "also has in [dependencies] find-links"
+    )
+    path.write_text(path.read_text().replace("offline = true", "offline = false"))
+    online = load_profile(path)
+    assert _resolve_hint(online, [str(wheels)]) == generic  # this machine's are used: not said
+    assert _resolve_hint(online, ["/machine/wheels"]) == torch_hint
+    assert _clean_uv_error("  x /tmp/e/pyproject.toml: envlock-resolve fails\n", "/tmp/e") == (
+        "  x pyproject.toml: the profile fails"
+    )
+
+
+def test_a_wheel_from_outside_the_profile_s_sources_is_refused(tmp_path: Path) -> None:
+    profile = load_profile(seed(tmp_path))
+    inside = f'url = "file://{tmp_path}/wheels/a-1-py3-none-any.whl"\n'
+    refuse_undeclared(profile, inside)
+    outside = "".join(f'url = "file:///machine/w/p{i}-1-py3-none-any.whl"\n' for i in range(4))
+    with pytest.raises(LockError) as info:
+        refuse_undeclared(profile, inside + outside)
+    assert info.value.message == (
+        "seed.toml: uv took 4 wheel(s) from outside the profile's find-links: "
+        "/machine/w/p0-1-py3-none-any.whl, /machine/w/p1-1-py3-none-any.whl, "
+        "/machine/w/p2-1-py3-none-any.whl …"
+    )
+    assert "add that directory there if the target has it too" in (info.value.hint or "")
+
+
+def test_a_damaged_uv_cache_is_cleaned_for_what_it_blames(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = load_profile(seed(tmp_path))
+    assert clean_damaged_cache(profile, "error: no solution found") is False
+    blamed = (
+        "error: Failed to read `envlock-test-nothing==1.0`\n  Failed to deserialize cache entry"
+    )
+    assert clean_damaged_cache(profile, blamed) is True
+    said = capsys.readouterr().err
+    assert "uv's cache holds damaged entries (envlock-test-nothing; after a crash?)" in said
+    assert "cleaning 1 package(s) and resolving again" in said
+
+
+def test_the_torch_index_is_asked_only_for_the_torch_family(tmp_path: Path) -> None:
+    wheels = tmp_path / "idx-wheels"
+    wheels.mkdir()
+    torch = build_wheel(wheels, "torch", "2.11.0+cu128")
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        url = server.add("cu128", [torch])
+        path = seed(tmp_path)
+        text = path.read_text().replace("offline = true", "offline = false")
+        path.write_text(text.replace("[torch]", f'[torch]\nindex-url = "{url}"', 1))
+        profile = load_profile(path)
+        assert torch_index_asker(load_profile(seed(tmp_path / "off"))) is None  # offline
+        ask = torch_index_asker(profile)
+        assert ask is not None and ask("numpy", "2.1.0") == []  # not torch's family
+        (entry,) = ask("Torch", "2.11.0+cu128")
+        assert entry["url"].startswith(f"{server.url}/cu128/files/torch-2.11.0+cu128")
+        assert ask("torch", "9.9.9") == []
+        assert any(r.startswith("/cu128/simple/torch") for r in server.requests)
+    finally:
+        server.stop()
