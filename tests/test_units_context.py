@@ -19,6 +19,7 @@ from envlock.reconcile.context import (
     active_lock,
     check,
     check_all,
+    gather_state,
     held_context,
     hold_notice,
     open_context,
@@ -187,3 +188,41 @@ def test_opening_a_context_refuses_a_stale_lock_unless_reported(tmp_path: Path) 
     reported = open_context(path, allow_stale=True)
     assert reported.stale == ("unit.toml: [python] version changed since the lock was written",)
     assert reported.expectation().stale == reported.stale
+
+
+@pytest.mark.parametrize("box", [None, Provisioner()], ids=["plain", "container"])
+def test_what_is_asked_reaches_the_probe_and_the_defaults_ask_little(
+    tmp_path: Path, box: Provisioner | None
+) -> None:
+    root = root_of(tmp_path)
+    script = Script(*[probe(in_sync(root))] * 4)
+    ctx = context(tmp_path, script, box)
+    check_all(ctx)
+    check_all(ctx, deep=True, warmth=True, lock=True)
+    check(ctx)
+    gather_state(ctx)
+    asked = [c.request for c in ctx.transport.calls]  # type: ignore[attr-defined]
+    flags = [(r["deep"], r["warmth"], r["active_lock"], r["verify"]) for r in asked]
+    assert flags == [
+        (False, False, False, True),
+        (True, True, True, True),
+        (False, False, False, True),
+        (False, False, False, True),
+    ]
+
+
+def test_the_expectation_and_request_carry_the_profile_s_venv_gpus_and_scripts(
+    tmp_path: Path,
+) -> None:
+    ctx = context(tmp_path, Script())
+    lock = dataclasses.replace(LOCK, meta={**LOCK.meta, "scripts": {"b.py": "1", "a.py": "2"}})
+    profile = dataclasses.replace(ctx.profile, gpu_count=2, scripts=SimpleNamespace(dest="/w"))
+    ctx = dataclasses.replace(ctx, profile=profile, lock=lock)
+    expect = ctx.expectation()
+    assert (expect.venv, expect.gpu_count, expect.root) == (
+        str(tmp_path / "venv"),
+        2,
+        root_of(tmp_path),
+    )
+    assert expect.scripts == {"b.py": "1", "a.py": "2"}
+    assert probe_request(ctx)["scripts"] == {"dest": "/w", "files": ["a.py", "b.py"]}
