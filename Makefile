@@ -2,7 +2,7 @@
 PYTHON ?= python3
 UV := $(PYTHON) -m uv
 
-.PHONY: help setup demo test lint bench mutate system-deps clean
+.PHONY: mutate-report help setup demo test lint bench mutate system-deps clean
 
 help:
 	@echo "make demo   lock, apply, check and run the local CPU-torch profile"
@@ -41,16 +41,30 @@ bench: setup
 
 # Mutation testing ([tool.mutmut] in pyproject.toml: which files, which fast tests). Not part
 # of `make test`. mutants/ is rebuilt from the working tree each time, so a run never tests a
-# stale copy; the score and the survivors are printed at the end.
+# stale copy; the survivors and a per-module table (killed of ALL mutants, "no tests"
+# included) are printed at the end. On a shared machine: MUTATE_JOBS=1 MUTATE_NICE=19; a
+# subset of modules at a time with MUTANTS='envlock.lock.* envlock.agent.apply.*'.
 mutate: setup
 	rm -rf mutants
-	nice -n 10 .venv/bin/mutmut run --max-children $${MUTATE_JOBS:-2}
-	@.venv/bin/mutmut results --all true | grep -v -e ': killed$$' -e ': no tests$$' || true
-	@.venv/bin/mutmut results --all true | awk -F': ' '{n[$$2]++; t++} END { \
-		for (s in n) printf "%s: %d\n", s, n[s]; \
-		r = t - n["no tests"]; \
-		printf "mutation score: %d of %d mutants that the fast tests reach killed (%.1f%%)\n", n["killed"], r, 100 * n["killed"] / r; \
-		printf "all mutants, I/O functions no fast test runs included: %d of %d (%.1f%%)\n", n["killed"], t, 100 * n["killed"] / t }'
+	nice -n $${MUTATE_NICE:-10} .venv/bin/mutmut run --max-children $${MUTATE_JOBS:-2} $(MUTANTS)
+	@$(MAKE) --no-print-directory mutate-report
+
+# The table of the last run (mutants/ as `make mutate` left it). A mutant's name is
+# `module.x_function__mutmut_N` (`module.xǁClassǁmethod__mutmut_N` for a method); modules a
+# subset run (MUTANTS) did not check are left out of the table and the totals.
+mutate-report:
+	@.venv/bin/mutmut results --all true | grep -v -e ': killed$$' -e ': no tests$$' -e ': not checked$$' || true
+	@.venv/bin/mutmut results --all true | awk -F': ' ' \
+		{ m = $$1; sub(/^ +/, "", m); sub(/\.x(_|ǁ).*/, "", m); n[m, $$2]++; a[m]++ } \
+		END { printf "%-30s %7s %8s %8s %6s %6s %8s\n", "module", "killed", "survived", "no tests", "other", "all", "killed%"; \
+		  for (m in a) { if (a[m] == n[m, "not checked"]) continue; \
+		    k = n[m, "killed"]; v = n[m, "survived"]; z = n[m, "no tests"]; o = a[m] - k - v - z; \
+		    K += k; Z += z; T += a[m]; \
+		    printf "%-30s %7d %8d %8d %6d %6d %7.1f%%\n", m, k, v, z, o, a[m], 100 * k / a[m] | "sort" } \
+		  close("sort"); \
+		  if (T == 0) exit; \
+		  printf "all: %d of %d mutants killed (%.1f%%); no tests %d (%.1f%%); of those the fast tests reach %d of %d (%.1f%%)\n", \
+		    K, T, 100 * K / T, Z, 100 * Z / T, K, T - Z, 100 * K / (T - Z) }'
 
 clean:
 	rm -rf .envlock .venv .pytest_cache .mypy_cache .ruff_cache mutants

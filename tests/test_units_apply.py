@@ -1,0 +1,398 @@
+"""The agent's apply in-process, on real roots in a temp dir: the root's lock, the plan's
+fingerprint compared under it, the handshake, builds renumbered when overtaken, and each
+action that needs no uv (switch, hold, link, scripts, cache dir, cleanup, uv's install), with
+their refusals. Seconds. Building and re-syncing run uv: test_converge.py and the remote
+suites prove them on real environments.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import stat
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envlock.agent import apply as agent_apply
+from envlock.agent.apply import (
+    ACTIONS,
+    LOCKED,
+    RootLock,
+    apply,
+    do_cache_dir,
+    do_install_uv,
+    do_link_venv,
+    do_scripts,
+    do_switch,
+    number_builds,
+    refuse_pth,
+    run_step,
+    sh_quote,
+    sync_argv,
+    unshared_bytes,
+    uv_env,
+    write_pip_shims,
+)
+from envlock.agent.core import GENERATION, HOLD, AgentError, root_fingerprint
+
+A, B = "1-" + "a" * 12, "2-" + "b" * 12
+SITE = "lib/python3.11/site-packages"
+
+
+def make_root(tmp_path: Path, *names: str, incomplete: tuple[str, ...] = ()) -> Path:
+    root = tmp_path / "root"
+    for name in (*names, *incomplete):
+        gen = root / "generations" / name
+        (gen / ".envlock").mkdir(parents=True)
+        (gen / "bin").mkdir()
+        if name not in incomplete:
+            (gen / GENERATION).write_text(json.dumps({"number": int(name.split("-")[0])}))
+    (root / "generations").mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o755)
+    return root
+
+
+def history(root: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (root / "history.jsonl").read_text().splitlines()]
+
+
+def request(root: Path, *actions: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"root": str(root), "wait": False, "actions": list(actions), **more}
+
+
+def switch(name: str, why: str = "apply") -> dict[str, Any]:
+    return {"kind": "switch", "description": f"switch to {name}", "name": name, "why": why}
+
+
+# -- the whole apply ------------------------------------------------------------------------
+def test_apply_carries_out_the_actions_and_says_what_it_did(tmp_path: Path) -> None:
+    root = make_root(tmp_path, A, B)
+    venv = tmp_path / "env" / "venv"
+    agent_apply.FREED.clear()
+    answer = apply(
+        request(
+            root,
+            switch(A),
+            {"kind": "link-venv", "description": "link"},
+            {"kind": "cleanup", "description": "clean", "names": [B]},
+            venv=str(venv),
+        )
+    )
+    assert answer["done"] == ["switch", "link-venv", "cleanup"]
+    assert len(answer["seconds"]) == 3 and all(s >= 0 for s in answer["seconds"])
+    # What removing B gave back: its one file (generation.json), linked nowhere else.
+    assert answer["current"] == A and answer["freed"] == len(json.dumps({"number": 2}))
+    assert os.readlink(root / "current") == f"generations/{A}"
+    assert os.readlink(venv) == f"{root}/current"
+    assert not (root / "generations" / B).exists()
+    assert history(root)[0]["to"] == A and history(root)[0]["from"] is None
+    # The lock file says who holds it (for whoever waits).
+    assert (root / ".envlock.lock").read_text().startswith(f"pid {os.getpid()} on ")
+
+
+def test_a_plan_overtaken_before_the_lock_is_planned_again(tmp_path: Path) -> None:
+    root = make_root(tmp_path, A, B)
+    assumed = {"current": None, "fingerprint": root_fingerprint(str(root))}
+    (root / "current").symlink_to(f"generations/{B}")  # another apply switched meanwhile
+    answer = apply(request(root, switch(A), assumed=assumed))
+    assert answer == {"replan": True, "done": [], "current": B}
+    assert os.readlink(root / "current") == f"generations/{B}"
+    assumed = {"current": B, "fingerprint": root_fingerprint(str(root))}
+    assert apply(request(root, switch(A), assumed=assumed))["current"] == A
+
+
+def test_the_handshake_waits_for_the_controller_s_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = make_root(tmp_path, A, B)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("abort\n"))
+    answer = apply(request(root, switch(A), handshake=True))
+    assert answer == {"aborted": True, "done": [], "current": None}
+    assert capsys.readouterr().err.splitlines()[-1] == LOCKED + "ready"
+    assert not (root / "current").exists()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("no go\n"))
+    assert apply(request(root, switch(A), handshake=True))["aborted"] is True
+    monkeypatch.setattr(sys, "stdin", io.StringIO(" go \n"))
+    assert apply(request(root, switch(A), handshake=True))["current"] == A
+
+
+def test_one_operation_per_root_at_a_time(tmp_path: Path) -> None:
+    root = make_root(tmp_path, A)
+    with RootLock(str(root), wait=False):
+        with pytest.raises(AgentError, match=r"another envlock operation holds .*\(pid ") as info:
+            apply(request(root, switch(A)))
+        assert info.value.kind == "busy"
+    (root / ".envlock.lock").unlink()
+    (root / ".envlock.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError):  # never through a link: it would be truncated
+        RootLock(str(root), wait=False).__enter__()
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_root_another_user_may_write_is_refused_before_anything_is_made(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "shared"
+    root.mkdir(mode=0o777)
+    os.chmod(root, 0o777)
+    with pytest.raises(AgentError, match="the root"):
+        apply(request(root, switch(A)))
+    assert not (root / "generations").exists()
+
+
+def test_builds_are_renumbered_when_another_apply_took_their_number(tmp_path: Path) -> None:
+    root = make_root(tmp_path, A)
+    other = "1-" + "c" * 12
+    actions: list[dict[str, Any]] = [
+        {"kind": "build", "number": 1, "name": other},
+        {"kind": "cache-dir", "generation": other},
+        {"kind": "switch", "name": other},
+        {"kind": "switch", "name": A},
+    ]
+    number_builds(str(root), actions)
+    new = "2-" + "c" * 12
+    assert actions[0] == {"kind": "build", "number": 2, "name": new}
+    assert actions[1]["generation"] == new and actions[2]["name"] == new
+    assert actions[3]["name"] == A
+    # A number that is free, or the very generation, is kept.
+    same = [{"kind": "build", "number": 1, "name": A}, {"kind": "build", "number": 5, "name": B}]
+    number_builds(str(root), same)
+    assert [(a["number"], a["name"]) for a in same] == [(1, A), (5, B)]
+
+
+# -- each action ------------------------------------------------------------------------------
+def test_a_switch_refuses_an_incomplete_generation_and_holds_or_releases(tmp_path: Path) -> None:
+    root = make_root(tmp_path, A, B, incomplete=("3-" + "d" * 12,))
+    req = {"root": str(root)}
+    with pytest.raises(AgentError, match="is not complete; refusing to switch") as info:
+        do_switch(req, switch("3-" + "d" * 12))
+    assert info.value.kind == "state"
+    do_switch(req, switch(A))
+    do_switch(req, switch(B, "rollback"))
+    hold = json.loads((root / HOLD).read_text())
+    assert (hold["generation"], hold["from"], hold["why"]) == (B, A, "rollback")
+    do_switch(req, switch(A, "snapshot"))
+    assert json.loads((root / HOLD).read_text())["why"] == "snapshot"
+    do_switch(req, switch(A))
+    assert not (root / HOLD).exists()
+    assert [(h["action"], h["from"], h["to"]) for h in history(root)] == [
+        ("apply", None, A),
+        ("rollback", A, B),
+        ("snapshot", B, A),
+        ("apply", A, A),
+    ]
+    do_switch(req, {"kind": "switch", "name": B})
+    assert history(root)[-1]["action"] == "switch"
+
+
+def test_a_hold_is_written_or_ended(tmp_path: Path) -> None:
+    root = make_root(tmp_path, A)
+    req = {"root": str(root)}
+    ACTIONS["hold"](req, {"name": A, "held": False})  # nothing held: nothing to end
+    ACTIONS["hold"](req, {"name": A, "held": True})
+    hold = json.loads((root / HOLD).read_text())
+    assert (hold["generation"], hold["from"], hold["why"]) == (A, None, "snapshot")
+    ACTIONS["hold"](req, {"name": A, "held": False})
+    assert not (root / HOLD).exists()
+
+
+def test_the_venv_link_never_replaces_a_real_directory(tmp_path: Path) -> None:
+    root = make_root(tmp_path, A)
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    with pytest.raises(AgentError, match="exists and is not a symlink") as info:
+        do_link_venv({"root": str(root), "venv": str(venv) + "/"}, {})
+    assert info.value.kind == "state"
+    venv.rmdir()
+    venv.symlink_to("/old")
+    do_link_venv({"root": str(root), "venv": str(venv)}, {})
+    assert os.readlink(venv) == f"{root}/current"
+
+
+def test_scripts_are_written_only_as_pinned(tmp_path: Path) -> None:
+    data = b"print('train')\n"
+    sha = hashlib.sha256(data).hexdigest()
+    item = {"data": base64.b64encode(data).decode(), "sha256": sha, "mode": 0o750}
+    do_scripts({}, {"dest": str(tmp_path / "w"), "files": {"sub/t.py": item}})
+    path = tmp_path / "w" / "sub" / "t.py"
+    assert path.read_bytes() == data and stat.S_IMODE(path.stat().st_mode) == 0o750
+    del item["mode"]
+    do_scripts({}, {"dest": str(tmp_path / "w"), "files": {"u.py": item}})
+    assert stat.S_IMODE((tmp_path / "w" / "u.py").stat().st_mode) == 0o644
+    bad = {**item, "sha256": "0" * 64}
+    with pytest.raises(AgentError, match=r"script v\.py arrived corrupted") as info:
+        do_scripts({}, {"dest": str(tmp_path / "w"), "files": {"v.py": bad}})
+    assert info.value.kind == "integrity" and not (tmp_path / "w" / "v.py").exists()
+
+
+def test_the_cache_dir_of_a_torch_build_is_made_in_a_trusted_place(tmp_path: Path) -> None:
+    root = make_root(tmp_path, A)
+    site = root / "generations" / A / SITE
+    info = site / "torch-2.11.0+cpu.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Name: torch\nVersion: 2.11.0+cpu\n")
+    cache = tmp_path / "cache"
+    do_cache_dir({"root": str(root), "cache_dir": str(cache)}, {"generation": A})
+    (made,) = cache.iterdir()
+    assert made.name.startswith("torch-2.11.0+cpu-")
+    assert sorted(p.name for p in made.iterdir()) == ["inductor", "triton"]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(AgentError, match="the compile-cache dir"):
+        do_cache_dir({"root": str(root), "cache_dir": str(shared)}, {"generation": A})
+    (info / "METADATA").write_text("Name: numpy\nVersion: 2\n")  # no torch: no cache dir
+    do_cache_dir({"root": str(root), "cache_dir": str(shared)}, {"generation": A})
+
+
+def test_cleanup_removes_only_inactive_generations_and_counts_what_it_frees(
+    tmp_path: Path,
+) -> None:
+    root = make_root(tmp_path, A, B)
+    (root / "current").symlink_to(f"generations/{A}")
+    (root / "generations" / B / "own").write_bytes(b"x" * 100)
+    (root / "generations" / B / "shared").write_bytes(b"y" * 1000)
+    os.link(root / "generations" / B / "shared", tmp_path / "cache-copy")
+    (root / "generations" / "not-a-generation").mkdir()
+    agent_apply.FREED.clear()
+    names = [A, B, "not-a-generation", "9-" + "e" * 12]
+    ACTIONS["cleanup"]({"root": str(root)}, {"names": names})
+    assert sorted(p.name for p in (root / "generations").iterdir()) == [A, "not-a-generation"]
+    # Its own file and generation.json; the hardlinked file stays with its other link.
+    freed = agent_apply.FREED
+    assert freed == [100 + len(json.dumps({"number": 2}))]
+    assert unshared_bytes(str(tmp_path / "none")) == 0
+
+
+def test_uv_is_installed_only_with_its_hash(tmp_path: Path) -> None:
+    data = b"#!/bin/sh\necho uv\n"
+    sha = hashlib.sha256(data).hexdigest()
+    tmp, final = tmp_path / "uv.upload", tmp_path / "uv"
+    tmp.write_bytes(data)
+    action = {"tmp": str(tmp), "path": str(final), "sha256": "0" * 64, "version": "0.13.0"}
+    with pytest.raises(AgentError, match="does not match its sha256") as info:
+        do_install_uv({}, action)
+    assert info.value.kind == "integrity" and not tmp.exists() and not final.exists()
+    tmp.write_bytes(data)
+    os.chmod(tmp, 0o600)
+    do_install_uv({}, {**action, "sha256": sha})
+    assert final.read_bytes() == data and stat.S_IMODE(final.stat().st_mode) == 0o755
+    record = json.loads((tmp_path / "uv.json").read_text())
+    st = final.stat()
+    assert record == {
+        "version": "0.13.0",
+        "sha256": sha,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+
+
+# -- the install's command line and the pip shim ----------------------------------------------
+def test_uv_s_environment_and_sync_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VIRTUAL_ENV", "/somewhere")
+    env = uv_env({"uv_env": {"UV_INDEX_X_PASSWORD": "p"}, "python_downloads": True})
+    assert env["UV_INDEX_X_PASSWORD"] == "p" and "VIRTUAL_ENV" not in env
+    assert "UV_OFFLINE" not in env and "UV_PYTHON_DOWNLOADS" not in env
+    env = uv_env({"offline": True, "python_downloads": True})
+    assert env["UV_OFFLINE"] == "1" and env["UV_PYTHON_DOWNLOADS"] == "never"
+    assert uv_env({})["UV_PYTHON_DOWNLOADS"] == "never"
+    argv = sync_argv({"uv": "/u"}, "/g", ["--x"])
+    assert argv == [
+        "/u",
+        "pip",
+        "sync",
+        "/g/.envlock/pylock.toml",
+        "--python",
+        "/g/bin/python",
+        "--quiet",
+        "--no-build",
+        "--x",
+    ]
+    argv = sync_argv({"uv": "/u", "build": ["a"], "binary_only": ["b", "c"]}, "/g")
+    assert argv[-5:] == ["--quiet", "--only-binary", "b", "--only-binary", "c"]
+
+
+def test_a_failed_step_says_what_failed_with_its_words() -> None:
+    with pytest.raises(AgentError, match=r"uv sync failed \(exit 3\): sh -c") as info:
+        run_step(["sh", "-c", "echo oops >&2; exit 3"], None, "uv sync")
+    assert info.value.kind == "command" and str(info.value).endswith("\noops")
+    with pytest.raises(AgentError, match=r"^false failed \(exit 1\)"):
+        run_step(["false"])
+    assert run_step(["true"]).returncode == 0
+
+
+def test_the_pip_shim_is_written_unless_a_real_pip_is_there(tmp_path: Path) -> None:
+    gen = tmp_path / "gen"
+    (gen / "bin").mkdir(parents=True)
+    (gen / "bin" / "pip3").write_text("a real pip")
+    write_pip_shims({"uv": "/opt/u v", "profile": "it's.toml"}, str(gen), 7)
+    shim = (gen / "bin" / "pip").read_text()
+    assert stat.S_IMODE((gen / "bin" / "pip").stat().st_mode) == 0o755
+    assert (gen / "bin" / "pip3").read_text() == "a real pip"
+    assert "uv='/opt/u v'\n" in shim and f"python='{gen}/bin/python'\n" in shim
+    assert "(profile it'\\''s.toml, generation 7)" in shim
+    assert "`envlock add it'\\''s.toml REQ…`" in shim
+    assert sh_quote("a'b") == "'a'\\''b'"
+    write_pip_shims({"uv": "/u"}, str(gen), 1)
+    assert "profile PROFILE" not in (gen / "bin" / "pip").read_text()  # never rewritten
+    (gen / "bin" / "pip").unlink()
+    write_pip_shims({"uv": "/u"}, str(gen), 1)
+    assert "(profile PROFILE, generation 1)" in (gen / "bin" / "pip").read_text()
+
+
+def test_startup_code_from_a_stranger_s_lock_is_refused(tmp_path: Path) -> None:
+    gen = tmp_path / "gen"
+    (gen / "bin").mkdir(parents=True)
+    (gen / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    site = gen / SITE
+    for dist, files in (("Evil_Pkg", ["evil.pth", "sitecustomize.py"]), ("good", ["good.pth"])):
+        info = site / f"{dist}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Name: {dist}\nVersion: 1.0\n")
+        rows = [f"{f},," for f in files] + [f"{info.name}/METADATA,,"]
+        (info / "RECORD").write_text("\n".join(rows) + "\n")
+        for f in files:
+            (site / f).write_text("import os\n")
+    (site / "uv-own.pth").write_text("")  # no RECORD lists it: the venv's own
+    refuse_pth({"pth_allowed": None}, str(gen))
+    refuse_pth({"pth_allowed": ["evil-pkg", "good"]}, str(gen))
+    with pytest.raises(AgentError) as info:
+        refuse_pth({"pth_allowed": ["good"]}, str(gen))
+    assert info.value.kind == "refused"
+    assert "runs: evil-pkg (evil.pth, sitecustomize.py);" in str(info.value)
+    assert str(info.value).endswith("apply again with --allow-pth evil-pkg")
+    assert "good" not in str(info.value).split("runs: ")[1].split(";")[0]
+
+
+def test_apply_waits_for_the_root_s_lock_by_default_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = make_root(tmp_path, A)
+    held = RootLock(str(root), wait=False).__enter__()
+    release = threading.Timer(0.3, held.__exit__)
+    release.start()
+    req = request(root, switch(A))
+    del req["wait"]
+    assert apply(req)["current"] == A
+    release.join()
+    err = capsys.readouterr().err
+    assert f"waiting for another envlock operation on this root (pid {os.getpid()} on " in err
+    assert "envlock-progress: switch to " + A in err
+    assert stat.S_IMODE((root / ".envlock.lock").stat().st_mode) == 0o644
+
+
+def test_a_replan_is_said_and_a_fresh_root_gets_its_generations_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "fresh"
+    assumed = {"current": None, "fingerprint": "stale"}
+    assert apply(request(root, assumed=assumed))["replan"] is True
+    assert (root / "generations").is_dir()
+    assert "the root changed since this plan was made: planning again" in capsys.readouterr().err

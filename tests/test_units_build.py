@@ -1,0 +1,238 @@
+"""A lock resolved and a generation built and repaired in-process, with real uv, offline,
+from one tiny wheel: `lock.resolve`/`write_lock` and the agent's build, re-sync and their
+failures (no Python of that version, a wheel gone, startup code refused). About a second a
+test: a venv of one pure-Python wheel. test_reconcile.py and test_converge.py prove the same
+through the CLI with the suite's wheelhouse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envlock.agent import apply as agent_apply
+from envlock.agent.apply import apply, do_build, do_repair
+from envlock.agent.core import GENERATION, LOCK_COPY, MANIFEST, AgentError
+from envlock.errors import LockError
+from envlock.lock import (
+    ResolutionFailed,
+    install_text_for,
+    parse_lock,
+    read_lock,
+    resolve,
+    write_lock,
+)
+from envlock.profile import Profile, load_profile
+from envlock.uvbin import uv_path
+from tests.projects import toml_list
+from tests.wheelhouse import build_wheel
+
+SITE = "lib/python3.11/site-packages"
+
+
+def write_profile(base: Path, wheels: Path, packages: list[str]) -> Profile:
+    path = base / "tiny.toml"
+    path.write_text(
+        "\n".join(
+            [
+                "[profile]",
+                'name = "tiny"',
+                "[target]",
+                'type = "local"',
+                'root = "root"',
+                'venv = "venv"',
+                "[python]",
+                'version = "3.11"',
+                "[dependencies]",
+                f"packages = {toml_list(packages)}",
+                f"find-links = {toml_list([str(wheels)])}",
+                "offline = true",
+                "",
+            ]
+        )
+    )
+    return load_profile(path)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Profile, str]]:
+    """A profile of one pure-Python wheel, and its lock as `envlock lock` writes it (the
+    agent gets it as the target installs it: paths made absolute)."""
+    base = tmp_path_factory.mktemp("tiny")
+    wheels = base / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels, "tinypkg", "1.0", files={"tinypkg/__init__.py": "VALUE = 1\n"})
+    build_wheel(wheels, "startup", "1.0", files={"startup.pth": "import os\n"})
+    profile = write_profile(base, wheels, ["tinypkg==1.0"])
+    lock, changed = write_lock(profile)
+    assert changed and not write_lock(profile)[1]  # the same inputs: the same bytes
+    yield profile, install_text_for(lock, profile)
+
+
+def request(root: Path, lock_text: str, *actions: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {
+        "root": str(root),
+        "venv": str(root.parent / "venv"),
+        "profile": "tiny.toml",
+        "uv": uv_path(),
+        "python_version": "3.11",
+        "cache_dir": str(root.parent / "cache"),
+        "lock_text": lock_text,
+        "lock_sha256": "f" * 64,
+        "package_count": 1,
+        "offline": True,
+        "python_downloads": False,
+        "build": [],
+        "binary_only": ["tinypkg"],
+        "pth_allowed": None,
+        "wait": False,
+        "actions": list(actions),
+        **more,
+    }
+
+
+def build(name: str, number: int = 1) -> dict[str, Any]:
+    return {"kind": "build", "description": f"build {name}", "name": name, "number": number}
+
+
+def test_the_lock_names_the_wheel_by_its_path_beside_the_profile(
+    tiny: tuple[Profile, str],
+) -> None:
+    profile, installed = tiny
+    lock = read_lock(profile.lock_path)
+    text = lock.text
+    assert list(lock.packages) == ["tinypkg"] and lock.packages["tinypkg"].version == "1.0"
+    assert 'path = "wheels/tinypkg-1.0-py3-none-any.whl"' in text
+    assert text.rstrip().endswith("[tool.envlock.scripts]")
+    wheel = profile.path.parent.resolve() / "wheels" / "tinypkg-1.0-py3-none-any.whl"
+    assert f'path = "{wheel}"' in installed
+    assert lock.meta["profile"] == "tiny" and lock.machine_paths() == []
+
+
+def test_resolution_failures_say_what_uv_said_and_what_to_do(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    profile = write_profile(tmp_path, wheels, ["nosuchpkg==1.0"])
+    with pytest.raises(ResolutionFailed) as info:
+        resolve(profile)
+    assert "uv could not resolve tiny.toml:" in info.value.message
+    assert "nosuchpkg" in info.value.reason and "envlock-resolve" not in info.value.reason
+    assert (info.value.hint or "").startswith(
+        "check the package names and versions; is the index reachable?"
+    )
+    assert not profile.lock_path.exists()
+
+
+def test_a_generation_is_built_switched_to_and_linked(
+    tiny: tuple[Profile, str], tmp_path: Path
+) -> None:
+    _, text = tiny
+    root = tmp_path / "root"
+    name = "1-" + "a" * 12
+    agent_apply.FREED.clear()
+    answer = apply(
+        request(
+            root,
+            text,
+            build(name),
+            {"kind": "switch", "description": "switch", "name": name, "why": "apply"},
+            {"kind": "link-venv", "description": "link"},
+        )
+    )
+    assert answer["done"] == ["build", "switch", "link-venv"] and answer["current"] == name
+    gen = root / "generations" / name
+    meta = json.loads((gen / GENERATION).read_text())
+    assert (meta["number"], meta["lock_sha256"], meta["python_version"]) == (1, "f" * 64, "3.11")
+    assert meta["files"] > 0 and meta["bytes"] >= meta["own_bytes"] > 0 and meta["built"]
+    assert (gen / LOCK_COPY).read_text() == text and (gen / MANIFEST).is_file()
+    assert (gen / SITE / "tinypkg" / "__init__.py").read_text() == "VALUE = 1\n"
+    assert "generation 1" in (gen / "bin" / "pip").read_text()
+    assert os.readlink(tmp_path / "venv") == f"{root}/current"
+    # Built already: a second build of the same generation changes nothing.
+    before = (gen / GENERATION).read_text()
+    do_build(request(root, text), build(name))
+    assert (gen / GENERATION).read_text() == before
+
+
+def test_a_half_built_generation_never_stays(tiny: tuple[Profile, str], tmp_path: Path) -> None:
+    _, text = tiny
+    root = tmp_path / "root"
+    name = "1-" + "b" * 12
+    (root / "generations" / name / "leftover").mkdir(parents=True)  # a killed build's
+    gone = text.replace("tinypkg-1.0-py3-none-any.whl", "tinypkg-1.0-py3-none-any.whl.gone")
+    with pytest.raises(AgentError, match=r"uv pip sync failed \(exit \d+\)") as info:
+        do_build(request(root, gone), build(name))
+    assert info.value.kind == "command"
+    assert not (root / "generations" / name).exists()
+
+
+def test_a_missing_python_is_said_with_what_to_do(
+    tiny: tuple[Profile, str], tmp_path: Path
+) -> None:
+    _, text = tiny
+    root = tmp_path / "root"
+    with pytest.raises(AgentError, match=r"no Python 3\.99 on the target: install") as info:
+        do_build(request(root, text, python_version="3.99"), build("1-" + "c" * 12))
+    assert info.value.kind == "python"
+    assert "set [python] download = true" in str(info.value) and "uv says:" in str(info.value)
+    allowed = request(root, text, python_version="3.99", python_downloads=True, offline=False)
+    with pytest.raises(AgentError) as info:
+        do_build(allowed, build("1-" + "c" * 12))
+    assert "download = true" not in str(info.value)
+
+
+def test_startup_code_a_lock_may_not_install_removes_the_generation(
+    tiny: tuple[Profile, str], tmp_path: Path
+) -> None:
+    profile, _ = tiny
+    startup = write_profile(tmp_path, profile.path.parent / "wheels", ["startup==1.0"])
+    (tmp_path / "wheels").symlink_to(profile.path.parent / "wheels")
+    text = parse_lock(startup.lock_path, resolve(startup)).install_text()
+    root = tmp_path / "root"
+    name = "1-" + "d" * 12
+    with pytest.raises(AgentError, match=r"startup \(startup\.pth\)") as info:
+        do_build(request(root, text, pth_allowed=[]), build(name))
+    assert info.value.kind == "refused" and not (root / "generations" / name).exists()
+
+
+def test_a_repair_re_syncs_the_generation_to_its_lock(
+    tiny: tuple[Profile, str], tmp_path: Path
+) -> None:
+    _, text = tiny
+    root = tmp_path / "root"
+    name = "1-" + "e" * 12
+    do_build(request(root, text), build(name))
+    gen = root / "generations" / name
+    module = gen / SITE / "tinypkg" / "__init__.py"
+    module.unlink()  # replaced, not edited: the file is a hardlink into uv's cache
+    module.write_text("VALUE = 'edited'\n")
+    (gen / SITE / "stray.py").write_text("")
+    (gen / "bin" / "pip").unlink()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("kept")
+    action = {
+        "kind": "repair",
+        "name": name,
+        "reinstall": ["tinypkg"],
+        "remove": [f"{SITE}/stray.py", "../../../outside.txt"],
+        "clean_cache": ["tinypkg"],  # as planned when a hardlinked file was edited
+    }
+    do_repair(request(root, text), action)
+    assert module.read_text() == "VALUE = 1\n"
+    assert not (gen / SITE / "stray.py").exists() and outside.read_text() == "kept"
+    meta = json.loads((gen / GENERATION).read_text())
+    assert meta["number"] == 1 and meta["repaired"]
+    assert "generation 1" in (gen / "bin" / "pip").read_text()
+
+
+def test_a_lock_file_that_cannot_be_read_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "pylock.x.toml").mkdir()
+    with pytest.raises(LockError, match="cannot read the lock"):
+        read_lock(tmp_path / "pylock.x.toml")
+    shutil.rmtree(tmp_path / "pylock.x.toml")
