@@ -332,18 +332,23 @@ def test_the_pip_shim_is_written_unless_a_real_pip_is_there(tmp_path: Path) -> N
     gen = tmp_path / "gen"
     (gen / "bin").mkdir(parents=True)
     (gen / "bin" / "pip3").write_text("a real pip")
-    write_pip_shims({"uv": "/opt/u v", "profile": "it's.toml"}, str(gen), 7)
+    uv, root = tmp_path / "uv", tmp_path / "r o"  # the shim runs the root's own uv
+    uv.write_text("#!/bin/sh\n")
+    uv.chmod(0o755)
+    req = {"uv": str(uv), "root": str(root)}
+    write_pip_shims({**req, "profile": "it's.toml"}, str(gen), 7)
     shim = (gen / "bin" / "pip").read_text()
     assert stat.S_IMODE((gen / "bin" / "pip").stat().st_mode) == 0o755
     assert (gen / "bin" / "pip3").read_text() == "a real pip"
-    assert "uv='/opt/u v'\n" in shim and f"python='{gen}/bin/python'\n" in shim
+    assert (root / "bin" / "uv").read_text() == "#!/bin/sh\n"
+    assert f"uv='{root}/bin/uv'\n" in shim and f"python='{gen}/bin/python'\n" in shim
     assert "(profile it'\\''s.toml, generation 7)" in shim
     assert "`envlock add it'\\''s.toml REQ…`" in shim
     assert sh_quote("a'b") == "'a'\\''b'"
-    write_pip_shims({"uv": "/u"}, str(gen), 1)
+    write_pip_shims(req, str(gen), 1)
     assert "profile PROFILE" not in (gen / "bin" / "pip").read_text()  # never rewritten
     (gen / "bin" / "pip").unlink()
-    write_pip_shims({"uv": "/u"}, str(gen), 1)
+    write_pip_shims(req, str(gen), 1)
     assert "(profile PROFILE, generation 1)" in (gen / "bin" / "pip").read_text()
 
 

@@ -20,14 +20,8 @@ from envlock.agent import apply as agent_apply
 from envlock.agent.apply import apply, do_build, do_repair
 from envlock.agent.core import GENERATION, LOCK_COPY, MANIFEST, AgentError
 from envlock.errors import LockError
-from envlock.lock import (
-    ResolutionFailed,
-    install_text_for,
-    parse_lock,
-    read_lock,
-    resolve,
-    write_lock,
-)
+from envlock.lock import parse_lock, read_lock
+from envlock.lock_resolve import ResolutionFailed, install_text_for, resolve, write_lock
 from envlock.profile import Profile, load_profile
 from envlock.uvbin import uv_path
 from tests.projects import toml_list

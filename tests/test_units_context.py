@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from envlock.errors import LockError, OperationError
-from envlock.lock import envlock_table, parse_lock
+from envlock.lock import parse_lock
+from envlock.lock_resolve import envlock_table
 from envlock.profile import load_profile
 from envlock.reconcile.context import (
     active_lock,

@@ -246,4 +246,4 @@ def test_the_summary_lists_the_members_that_differ_first_and_exits_with_the_wors
     }
     summary = document["fleet"]["summary"]
     assert summary.startswith("3 containers: 2 on lock ") and "1 stopped (pve2/103)" in summary
-    assert document["members"][0]["drift"] == 2 and document["members"][2]["note"] == "ct102"
+    assert document["members"][0]["drift_count"] == 2 and document["members"][2]["note"] == "ct102"

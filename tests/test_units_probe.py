@@ -226,7 +226,10 @@ def test_the_venv_link(tmp_path: Path) -> None:
     assert link_state(str(venv), "/r") == {"kind": "file"}
     venv.unlink()
     venv.mkdir()
-    assert link_state(str(venv), "/r") == {"kind": "directory"}
+    assert link_state(str(venv), "/r") == {"kind": "directory", "venv": False}
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")  # a real venv: `apply --adopt`'s
+    assert link_state(str(venv), "/r") == {"kind": "directory", "venv": True}
+    (venv / "pyvenv.cfg").unlink()
     venv.rmdir()
     venv.symlink_to("/r/current")
     assert link_state(str(venv), "/r") == {"kind": "symlink", "target": "/r/current"}
