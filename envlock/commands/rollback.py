@@ -173,7 +173,7 @@ def command(
     took = f"{elapsed_ms:.0f} ms" + (
         f", the switch {switched:.1f} ms on the target" if switched is not None else ""
     )
-    ui.out.print(f"[green]✓[/] generation {answer.get('current')} is active ({took})")
+    ui.ok(f"generation {answer.get('current')} is active ({took})")
     held_lock = str(answer.get("current", "")).partition("-")[2]
     if not resync and held_lock and held_lock != ctx.lock.short_hash:
         chosen = next((g for g in state.generations if g.name == answer.get("current")), None)
