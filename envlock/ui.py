@@ -79,12 +79,16 @@ def ok(message: str) -> None:
     _say(message, stderr=False, styled="[green]✓[/] ", prefix="✓ ")
 
 
+def prepare_for_terminal() -> None:
+    """`prepare`, where the command's success path needs rich: on a terminal. For pipes and
+    files it prints plain lines (`ok`, `info`, …): rich loads only if something else prints
+    (a drift table), then."""
+    if not (plain() and plain(stderr=True)):
+        prepare()
+
+
 def prepare() -> None:
-    """Import rich and build both consoles now (while a target works, say), where something
-    will need them: a terminal. For pipes and files, the success path prints plain lines
-    (`ok`), and anything else imports rich when it first prints."""
-    if plain() and plain(stderr=True):
-        return
+    """Import rich and build both consoles now (while a target works, say)."""
     _console(stderr=False)
     _console(stderr=True)
     from rich.markup import escape  # noqa: F401

@@ -149,7 +149,9 @@ def command(
         else:
             ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
         return
-    plan, state, own = rollback_plan(ctx, to=to, resync=resync, deep=deep, meanwhile=ui.prepare)
+    plan, state, own = rollback_plan(
+        ctx, to=to, resync=resync, deep=deep, meanwhile=ui.prepare_for_terminal
+    )
     answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
     if resync and not plan.empty:
         verify_after(own, deep=deep)
