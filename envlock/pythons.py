@@ -35,6 +35,8 @@ ISOLATION = ("-I", "-S")
 # - the root is this user's or root's and writable by no one else (`mine`: the ownership
 #   rule of envlock/ownership.py, from `ls -ldn`), judged after `cd -P` into it, and the
 #   interpreter is then named relative to it, so that no parent can be swapped in between;
+#   after `cd -P`, POSIX sets $PWD to the physical path (what `pwd -P` prints, without
+#   the subshell a $(...) forks: one process less on every start);
 # - its real file (`readlink -f`: every link of the chain, as the kernel's exec resolves
 #   them) is an executable file outside the root (a venv's python links to a base one).
 # The program then changes to `/` itself (PREAMBLE): the interpreter starts in the root.
@@ -44,7 +46,7 @@ START = (
     "root=$1 python=$2 program=$3; shift 3; cd / || exit 125; "
     'if [ -n "$root" ] && cd -P -- "$root" 2>/dev/null && mine . '
     '&& real=$(readlink -f ./current/bin/python) && [ -f "$real" ] && [ -x "$real" ]; then '
-    'case "$real" in "$(pwd -P)"/*) cd / ;; *) python=./current/bin/python ;; esac; '
+    'case "$real" in "$PWD"/*) cd / ;; *) python=./current/bin/python ;; esac; '
     "else cd /; fi; "
     'exec "$python" ' + " ".join(ISOLATION) + ' -c "$program" "$@"'
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -38,6 +39,52 @@ def __getattr__(name: str) -> Any:
     if name in ("out", "err"):
         return _console(stderr=name == "err")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def plain(*, stderr: bool = False) -> bool:
+    """Whether rich would write this stream's text as it is: not a terminal, by rich's own
+    test (TTY_COMPATIBLE, then FORCE_COLOR, then isatty). A line without markup then needs
+    no rich at all: a pipe, a log or a CI job reading `check` never loads it."""
+    forced = os.environ.get("TTY_COMPATIBLE", "")
+    if forced in ("0", "1"):
+        return forced == "0"
+    color = os.environ.get("FORCE_COLOR")
+    if color is not None:
+        return color == ""
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        return not stream.isatty()
+    except (AttributeError, ValueError):  # no stream, or a closed one: rich says "no"
+        return True
+
+
+# What rich's Text drops from any text it prints (bell, backspace, vertical tab, form feed,
+# carriage return) and its tab stops (every 8 columns): the plain path does the same, so
+# both print the same line.
+_RICH_STRIPS = dict.fromkeys((7, 8, 11, 12, 13))
+
+
+def _say(message: str, *, stderr: bool, styled: str = "", prefix: str = "") -> None:
+    """One line of `message` (text, not markup) after a prefix: through rich on a terminal,
+    written as rich would write it, without loading rich, anywhere else."""
+    if plain(stderr=stderr):
+        stream = sys.stderr if stderr else sys.stdout
+        stream.write((prefix + message.translate(_RICH_STRIPS)).expandtabs(8) + "\n")
+    else:
+        _console(stderr=stderr).print(styled + escape(message))
+
+
+def ok(message: str) -> None:
+    """`✓ message` on stdout (the ✓ green on a terminal)."""
+    _say(message, stderr=False, styled="[green]✓[/] ", prefix="✓ ")
+
+
+def prepare_for_terminal() -> None:
+    """`prepare`, where the command's success path needs rich: on a terminal. For pipes and
+    files it prints plain lines (`ok`, `info`, …): rich loads only if something else prints
+    (a drift table), then."""
+    if not (plain() and plain(stderr=True)):
+        prepare()
 
 
 def prepare() -> None:
@@ -76,15 +123,15 @@ def emit_error(message: str, hint: str | None, exit_code: int, **details: Any) -
 
 def error(message: str) -> None:
     JSON.last_error = message
-    _console(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
+    _say(message, stderr=True, styled="[bold red]error:[/] ", prefix="error: ")
 
 
 def warn(message: str) -> None:
-    _console(stderr=True).print(f"[yellow]warning:[/] {escape(message)}")
+    _say(message, stderr=True, styled="[yellow]warning:[/] ", prefix="warning: ")
 
 
 def info(message: str) -> None:
-    _console(stderr=True).print(escape(message))
+    _say(message, stderr=True)
 
 
 def escape(text: str) -> str:

@@ -69,11 +69,20 @@ def loaded(tmp_path: Path, cache: Path, *args: str | Path) -> tuple[object, list
         [sys.executable, "-c", WRAPPER, str(out), *map(str, args)],
         capture_output=True,
         text=True,
-        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+        env={**plain_environ(), "XDG_CACHE_HOME": str(cache)},
     )
     assert out.exists(), proc.stderr
     data = json.loads(out.read_text())
     return data["code"], data["modules"]
+
+
+def plain_environ() -> dict[str, str]:
+    """This environment without what makes rich colour a pipe (the CLI's stdout is one)."""
+    return {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+
+
+def rich_modules(modules: list[str]) -> list[str]:
+    return [m for m in modules if m.split(".")[0] == "rich"]
 
 
 def forbidden(modules: list[str]) -> list[str]:
@@ -106,10 +115,13 @@ def test_check_and_run_of_one_local_target_load_only_what_they_use(
     code, check = loaded(tmp_path, cache, "check", applied)
     assert code == 0
     assert forbidden(check) == []
+    # Output to a pipe: the success path prints plain lines, rich is never loaded.
+    assert rich_modules(check) == []
     code, run = loaded(tmp_path, cache, "run", applied, "--", "python", "-c", "pass")
     assert code == "exec python"
     assert forbidden(run) == []
     assert "envlock.commands.run" in run and "envlock.runs.launch" in run
+    assert rich_modules(run) == []
 
 
 def test_a_changed_requirement_is_parsed_again_and_refused(
@@ -176,3 +188,45 @@ def test_the_kept_verdict_is_read_only_when_it_is_this_users_alone(
 )
 def test_an_entry_of_another_shape_is_a_miss(data: object) -> None:
     assert profile_cache.names_of(data, TEXTS) is None
+
+
+@pytest.mark.parametrize(
+    ("environ", "is_plain"),
+    [
+        ({}, True),
+        ({"FORCE_COLOR": "1"}, False),
+        ({"FORCE_COLOR": ""}, True),
+        ({"TTY_COMPATIBLE": "1"}, False),
+        ({"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}, True),
+    ],
+)
+def test_a_line_printed_without_rich_is_the_line_rich_prints(
+    environ: dict[str, str], is_plain: bool
+) -> None:
+    """ui decides as rich does whether a stream is a terminal; where it is not, its lines
+    (ok, info, warn, error) are rich's own, byte for byte, and rich is not loaded."""
+    program = f"""
+import io, os, sys
+os.environ.update({environ!r})
+sys.stdout, sys.stderr, real_err = io.StringIO(), io.StringIO(), sys.stderr
+from envlock import ui
+message = "generation 3 matches [bold]0c7a\\r\\x07 (fast\\tcheck)\\n\\tnext /x/[y] \\\\[z] "
+def lines():
+    ui.ok(message); ui.info(message); ui.warn(message); ui.error(message)
+    return sys.stdout.getvalue() + sys.stderr.getvalue()
+mine = lines()
+print(ui.plain(), ui.plain(stderr=True), "rich" in sys.modules, file=real_err)
+sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
+ui._console.cache_clear()
+ui.plain = lambda stderr=False: False  # rich's path, for the same streams
+ui._console(stderr=False).print(f"[green]✓[/] {{ui.escape(message)}}")
+ui._console(stderr=True).print(ui.escape(message))
+ui._console(stderr=True).print(f"[yellow]warning:[/] {{ui.escape(message)}}")
+ui._console(stderr=True).print(f"[bold red]error:[/] {{ui.escape(message)}}")
+theirs = sys.stdout.getvalue() + sys.stderr.getvalue()
+assert mine == theirs or not {is_plain!r}, (mine, theirs)
+"""
+    env = {**plain_environ(), **environ}
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.split() == [str(is_plain), str(is_plain), str(not is_plain)]

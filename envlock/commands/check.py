@@ -73,7 +73,7 @@ def command(ctx: Context, deep: bool, strict: bool, as_json: bool) -> None:
     rollback itself is a notice (exit 0, or 1 with --strict)."""
     with ui.status("checking", quiet=as_json or not deep):
         # state is None when the container does not run: nothing inside can be reached.
-        _container, state, drifts = check_all(ctx, deep=deep, meanwhile=ui.prepare)
+        _container, state, drifts = check_all(ctx, deep=deep, meanwhile=ui.prepare_for_terminal)
     checked = state.files.checked if state and state.files else 0
     notice = hold_notice(ctx, state) if state else None
     held = held_context(ctx, state) if state else None

@@ -142,7 +142,7 @@ def drift_table(drifts: list[Drift]) -> Table:
 
 def print_drift(drifts: list[Drift], clean_message: str) -> None:
     if not drifts:
-        ui.out.print(f"[green]✓[/] {ui.escape(clean_message)}")
+        ui.ok(clean_message)
         return
     ui.out.print(f"[bold red]✗ {len(drifts)} drift item(s)[/]")
     ui.out.print(drift_table(drifts))

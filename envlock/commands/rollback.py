@@ -149,7 +149,9 @@ def command(
         else:
             ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
         return
-    plan, state, own = rollback_plan(ctx, to=to, resync=resync, deep=deep, meanwhile=ui.prepare)
+    plan, state, own = rollback_plan(
+        ctx, to=to, resync=resync, deep=deep, meanwhile=ui.prepare_for_terminal
+    )
     answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
     if resync and not plan.empty:
         verify_after(own, deep=deep)
@@ -173,7 +175,7 @@ def command(
     took = f"{elapsed_ms:.0f} ms" + (
         f", the switch {switched:.1f} ms on the target" if switched is not None else ""
     )
-    ui.out.print(f"[green]✓[/] generation {answer.get('current')} is active ({took})")
+    ui.ok(f"generation {answer.get('current')} is active ({took})")
     held_lock = str(answer.get("current", "")).partition("-")[2]
     if not resync and held_lock and held_lock != ctx.lock.short_hash:
         chosen = next((g for g in state.generations if g.name == answer.get("current")), None)

@@ -112,7 +112,7 @@ def command(
     wanted = bool(snapshot_dir)
     # The container's drift refuses a run like any other.
     _container, state, drifts = check_all(
-        ctx, deep=deep, warmth=wanted, lock=wanted, meanwhile=ui.prepare
+        ctx, deep=deep, warmth=wanted, lock=wanted, meanwhile=ui.prepare_for_terminal
     )
     state = decide(ctx, state, drifts, allow_drift)
     env = command_environment(ctx, state, passed_env(ctx, names) if remote else os.environ)
@@ -209,7 +209,7 @@ def run_in_one_call(
         else:
             if raw is None:  # a probe, and the container's API beside it (as check asks)
                 container, fresh, drifts = check_all(
-                    ctx, deep=deep, startup=startup, meanwhile=ui.prepare
+                    ctx, deep=deep, startup=startup, meanwhile=ui.prepare_for_terminal
                 )
                 found[:] = [container]
                 raw = fresh.raw if fresh is not None else {}
