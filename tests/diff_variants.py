@@ -188,6 +188,43 @@ for what, kwargs in (("lr", {"lr": 3e-4}), ("step", {"step": 9}),
     truth = dcp_truth(dcp_base, other, "base", what)
     pair("DCP", what, out / "dcp" / "base", out / "dcp" / what, truth)
 
+# --- the same keys, shapes, dtypes and config, one tensor's values changed (diff --weights) --
+import hashlib
+
+
+def digest(t):  # what --weights must find: sha256 of the elements in row-major order
+    return hashlib.sha256(t.detach().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def nudged(sd, k):
+    return {**sd, k: sd[k] + 1}
+
+
+def values(fmt, a, b, sd_a, sd_b, prefix=""):
+    keys = [k for k in sd_a if not torch.equal(sd_a[k], sd_b[k])]
+    pairs.append({"layout": "values", "format": fmt, "a": str(a), "b": str(b),
+                  "differ": {prefix + k: [digest(sd_a[k]), digest(sd_b[k])] for k in keys},
+                  "same": {prefix + k: digest(sd_a[k]) for k in sd_a if k not in keys}})
+
+
+(out / "values").mkdir()
+seed_a = seed()
+seed_b = {**seed_a, "model_state_dict": nudged(seed_a["model_state_dict"], "1.bias")}
+torch.save(seed_a, out / "values" / "a.pt")
+torch.save(seed_b, out / "values" / "b.pt")
+values("torch-zip", out / "values/a.pt", out / "values/b.pt", seed_a["model_state_dict"],
+       seed_b["model_state_dict"], "model_state_dict.")
+st_a = tensors(src / "pretrained_a" / weights)
+st_b = nudged(st_a, layer)
+for name, sd in (("a", st_a), ("b", st_b)):
+    save_file(sd, str(out / "values" / f"{name}.safetensors"), metadata={"format": "pt"})
+values("safetensors", out / "values/a.safetensors", out / "values/b.safetensors", st_a, st_b)
+dcp_values = {k: t for k, t in dcp_base["model"].items()}
+dcp.save({"model": nudged(dcp_values, "0.bias"), "step": 5,
+          "optimizer": dcp_base["optimizer"]}, checkpoint_id=str(out / "values" / "dcp_b"))
+values("dcp", out / "dcp" / "base", out / "values/dcp_b", dcp_values,
+       nudged(dcp_values, "0.bias"), "model.")
+
 # --- an FSDP2 (DTensor) state dict saved by rank 0 of 2, made by fully_shard over torch's own
 # fake process group (one process; last: it initializes torch.distributed) -----------------
 import torch.distributed as dist
