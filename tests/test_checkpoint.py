@@ -165,7 +165,7 @@ def test_keys_pattern_selects_full_dotted_paths(training: dict[str, Any]) -> Non
 
 
 def test_human_output(training: dict[str, Any]) -> None:
-    result = CliRunner().invoke(inspect_cmd, [str(training["path"]), "--keys", "*lm_head*"])
+    result = CliRunner().invoke(inspect_cmd, [str(training["path"])])
     assert result.exit_code == 0, result.output
     text = result.output
     for expected in (
@@ -176,11 +176,21 @@ def test_human_output(training: dict[str, Any]) -> None:
         "argparse.Namespace",
         "ckmods.TrainConfig",
         "model_state_dict.embed.weight, model_state_dict.lm_head.weight",
-        "1 tensor(s) matching '*lm_head*'",
     ):
         assert expected in text, expected
     none = CliRunner().invoke(inspect_cmd, [str(training["path"]), "--keys", "zzz"])
     assert "no tensor key matches 'zzz'" in none.output
+
+
+def test_keys_prints_only_the_matching_rows(training: dict[str, Any]) -> None:
+    """`--keys` answers with the rows asked for, not the whole report before them."""
+    result = CliRunner().invoke(inspect_cmd, [str(training["path"]), "--keys", "*lm_head*"])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "1 tensor(s) matching '*lm_head*'" in text
+    assert "model_state_dict.lm_head.weight" in text
+    for report_only in ("step 1200", "ckmods.TrainConfig", "torch-zip", "optimizer_state_dict"):
+        assert report_only not in text, report_only
 
 
 def test_whole_module_pickle_reads_like_its_state_dict(made: dict[str, Any]) -> None:
