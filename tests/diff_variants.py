@@ -225,6 +225,15 @@ dcp.save({"model": nudged(dcp_values, "0.bias"), "step": 5,
 values("dcp", out / "dcp" / "base", out / "values/dcp_b", dcp_values,
        nudged(dcp_values, "0.bias"), "model.")
 
+# --- one float4 tensor (two a byte) in a .pt and a .safetensors: as torch counts it --------
+f4 = torch.randint(0, 255, (4, 6), dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+torch.save({"w": f4}, out / "values" / "f4.pt")
+save_file({"w": f4}, str(out / "values" / "f4.safetensors"))
+back = tensors(out / "values" / "f4.safetensors")["w"]
+pairs.append({"layout": "float4", "a": str(out / "values/f4.pt"),
+              "b": str(out / "values/f4.safetensors"), "dtype": text(back),
+              "numel": [f4.numel(), back.numel()]})
+
 # --- an FSDP2 (DTensor) state dict saved by rank 0 of 2, made by fully_shard over torch's own
 # fake process group (one process; last: it initializes torch.distributed) -----------------
 import torch.distributed as dist

@@ -97,7 +97,17 @@ for name, state in (
         touched = index.as_strided(t.shape, t.stride(), t.storage_offset()).flatten().tolist()
         covered.setdefault(t.untyped_storage().data_ptr(), set()).update(touched)
     views[name] = {"elements": sum(len(c) for c in covered.values()),
-                   "storages": len(covered)}
+                   "storages": len(covered),
+                   "bytes": sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                                 for t in loaded.values()}.values())}
+
+# 0-d tensors: a counter and a loss beside the weights (not parameters), and a 0-d parameter
+# inside the model's state dict (one).
+scalars = {"model": {"w": torch.randn(3, 4), "scale": torch.tensor(2.0)},
+           "step": torch.tensor(5), "loss": torch.tensor(0.25)}
+torch.save(scalars, out / "scalars.pt")
+views["scalars"] = {"params": sum(t.numel() for t in scalars["model"].values()),
+                    "other": 2}
 
 # Raw pickles named .pt: pickle.dump of a state dict (tensors pickled without torch.save), and
 # a protocol-0 pickle of plain values.
@@ -209,7 +219,9 @@ def test_tensor_kinds_for_people(kinds: dict[str, Any]) -> None:
 def test_views_of_one_storage_count_its_elements_once(kinds: dict[str, Any]) -> None:
     data = inspect_json(kinds["root"] / "views.pt")
     assert data["tensors"]["params"] == data["tensors"]["numel"] == 100
-    assert kinds["views"] == {"elements": 100, "storages": 1}
+    assert kinds["views"] == {"elements": 100, "storages": 1, "bytes": 400}
+    # The dtype table counts the storage's bytes once, as the file holds them (not 3 views').
+    assert data["tensors"]["dtypes"]["float32"] == {"count": 3, "numel": 100, "bytes": 400}
     assert data["shared_storage"] == [
         {"storage": "views.pt:0", "bytes": 400, "keys": ["a", "b", "c"]}
     ]
@@ -227,6 +239,16 @@ def test_interleaved_views_count_what_torch_covers(kinds: dict[str, Any]) -> Non
     assert data["notes"] == []
     keys = [s["keys"] for s in data["shared_storage"]]
     assert keys == [["col", "row", "block", "again"]]
+    dtype_bytes = sum(d["bytes"] for d in data["tensors"]["dtypes"].values())
+    assert dtype_bytes == data["size"]["tensor_bytes"] == kinds["interleaved"]["bytes"]
+
+
+def test_stray_scalars_are_no_parameters(kinds: dict[str, Any]) -> None:
+    """A 0-d step and loss beside the weights are training state; a 0-d tensor inside the
+    model's state dict is a parameter (as the model's own count has it)."""
+    data = inspect_json(kinds["root"] / "scalars.pt")
+    assert data["tensors"]["params"] == kinds["scalars"]["params"] == 13
+    assert data["tensors"]["state"]["other"] == kinds["scalars"]["other"]
 
 
 @pytest.mark.parametrize(

@@ -239,3 +239,16 @@ def test_weights_compares_tensor_contents(variants: list[Pair], fmt: str) -> Non
     assert group["note"].startswith("1 of ") and compared >= 1 + len(made["same"])
     same = CliRunner().invoke(cli, ["diff", "--json", "--weights", made["a"], made["a"]])
     assert same.exit_code == 0 and json.loads(same.stdout)["identical"] is True
+
+
+def test_a_float4_tensor_counts_alike_from_pt_and_safetensors(variants: list[Pair]) -> None:
+    """safetensors keeps torch's float4_e2m1fn_x2 as F4 with the last dim doubled: described
+    as torch loads it, the same tensor has the same dtype, shape, elements and contents."""
+    made = next(p for p in variants if p["layout"] == "float4")
+    for path in (made["a"], made["b"]):
+        result = CliRunner().invoke(cli, ["inspect", "--json", path, "--keys", "*"])
+        (row,) = json.loads(result.stdout)["keys"]
+        assert f"{row['dtype']} [{', '.join(map(str, row['shape']))}]" == made["dtype"]
+        assert row["numel"] == made["numel"][0] == made["numel"][1]
+    result = CliRunner().invoke(cli, ["diff", "--json", "--weights", made["a"], made["b"]])
+    assert result.exit_code == 0, result.stdout
