@@ -244,11 +244,12 @@ def test_interleaved_views_count_what_torch_covers(kinds: dict[str, Any]) -> Non
 
 
 def test_stray_scalars_are_no_parameters(kinds: dict[str, Any]) -> None:
-    """A 0-d step and loss beside the weights are training state; a 0-d tensor inside the
-    model's state dict is a parameter (as the model's own count has it)."""
+    """A 0-d step and loss beside the weights are training state, and the step is progress;
+    a 0-d tensor inside the model's state dict is a parameter (as the model's count has it)."""
     data = inspect_json(kinds["root"] / "scalars.pt")
     assert data["tensors"]["params"] == kinds["scalars"]["params"] == 13
     assert data["tensors"]["state"]["other"] == kinds["scalars"]["other"]
+    assert data["progress"] == {"step": 5}  # a 0-d tensor step is progress, read as a number
 
 
 @pytest.mark.parametrize(

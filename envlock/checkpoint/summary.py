@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from fnmatch import fnmatchcase
 from itertools import islice
 from math import isfinite
@@ -27,6 +28,7 @@ from envlock.checkpoint.tree import (
     key_text,
 )
 from envlock.checkpoint.unpickler import suspicious
+from envlock.checkpoint.weights import scalar
 from envlock.runs.secrets import redact_config, redact_value
 from envlock.schema import DOCUMENTS
 
@@ -87,7 +89,7 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "first": [_row(e) for e in entries[:_TOP]],
         "largest": _largest(tally),
         "shared_storage": tally.shared_storage(),
-        "progress": progress(report.root, dict(report.kinds)),
+        "progress": progress(report.root, dict(report.kinds), lambda t: scalar(report, t)),
         "config": with_metadata(config(report.root, report.format == "directory"), report),
         "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
         "stubbed_globals": stubbed,
@@ -334,10 +336,14 @@ def with_metadata(found: dict[str, Any] | None, report: CheckpointReport) -> dic
     return {**(found or {}), **redact_config(extra)}
 
 
-def progress(root: Any, kinds: dict[str, str] | None = None) -> dict[str, Any]:
-    """step, epoch, ... of the run. A directory's RNG members are skipped: accelerate's
-    `random_states_N.pkl` keeps its own gradient-accumulation `step`, 0 after any number of
-    optimizer steps."""
+def progress(
+    root: Any,
+    kinds: dict[str, str] | None = None,
+    value_of: Callable[[TensorInfo], int | float | None] | None = None,
+) -> dict[str, Any]:
+    """step, epoch, ... of the run, numbers or 0-d tensors (`torch.tensor(5)`, read by
+    `value_of`). A directory's RNG members are skipped: accelerate's `random_states_N.pkl`
+    keeps its own gradient-accumulation `step`, 0 after any number of optimizer steps."""
     found: dict[str, Any] = {}
     rng = {k for k, kind in (kinds or {}).items() if kind == "rng"}
     if rng and isinstance(root, dict):
@@ -351,6 +357,8 @@ def progress(root: Any, kinds: dict[str, str] | None = None) -> dict[str, Any]:
                 continue
             seen.add(id(obj))
             for key, value in children(obj):
+                if key.lower() in _PROGRESS and isinstance(value, TensorInfo) and value_of:
+                    value = value_of(value)  # a 0-d tensor's number, or None
                 if key.lower() in _PROGRESS and _is_number(value):
                     found.setdefault(key.lower(), value)
                 elif is_container(value):

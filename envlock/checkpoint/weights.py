@@ -27,7 +27,7 @@ from envlock.checkpoint.limits import MiB, Refused, budget, printable
 from envlock.checkpoint.report import CheckpointReport
 from envlock.checkpoint.tree import key_text
 from envlock.errors import EnvlockError, OperationError
-from envlock.untrusted import open_untrusted
+from envlock.untrusted import Unsafe, open_untrusted
 
 _M = "torch.distributed.checkpoint."
 _INDEX = _M + "metadata.MetadataIndex"
@@ -103,6 +103,38 @@ def digests(report: CheckpointReport, follow_links: bool = False) -> Digests:
             continue
         found[key] = done[info.alias] = digest
     return Digests(found, tuple(unread))
+
+
+# A 0-d tensor's value (a step saved as `torch.tensor(5)`): struct formats by dtype.
+_SCALAR = {
+    "int8": "<b", "uint8": "<B", "int16": "<h", "uint16": "<H", "int32": "<i",
+    "uint32": "<I", "int64": "<q", "uint64": "<Q", "float16": "<e", "float32": "<f",
+    "float64": "<d", "bfloat16": "bf16",
+}  # fmt: skip
+
+
+def scalar(report: CheckpointReport, info: TensorInfo) -> int | float | None:
+    """The number a 0-d tensor holds (a few bytes read through the gate), or None when it
+    is no plain number or its bytes cannot be read in order."""
+    fmt = _SCALAR.get(info.dtype)
+    if info.shape != () or fmt is None:
+        return None
+    reader = _Reader(report, follow_links=False)
+    try:
+        spans = _spans(reader, info)
+        raw = b"".join(c for span in spans or () for c in _stream(reader, span))
+    except Unsafe:  # a member read with --follow-links: its value is left unread
+        return None
+    except Refused:
+        raise
+    except (EnvlockError, OSError, zipfile.BadZipFile, ValueError):
+        return None
+    if spans is None or len(raw) != _nbytes(info):
+        return None
+    if fmt == "bf16":  # the top half of a float32
+        return float(struct.unpack("<f", b"\0\0" + raw)[0])
+    value = struct.unpack(fmt, raw)[0]
+    return float(value) if isinstance(value, float) else int(value)
 
 
 def _why(info: TensorInfo) -> str:
