@@ -188,6 +188,26 @@ for what, kwargs in (("lr", {"lr": 3e-4}), ("step", {"step": 9}),
     truth = dcp_truth(dcp_base, other, "base", what)
     pair("DCP", what, out / "dcp" / "base", out / "dcp" / what, truth)
 
+# --- accelerate's FSDP folder: optimizer_0/ (a DCP directory) saved again, lr changed ------
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+
+def fsdp_run(name, lr=None):
+    copy = out / "fsdp" / name
+    shutil.copytree(src / "fsdp", copy)
+    dcp_to_torch_save(str(copy / "optimizer_0"), str(out / "fsdp" / f"{name}.pt"))
+    state = torch.load(out / "fsdp" / f"{name}.pt", weights_only=False)
+    if lr is not None:
+        state["optimizer"]["param_groups"][0]["lr"] = lr
+    shutil.rmtree(copy / "optimizer_0")
+    dcp.save(state, checkpoint_id=str(copy / "optimizer_0"))
+    return copy, param_groups(state["optimizer"], "checkpoint.optimizer_0.optimizer.")
+
+
+fsdp_a, groups_a = fsdp_run("base")
+fsdp_b, groups_b = fsdp_run("lr", lr=2e-4)
+pair("accelerate FSDP", "lr", fsdp_a, fsdp_b, {"hyperparameters": changed(groups_a, groups_b, "")})
+
 # --- the same keys, shapes, dtypes and config, one tensor's values changed (diff --weights) --
 import hashlib
 

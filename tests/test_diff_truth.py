@@ -67,6 +67,7 @@ MATRIX = [
     ("DCP", "key removed"),
     ("DCP", "shape"),
     ("DCP", "dtype"),
+    ("accelerate FSDP", "lr"),
 ]
 
 
