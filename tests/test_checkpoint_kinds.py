@@ -51,11 +51,19 @@ PARTS = {torch.sparse_coo: ("_indices", "_values"),
          torch.sparse_bsr: ("crow_indices", "col_indices", "values")}
 
 
+def regular(t, dim):
+    # A nested tensor's size in `dim`, or None where its components differ (torch raises).
+    try:
+        return t.size(dim)
+    except RuntimeError:
+        return None
+
+
 def view(t):
     # What torch says of the tensor it loaded: dtype, logical shape, layout, numel, bytes held.
     layout = str(t.layout).removeprefix("torch.")
     if t.is_nested and t.layout == torch.strided:
-        shape, layout = [t.size(0)] + [None] * (t.dim() - 1), "nested"
+        shape, layout = [regular(t, i) for i in range(t.dim())], "nested"
         parts = [t.values(), t._nested_tensor_size(), t._nested_tensor_strides(),
                  t._nested_tensor_storage_offsets()]
     elif t.is_nested:
@@ -207,7 +215,8 @@ def test_tensor_kinds_for_people(kinds: dict[str, Any]) -> None:
     assert rows["q_channel"] == ["quint8", "(per_channel_affine)", "[4,", "6]", "24", "88", "B"]
     assert rows["q_tensor"][:2] == ["qint8", "(per_tensor_affine)"]
     assert rows["csr"] == ["float32", "(sparse_csr)", "[5,", "5]", "25", "108", "B"]
-    assert rows["nested"] == ["float32", "(nested)", "[2,", "*,", "*]", "18", "152", "B"]
+    # Its dim 2 is 3 in every component: shown (was `[2, *, *]`), as torch's size(2) says.
+    assert rows["nested"] == ["float32", "(nested)", "[2,", "*,", "3]", "18", "152", "B"]
     assert rows["jagged"] == ["float32", "(jagged)", "[2,", "*,", "3]", "18", "96", "B"]
     assert rows["dense"] == ["float32", "[3,", "2]", "6", "24", "B"]
     assert "arg0" not in result.output and "arg1" not in result.output

@@ -28,7 +28,7 @@ from envlock.checkpoint.tree import (
     key_text,
 )
 from envlock.checkpoint.unpickler import suspicious
-from envlock.checkpoint.weights import scalar
+from envlock.checkpoint.weights import nested_shape, scalar
 from envlock.runs.secrets import redact_config, redact_value
 from envlock.schema import DOCUMENTS
 
@@ -73,6 +73,10 @@ class _Budget:
 def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, Any]:
     """The `--json` document of `report`; `pattern` selects the tensor keys to detail."""
     entries = report.tensors()
+
+    def shape_of(t: TensorInfo) -> tuple[int | None, ...]:
+        return nested_shape(report, t)  # a nested tensor's regular dims, read from its sizes
+
     tally = Tally(report.root, entries, dict(report.kinds))
     for entry in entries:
         tally.add(entry)
@@ -86,8 +90,8 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "size": _size(sum(f.size for f in report.files), tally),
         "tensors": tally.totals(len(entries)),
         "sections": tally.section_rows(),
-        "first": [_row(e) for e in entries[:_TOP]],
-        "largest": _largest(tally),
+        "first": [_row(e, shape_of) for e in entries[:_TOP]],
+        "largest": _largest(tally, shape_of),
         "shared_storage": tally.shared_storage(),
         "progress": progress(report.root, dict(report.kinds), lambda t: scalar(report, t)),
         "config": with_metadata(config(report.root, report.format == "directory"), report),
@@ -98,7 +102,11 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "pattern": pattern,
         "keys": None
         if pattern is None
-        else [_row(e) for e in entries if key_matches(e, pattern, report.format == "directory")],
+        else [
+            _row(e, shape_of)
+            for e in entries
+            if key_matches(e, pattern, report.format == "directory")
+        ],
     }
 
 
@@ -133,12 +141,12 @@ def key_matches(entry: TensorEntry, pattern: str, directory: bool) -> bool:
     return directory and len(entry.path) > 1 and fnmatchcase(".".join(entry.path[1:]), pattern)
 
 
-def _row(entry: TensorEntry) -> dict[str, Any]:
+def _row(entry: TensorEntry, shape_of: Callable[[TensorInfo], tuple] | None = None) -> dict:
     t = entry.info
     row = {
         "key": key_text(entry.key),
         "dtype": t.dtype,
-        "shape": list(t.shape),
+        "shape": list(shape_of(t) if shape_of else t.shape),
         "numel": t.numel,
         "bytes": t.nbytes,
         "layout": t.layout,
@@ -177,9 +185,9 @@ def _size(total: int, tally: Tally) -> dict[str, int]:
     return {"total_bytes": total, "tensor_bytes": tensor_bytes, "other_bytes": total - tensor_bytes}
 
 
-def _largest(tally: Tally) -> list[dict[str, Any]]:
+def _largest(tally: Tally, shape_of: Callable[[TensorInfo], tuple]) -> list[dict[str, Any]]:
     unique = sorted(tally.unique.values(), key=lambda e: -e.info.numel)
-    return [_row(e) for e in unique[:_TOP]]
+    return [_row(e, shape_of) for e in unique[:_TOP]]
 
 
 # --- the structure sketch -----------------------------------------------------------------------

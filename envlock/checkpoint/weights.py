@@ -137,6 +137,33 @@ def scalar(report: CheckpointReport, info: TensorInfo) -> int | float | None:
     return float(value) if isinstance(value, float) else int(value)
 
 
+MAX_NESTED_SIZES = MiB  # bytes of a nested tensor's sizes read to find its regular dims
+
+
+def nested_shape(report: CheckpointReport, info: TensorInfo) -> tuple[int | None, ...]:
+    """A strided nested tensor's shape with every dim its components share filled in
+    (`[2, *, 8]`), from its int64 `sizes` part [components, dims]; any other tensor's own."""
+    sizes = dict(info.parts).get("sizes") if info.layout == "nested" else None
+    if sizes is None or None not in info.shape[1:] or sizes.dtype != "int64":
+        return info.shape
+    if len(sizes.shape) != 2 or not sizes.numel or sizes.nbytes > MAX_NESTED_SIZES:
+        return info.shape
+    dims = sizes.shape[1] or 0
+    reader = _Reader(report, follow_links=False)
+    try:
+        spans = _spans(reader, sizes)
+        raw = b"".join(c for span in spans or () for c in _stream(reader, span))
+    except Unsafe:
+        return info.shape
+    except (EnvlockError, OSError, zipfile.BadZipFile, ValueError):
+        return info.shape
+    if spans is None or len(raw) != sizes.nbytes or dims != len(info.shape) - 1:
+        return info.shape
+    values = struct.unpack(f"<{sizes.numel}q", raw)
+    columns = [values[i::dims] for i in range(dims)]  # row-major [components, dims]
+    return (info.shape[0], *(c[0] if len(set(c)) == 1 else None for c in columns))
+
+
 def _why(info: TensorInfo) -> str:
     if info.layout != "strided" or info.parts:
         return f"a {info.layout} tensor"
