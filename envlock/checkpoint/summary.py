@@ -344,6 +344,9 @@ def with_metadata(found: dict[str, Any] | None, report: CheckpointReport) -> dic
     return {**(found or {}), **redact_config(extra)}
 
 
+_MAX_SCALAR_READS = 16  # 0-d progress tensors read per checkpoint (a real one has one or two)
+
+
 def progress(
     root: Any,
     kinds: dict[str, str] | None = None,
@@ -356,7 +359,7 @@ def progress(
     rng = {k for k, kind in (kinds or {}).items() if kind == "rng"}
     if rng and isinstance(root, dict):
         root = {k: v for k, v in root.items() if k not in rng}
-    level, seen = [root], set()
+    level, seen, reads = [root], set(), 0
     for _ in range(3):  # breadth first, so the shallowest value wins
         nxt = []
         for obj in level:
@@ -365,8 +368,11 @@ def progress(
                 continue
             seen.add(id(obj))
             for key, value in children(obj):
-                if key.lower() in _PROGRESS and isinstance(value, TensorInfo) and value_of:
-                    value = value_of(value)  # a 0-d tensor's number, or None
+                name = key.lower()
+                if name in _PROGRESS and name not in found and isinstance(value, TensorInfo):
+                    # A 0-d tensor's number (a few bytes read), for a few keys at most.
+                    reads += 1
+                    value = value_of(value) if value_of and reads <= _MAX_SCALAR_READS else None
                 if key.lower() in _PROGRESS and _is_number(value):
                     found.setdefault(key.lower(), value)
                 elif is_container(value):

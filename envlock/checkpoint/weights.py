@@ -1,4 +1,6 @@
-"""Tensor contents, by a streamed sha256 per tensor: what `diff --weights` compares.
+"""Tensor bytes, read in order through the gate: the streamed sha256 per tensor that
+`diff --weights` compares, the number a 0-d tensor holds (a step saved as a tensor), and the
+sizes of a nested tensor's components (its regular dims). Nothing else reads tensor data.
 
 A tensor's digest is the sha256 of its elements' bytes in row-major order, so the same
 values give the same digest from a safetensors file, a torch zip and a DCP shard. Bytes are
