@@ -15,6 +15,7 @@ from itertools import islice
 from math import isfinite
 from typing import Any
 
+from envlock.checkpoint import weights
 from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
 from envlock.checkpoint.limits import MAX_JSON_ENTRIES, MAX_TEXT
 from envlock.checkpoint.report import CheckpointReport
@@ -28,7 +29,6 @@ from envlock.checkpoint.tree import (
     key_text,
 )
 from envlock.checkpoint.unpickler import suspicious
-from envlock.checkpoint.weights import nested_shape, scalar
 from envlock.runs.secrets import redact_config, redact_value
 from envlock.schema import DOCUMENTS
 
@@ -74,8 +74,10 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
     """The `--json` document of `report`; `pattern` selects the tensor keys to detail."""
     entries = report.tensors()
 
+    tensor_bytes = weights.reader(report)  # the few tensor bytes a report reads, once each
+
     def shape_of(t: TensorInfo) -> tuple[int | None, ...]:
-        return nested_shape(report, t)  # a nested tensor's regular dims, read from its sizes
+        return weights.nested_shape(tensor_bytes, t)  # its regular dims, from its sizes
 
     tally = Tally(report.root, entries, dict(report.kinds))
     for entry in entries:
@@ -93,7 +95,9 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "first": [_row(e, shape_of) for e in entries[:_TOP]],
         "largest": _largest(tally, shape_of),
         "shared_storage": tally.shared_storage(),
-        "progress": progress(report.root, dict(report.kinds), lambda t: scalar(report, t)),
+        "progress": progress(
+            report.root, dict(report.kinds), lambda t: weights.scalar(tensor_bytes, t)
+        ),
         "config": with_metadata(config(report.root, report.format == "directory"), report),
         "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
         "stubbed_globals": stubbed,

@@ -68,6 +68,11 @@ class _Reader:
         self.within = top if top.is_dir() else top.parent
         self.by_name = {Path(f.path).name: f for f in report.files}
         self.dcp: dict[str, dict[str, Any]] = {}  # DCP directory name → {fqn: chunks}
+        # A torch zip's storages: {key: (offset of its bytes in the file, size)}, read once
+        # per file (a checkpoint of 100,000 tensors opens its zip directory once, not again
+        # per tensor).
+        self.zips: dict[Path, dict[str, tuple[int, int]]] = {}
+        self.nested = 0  # nested tensors' sizes read (MAX_NESTED_READS)
 
     def gate(self, path: Path) -> dict[str, Any]:
         """How `path` is opened: a member of the side's directory (the file given, itself)."""
@@ -115,13 +120,17 @@ _SCALAR = {
 }  # fmt: skip
 
 
-def scalar(report: CheckpointReport, info: TensorInfo) -> int | float | None:
+def reader(report: CheckpointReport) -> _Reader:
+    """One reader of `report`'s files for the small reads below: each zip directory once."""
+    return _Reader(report, follow_links=False)
+
+
+def scalar(reader: _Reader, info: TensorInfo) -> int | float | None:
     """The number a 0-d tensor holds (a few bytes read through the gate), or None when it
     is no plain number or its bytes cannot be read in order."""
     fmt = _SCALAR.get(info.dtype)
     if info.shape != () or fmt is None:
         return None
-    reader = _Reader(report, follow_links=False)
     try:
         spans = _spans(reader, info)
         raw = b"".join(c for span in spans or () for c in _stream(reader, span))
@@ -140,9 +149,10 @@ def scalar(report: CheckpointReport, info: TensorInfo) -> int | float | None:
 
 
 MAX_NESTED_SIZES = MiB  # bytes of a nested tensor's sizes read to find its regular dims
+MAX_NESTED_READS = 1_000  # nested tensors whose sizes one report reads
 
 
-def nested_shape(report: CheckpointReport, info: TensorInfo) -> tuple[int | None, ...]:
+def nested_shape(reader: _Reader, info: TensorInfo) -> tuple[int | None, ...]:
     """A strided nested tensor's shape with every dim its components share filled in
     (`[2, *, 8]`), from its int64 `sizes` part [components, dims]; any other tensor's own."""
     sizes = dict(info.parts).get("sizes") if info.layout == "nested" else None
@@ -150,8 +160,10 @@ def nested_shape(report: CheckpointReport, info: TensorInfo) -> tuple[int | None
         return info.shape
     if len(sizes.shape) != 2 or not sizes.numel or sizes.nbytes > MAX_NESTED_SIZES:
         return info.shape
+    reader.nested += 1
+    if reader.nested > MAX_NESTED_READS:  # past it, shown as varying: bounded work
+        return info.shape
     dims = sizes.shape[1] or 0
-    reader = _Reader(report, follow_links=False)
     try:
         spans = _spans(reader, sizes)
         raw = b"".join(c for span in spans or () for c in _stream(reader, span))
@@ -212,7 +224,37 @@ def _spans(reader: _Reader, info: TensorInfo) -> list[_Span] | None:
     if info.dtype in DTYPE_BITS and info.offset:
         return None  # an element offset inside a packed byte
     start = info.offset * DTYPE_ITEMSIZE.get(info.dtype, 1)
-    return [_Span(path, start, _nbytes(info), member=storage.key)]
+    where = _storages(reader, path).get(storage.key)
+    if where is None:
+        raise OperationError(f"{path}: storage {printable(storage.key, 100)} is not in the zip")
+    if start + _nbytes(info) > where[1]:
+        raise OperationError(f"{path}: a tensor past the end of its storage")
+    return [_Span(path, where[0] + start, _nbytes(info))]
+
+
+def _storages(reader: _Reader, path: Path) -> dict[str, tuple[int, int]]:
+    """Where each storage's bytes lie in a torch zip (stored raw, as torch writes them)."""
+    if path in reader.zips:
+        return reader.zips[path]
+    found: dict[str, tuple[int, int]] = {}
+    with open_untrusted(path, "checkpoint", **reader.gate(path)) as f:
+        size = os.fstat(f.fileno()).st_size
+        with zipfile.ZipFile(f) as archive:
+            members = [i for i in archive.infolist() if i.filename.count("/") == 2]
+        for info in members:
+            _, folder, key = info.filename.split("/")
+            if folder != "data" or info.compress_type != zipfile.ZIP_STORED:
+                continue  # a compressed storage is not torch's: its tensors are unread
+            f.seek(info.header_offset)
+            local = f.read(30)  # the local header: its name and extra field lengths
+            if len(local) != 30 or local[:4] != b"PK\x03\x04":
+                continue
+            name, extra = struct.unpack("<HH", local[26:30])
+            start = info.header_offset + 30 + name + extra
+            if start + info.file_size <= size:
+                found[key] = (start, info.file_size)
+    reader.zips[path] = found
+    return found
 
 
 def _safetensors_start(reader: _Reader, path: Path) -> int:
