@@ -98,6 +98,20 @@ def extra_rows() -> list[dict[str, Any]]:
                 "met": data["deep_vs_sha256sum_throughput"] >= 1,
             }
         )
+    weights = load("weights")
+    if weights and "weights_vs_sha256sum" in weights:
+        sha = weights["results"]["sha256sum"]["seconds"]
+        rows.append(
+            {
+                "operation": "`diff --weights` of two "
+                f"{weights['checkpoint_bytes'] / 1e6:.0f} MB checkpoints",
+                "envlock": f"{weights['results']['envlock diff --weights']['seconds']:.2f} s",
+                "baseline": f"`sha256sum` of the same files {sha:.2f} s",
+                "ratio": f"{weights['weights_vs_sha256sum']:.2f}×",
+                "goal": f"≤ {weights['goal_ratio_max']}×",
+                "met": weights["met"],
+            }
+        )
     durable = load("durability")
     if durable and "syncfs_s" in durable:
         rows.append(

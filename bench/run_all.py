@@ -15,6 +15,7 @@ SCRIPTS = [
     "bench_reconcile.py",
     "bench_snapshot.py",
     "bench_inspect.py",
+    "bench_weights.py",
     "bench_cache.py",
     "bench_data.py",
     "bench_durability.py",

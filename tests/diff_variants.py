@@ -188,6 +188,72 @@ for what, kwargs in (("lr", {"lr": 3e-4}), ("step", {"step": 9}),
     truth = dcp_truth(dcp_base, other, "base", what)
     pair("DCP", what, out / "dcp" / "base", out / "dcp" / what, truth)
 
+# --- accelerate's FSDP folder: optimizer_0/ (a DCP directory) saved again, lr changed ------
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+
+def fsdp_run(name, lr=None):
+    copy = out / "fsdp" / name
+    shutil.copytree(src / "fsdp", copy)
+    dcp_to_torch_save(str(copy / "optimizer_0"), str(out / "fsdp" / f"{name}.pt"))
+    state = torch.load(out / "fsdp" / f"{name}.pt", weights_only=False)
+    if lr is not None:
+        state["optimizer"]["param_groups"][0]["lr"] = lr
+    shutil.rmtree(copy / "optimizer_0")
+    dcp.save(state, checkpoint_id=str(copy / "optimizer_0"))
+    return copy, param_groups(state["optimizer"], "checkpoint.optimizer_0.optimizer.")
+
+
+fsdp_a, groups_a = fsdp_run("base")
+fsdp_b, groups_b = fsdp_run("lr", lr=2e-4)
+pair("accelerate FSDP", "lr", fsdp_a, fsdp_b, {"hyperparameters": changed(groups_a, groups_b, "")})
+
+# --- the same keys, shapes, dtypes and config, one tensor's values changed (diff --weights) --
+import hashlib
+
+
+def digest(t):  # what --weights must find: sha256 of the elements in row-major order
+    return hashlib.sha256(t.detach().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def nudged(sd, k):
+    return {**sd, k: sd[k] + 1}
+
+
+def values(fmt, a, b, sd_a, sd_b, prefix=""):
+    keys = [k for k in sd_a if not torch.equal(sd_a[k], sd_b[k])]
+    pairs.append({"layout": "values", "format": fmt, "a": str(a), "b": str(b),
+                  "differ": {prefix + k: [digest(sd_a[k]), digest(sd_b[k])] for k in keys},
+                  "same": {prefix + k: digest(sd_a[k]) for k in sd_a if k not in keys}})
+
+
+(out / "values").mkdir()
+seed_a = seed()
+seed_b = {**seed_a, "model_state_dict": nudged(seed_a["model_state_dict"], "1.bias")}
+torch.save(seed_a, out / "values" / "a.pt")
+torch.save(seed_b, out / "values" / "b.pt")
+values("torch-zip", out / "values/a.pt", out / "values/b.pt", seed_a["model_state_dict"],
+       seed_b["model_state_dict"], "model_state_dict.")
+st_a = tensors(src / "pretrained_a" / weights)
+st_b = nudged(st_a, layer)
+for name, sd in (("a", st_a), ("b", st_b)):
+    save_file(sd, str(out / "values" / f"{name}.safetensors"), metadata={"format": "pt"})
+values("safetensors", out / "values/a.safetensors", out / "values/b.safetensors", st_a, st_b)
+dcp_values = {k: t for k, t in dcp_base["model"].items()}
+dcp.save({"model": nudged(dcp_values, "0.bias"), "step": 5,
+          "optimizer": dcp_base["optimizer"]}, checkpoint_id=str(out / "values" / "dcp_b"))
+values("dcp", out / "dcp" / "base", out / "values/dcp_b", dcp_values,
+       nudged(dcp_values, "0.bias"), "model.")
+
+# --- one float4 tensor (two a byte) in a .pt and a .safetensors: as torch counts it --------
+f4 = torch.randint(0, 255, (4, 6), dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+torch.save({"w": f4}, out / "values" / "f4.pt")
+save_file({"w": f4}, str(out / "values" / "f4.safetensors"))
+back = tensors(out / "values" / "f4.safetensors")["w"]
+pairs.append({"layout": "float4", "a": str(out / "values/f4.pt"),
+              "b": str(out / "values/f4.safetensors"), "dtype": text(back),
+              "numel": [f4.numel(), back.numel()]})
+
 # --- an FSDP2 (DTensor) state dict saved by rank 0 of 2, made by fully_shard over torch's own
 # fake process group (one process; last: it initializes torch.distributed) -----------------
 import torch.distributed as dist

@@ -51,11 +51,19 @@ PARTS = {torch.sparse_coo: ("_indices", "_values"),
          torch.sparse_bsr: ("crow_indices", "col_indices", "values")}
 
 
+def regular(t, dim):
+    # A nested tensor's size in `dim`, or None where its components differ (torch raises).
+    try:
+        return t.size(dim)
+    except RuntimeError:
+        return None
+
+
 def view(t):
     # What torch says of the tensor it loaded: dtype, logical shape, layout, numel, bytes held.
     layout = str(t.layout).removeprefix("torch.")
     if t.is_nested and t.layout == torch.strided:
-        shape, layout = [t.size(0)] + [None] * (t.dim() - 1), "nested"
+        shape, layout = [regular(t, i) for i in range(t.dim())], "nested"
         parts = [t.values(), t._nested_tensor_size(), t._nested_tensor_strides(),
                  t._nested_tensor_storage_offsets()]
     elif t.is_nested:
@@ -97,7 +105,17 @@ for name, state in (
         touched = index.as_strided(t.shape, t.stride(), t.storage_offset()).flatten().tolist()
         covered.setdefault(t.untyped_storage().data_ptr(), set()).update(touched)
     views[name] = {"elements": sum(len(c) for c in covered.values()),
-                   "storages": len(covered)}
+                   "storages": len(covered),
+                   "bytes": sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                                 for t in loaded.values()}.values())}
+
+# 0-d tensors: a counter and a loss beside the weights (not parameters), and a 0-d parameter
+# inside the model's state dict (one).
+scalars = {"model": {"w": torch.randn(3, 4), "scale": torch.tensor(2.0)},
+           "step": torch.tensor(5), "loss": torch.tensor(0.25)}
+torch.save(scalars, out / "scalars.pt")
+views["scalars"] = {"params": sum(t.numel() for t in scalars["model"].values()),
+                    "other": 2}
 
 # Raw pickles named .pt: pickle.dump of a state dict (tensors pickled without torch.save), and
 # a protocol-0 pickle of plain values.
@@ -197,7 +215,8 @@ def test_tensor_kinds_for_people(kinds: dict[str, Any]) -> None:
     assert rows["q_channel"] == ["quint8", "(per_channel_affine)", "[4,", "6]", "24", "88", "B"]
     assert rows["q_tensor"][:2] == ["qint8", "(per_tensor_affine)"]
     assert rows["csr"] == ["float32", "(sparse_csr)", "[5,", "5]", "25", "108", "B"]
-    assert rows["nested"] == ["float32", "(nested)", "[2,", "*,", "*]", "18", "152", "B"]
+    # Its dim 2 is 3 in every component: shown (was `[2, *, *]`), as torch's size(2) says.
+    assert rows["nested"] == ["float32", "(nested)", "[2,", "*,", "3]", "18", "152", "B"]
     assert rows["jagged"] == ["float32", "(jagged)", "[2,", "*,", "3]", "18", "96", "B"]
     assert rows["dense"] == ["float32", "[3,", "2]", "6", "24", "B"]
     assert "arg0" not in result.output and "arg1" not in result.output
@@ -209,7 +228,9 @@ def test_tensor_kinds_for_people(kinds: dict[str, Any]) -> None:
 def test_views_of_one_storage_count_its_elements_once(kinds: dict[str, Any]) -> None:
     data = inspect_json(kinds["root"] / "views.pt")
     assert data["tensors"]["params"] == data["tensors"]["numel"] == 100
-    assert kinds["views"] == {"elements": 100, "storages": 1}
+    assert kinds["views"] == {"elements": 100, "storages": 1, "bytes": 400}
+    # The dtype table counts the storage's bytes once, as the file holds them (not 3 views').
+    assert data["tensors"]["dtypes"]["float32"] == {"count": 3, "numel": 100, "bytes": 400}
     assert data["shared_storage"] == [
         {"storage": "views.pt:0", "bytes": 400, "keys": ["a", "b", "c"]}
     ]
@@ -227,6 +248,17 @@ def test_interleaved_views_count_what_torch_covers(kinds: dict[str, Any]) -> Non
     assert data["notes"] == []
     keys = [s["keys"] for s in data["shared_storage"]]
     assert keys == [["col", "row", "block", "again"]]
+    dtype_bytes = sum(d["bytes"] for d in data["tensors"]["dtypes"].values())
+    assert dtype_bytes == data["size"]["tensor_bytes"] == kinds["interleaved"]["bytes"]
+
+
+def test_stray_scalars_are_no_parameters(kinds: dict[str, Any]) -> None:
+    """A 0-d step and loss beside the weights are training state, and the step is progress;
+    a 0-d tensor inside the model's state dict is a parameter (as the model's count has it)."""
+    data = inspect_json(kinds["root"] / "scalars.pt")
+    assert data["tensors"]["params"] == kinds["scalars"]["params"] == 13
+    assert data["tensors"]["state"]["other"] == kinds["scalars"]["other"]
+    assert data["progress"] == {"step": 5}  # a 0-d tensor step is progress, read as a number
 
 
 @pytest.mark.parametrize(

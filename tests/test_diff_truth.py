@@ -67,6 +67,7 @@ MATRIX = [
     ("DCP", "key removed"),
     ("DCP", "shape"),
     ("DCP", "dtype"),
+    ("accelerate FSDP", "lr"),
 ]
 
 
@@ -215,3 +216,40 @@ def test_inspect_of_a_trainer_output_dir_reads_its_newest_checkpoint(
     assert data["path"] == str(run / "checkpoint-2")
     assert data["notes"][0] == f"read {run / 'checkpoint-2'}"
     assert data["tensors"]["params"] == layouts["pretrained"]["params"]
+
+
+@pytest.mark.parametrize("fmt", ["torch-zip", "safetensors", "dcp"])
+def test_weights_compares_tensor_contents(variants: list[Pair], fmt: str) -> None:
+    """Two checkpoints alike in keys, shapes, dtypes and config, one tensor's values changed:
+    without --weights their metadata is identical (exit 0); with it, exactly that tensor is
+    named (exit 1), each digest the sha256 torch's own bytes of the tensor give."""
+    made = next(p for p in variants if p["layout"] == "values" and p["format"] == fmt)
+    assert len(made["differ"]) == 1 and made["same"]
+    code, doc, stderr = diff(made["a"], made["b"])
+    assert code == 0, (stderr, doc)
+    assert doc["identical"] is True
+    result = CliRunner().invoke(cli, ["diff", "--json", "--weights", made["a"], made["b"]])
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 1, (result.stderr, doc)
+    assert doc["complete"] is True
+    assert reported(doc) == {
+        "weights": {k: [a[:16], b[:16]] for k, (a, b) in made["differ"].items()}
+    }
+    group = next(g for g in doc["groups"] if g["name"] == "weights")
+    compared = int(group["note"].split(" of ")[1].split(" ")[0].replace(",", ""))
+    assert group["note"].startswith("1 of ") and compared >= 1 + len(made["same"])
+    same = CliRunner().invoke(cli, ["diff", "--json", "--weights", made["a"], made["a"]])
+    assert same.exit_code == 0 and json.loads(same.stdout)["identical"] is True
+
+
+def test_a_float4_tensor_counts_alike_from_pt_and_safetensors(variants: list[Pair]) -> None:
+    """safetensors keeps torch's float4_e2m1fn_x2 as F4 with the last dim doubled: described
+    as torch loads it, the same tensor has the same dtype, shape, elements and contents."""
+    made = next(p for p in variants if p["layout"] == "float4")
+    for path in (made["a"], made["b"]):
+        result = CliRunner().invoke(cli, ["inspect", "--json", path, "--keys", "*"])
+        (row,) = json.loads(result.stdout)["keys"]
+        assert f"{row['dtype']} [{', '.join(map(str, row['shape']))}]" == made["dtype"]
+        assert row["numel"] == made["numel"][0] == made["numel"][1]
+    result = CliRunner().invoke(cli, ["diff", "--json", "--weights", made["a"], made["b"]])
+    assert result.exit_code == 0, result.stdout

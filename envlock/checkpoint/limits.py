@@ -77,6 +77,9 @@ BUDGET = {
     "bytes": 512 * MiB,  # of snapshots, locks, JSON, pickles and headers read (not tensor data)
     "pickle opcodes": 5_000_000,  # ~60 bytes of memory and ~1 us of time each
     "tensors": 500_000,  # described, over every file (MAX_TENSORS per file)
+    # Read only by `diff --weights` (checkpoint/weights.py), each side also bounded by the
+    # size of its own files: both sides of two checkpoints of MAX_BYTES["checkpoint"].
+    "tensor bytes": 32 * 2**40,
 }
 # What check's probe reads from the environment's METADATA files (agent/probe.py keeps a
 # copy: the agent cannot import envlock; tests/test_trust_gate.py checks they agree).

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from fnmatch import fnmatchcase
 from itertools import islice
 from math import isfinite
 from typing import Any
 
+from envlock.checkpoint import weights
 from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
 from envlock.checkpoint.limits import MAX_JSON_ENTRIES, MAX_TEXT
 from envlock.checkpoint.report import CheckpointReport
@@ -71,6 +73,12 @@ class _Budget:
 def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, Any]:
     """The `--json` document of `report`; `pattern` selects the tensor keys to detail."""
     entries = report.tensors()
+
+    tensor_bytes = weights.reader(report)  # the few tensor bytes a report reads, once each
+
+    def shape_of(t: TensorInfo) -> tuple[int | None, ...]:
+        return weights.nested_shape(tensor_bytes, t)  # its regular dims, from its sizes
+
     tally = Tally(report.root, entries, dict(report.kinds))
     for entry in entries:
         tally.add(entry)
@@ -84,10 +92,12 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "size": _size(sum(f.size for f in report.files), tally),
         "tensors": tally.totals(len(entries)),
         "sections": tally.section_rows(),
-        "first": [_row(e) for e in entries[:_TOP]],
-        "largest": _largest(tally),
+        "first": [_row(e, shape_of) for e in entries[:_TOP]],
+        "largest": _largest(tally, shape_of),
         "shared_storage": tally.shared_storage(),
-        "progress": progress(report.root, dict(report.kinds)),
+        "progress": progress(
+            report.root, dict(report.kinds), lambda t: weights.scalar(tensor_bytes, t)
+        ),
         "config": with_metadata(config(report.root, report.format == "directory"), report),
         "structure": _node(report.root, (), _subtree_counts(entries), 0, _Budget(2000)),
         "stubbed_globals": stubbed,
@@ -96,7 +106,11 @@ def summary(report: CheckpointReport, pattern: str | None = None) -> dict[str, A
         "pattern": pattern,
         "keys": None
         if pattern is None
-        else [_row(e) for e in entries if key_matches(e, pattern, report.format == "directory")],
+        else [
+            _row(e, shape_of)
+            for e in entries
+            if key_matches(e, pattern, report.format == "directory")
+        ],
     }
 
 
@@ -131,12 +145,12 @@ def key_matches(entry: TensorEntry, pattern: str, directory: bool) -> bool:
     return directory and len(entry.path) > 1 and fnmatchcase(".".join(entry.path[1:]), pattern)
 
 
-def _row(entry: TensorEntry) -> dict[str, Any]:
+def _row(entry: TensorEntry, shape_of: Callable[[TensorInfo], tuple] | None = None) -> dict:
     t = entry.info
     row = {
         "key": key_text(entry.key),
         "dtype": t.dtype,
-        "shape": list(t.shape),
+        "shape": list(shape_of(t) if shape_of else t.shape),
         "numel": t.numel,
         "bytes": t.nbytes,
         "layout": t.layout,
@@ -175,9 +189,9 @@ def _size(total: int, tally: Tally) -> dict[str, int]:
     return {"total_bytes": total, "tensor_bytes": tensor_bytes, "other_bytes": total - tensor_bytes}
 
 
-def _largest(tally: Tally) -> list[dict[str, Any]]:
+def _largest(tally: Tally, shape_of: Callable[[TensorInfo], tuple]) -> list[dict[str, Any]]:
     unique = sorted(tally.unique.values(), key=lambda e: -e.info.numel)
-    return [_row(e) for e in unique[:_TOP]]
+    return [_row(e, shape_of) for e in unique[:_TOP]]
 
 
 # --- the structure sketch -----------------------------------------------------------------------
@@ -334,15 +348,22 @@ def with_metadata(found: dict[str, Any] | None, report: CheckpointReport) -> dic
     return {**(found or {}), **redact_config(extra)}
 
 
-def progress(root: Any, kinds: dict[str, str] | None = None) -> dict[str, Any]:
-    """step, epoch, ... of the run. A directory's RNG members are skipped: accelerate's
-    `random_states_N.pkl` keeps its own gradient-accumulation `step`, 0 after any number of
-    optimizer steps."""
+_MAX_SCALAR_READS = 16  # 0-d progress tensors read per checkpoint (a real one has one or two)
+
+
+def progress(
+    root: Any,
+    kinds: dict[str, str] | None = None,
+    value_of: Callable[[TensorInfo], int | float | None] | None = None,
+) -> dict[str, Any]:
+    """step, epoch, ... of the run, numbers or 0-d tensors (`torch.tensor(5)`, read by
+    `value_of`). A directory's RNG members are skipped: accelerate's `random_states_N.pkl`
+    keeps its own gradient-accumulation `step`, 0 after any number of optimizer steps."""
     found: dict[str, Any] = {}
     rng = {k for k, kind in (kinds or {}).items() if kind == "rng"}
     if rng and isinstance(root, dict):
         root = {k: v for k, v in root.items() if k not in rng}
-    level, seen = [root], set()
+    level, seen, reads = [root], set(), 0
     for _ in range(3):  # breadth first, so the shallowest value wins
         nxt = []
         for obj in level:
@@ -351,6 +372,11 @@ def progress(root: Any, kinds: dict[str, str] | None = None) -> dict[str, Any]:
                 continue
             seen.add(id(obj))
             for key, value in children(obj):
+                name = key.lower()
+                if name in _PROGRESS and name not in found and isinstance(value, TensorInfo):
+                    # A 0-d tensor's number (a few bytes read), for a few keys at most.
+                    reads += 1
+                    value = value_of(value) if value_of and reads <= _MAX_SCALAR_READS else None
                 if key.lower() in _PROGRESS and _is_number(value):
                     found.setdefault(key.lower(), value)
                 elif is_container(value):

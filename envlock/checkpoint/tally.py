@@ -61,7 +61,7 @@ class Tally:
         if t.alias not in self.unique:
             self._add_elements(e, sec, pre, dt)
         for storage in t.storages:
-            self._add_storage(e, storage, sec)
+            self._add_storage(e, storage, sec, dt)
 
     def _add_elements(
         self, e: TensorEntry, sec: dict[str, Any], pre: dict[str, Any], dt: dict[str, Any]
@@ -72,7 +72,7 @@ class Tally:
         kind = sec["kind"]
         if kind in ("optimizer", "rng", "duplicate"):
             self.state[kind] += numel
-        elif kind == "state":
+        elif kind == "state" or stray_scalar(e.info, kind):
             self.state["other"] += numel
         else:
             self.params += numel
@@ -81,7 +81,8 @@ class Tally:
         self.numel += numel
         for counter in (sec, pre, dt):
             counter["numel"] += numel
-        dt["bytes"] += e.info.nbytes
+        if not e.info.storages:  # no storage to count its bytes by (described only)
+            dt["bytes"] += e.info.nbytes
 
     def _new_elements(self, t: TensorInfo) -> int:
         # Views of one storage (w, w[0] and w.t(), all saved) hold its elements once: count
@@ -93,8 +94,11 @@ class Tally:
             return t.numel  # the one tensor of its storage, each element once: the usual case
         return self.regions.add(sid, t.offset, shape, t.stride)
 
-    def _add_storage(self, e: TensorEntry, storage: Storage, sec: dict[str, Any]) -> None:
-        # Views share one storage: its bytes count once, in the first section that uses it.
+    def _add_storage(
+        self, e: TensorEntry, storage: Storage, sec: dict[str, Any], dt: dict[str, int]
+    ) -> None:
+        # Views share one storage: its bytes count once, in the first section and under the
+        # dtype of the first tensor that uses it (w and w.t() saved: float32's bytes once).
         sid = (storage.file, storage.key)
         users = self.users.setdefault(sid, [])
         if e.key not in users[-1:]:  # one tensor's parts may share a storage
@@ -102,6 +106,8 @@ class Tally:
         if sid not in self.storages:
             self.storages[sid] = storage
             sec["bytes"] += storage.nbytes
+            if sec["kind"] != "duplicate":  # listed, never counted twice
+                dt["bytes"] += storage.nbytes
 
     def totals(self, count: int) -> dict[str, Any]:
         return {
@@ -130,6 +136,13 @@ class Tally:
             for sid, keys in self.users.items()
             if len(keys) > 1
         ]
+
+
+def stray_scalar(t: TensorInfo, kind: str) -> bool:
+    """A 0-d tensor beside the weights, not in a state dict or module (`{"model": sd,
+    "step": torch.tensor(5)}`): a training counter or a loss, never a parameter. A 0-d
+    parameter inside a model (CLIP's logit_scale) stays one."""
+    return t.shape == () and kind in ("mixed", "tensors")
 
 
 def _section(key: str, root: Any) -> dict[str, Any]:

@@ -26,16 +26,23 @@ from envlock.runs.diff_data import change_text
     is_flag=True,
     help="Read symlinks in a checkpoint directory that lead outside it.",
 )
-def command(a: str, b: str, as_json: bool, follow_links: bool) -> None:
+@click.option(
+    "--weights",
+    is_flag=True,
+    help="Also compare tensor contents (a streamed sha256 per tensor; reads every byte).",
+)
+def command(a: str, b: str, as_json: bool, follow_links: bool, weights: bool) -> None:
     """Show what differs between runs A and B (exit 1 when they differ).
 
     Each side is an envlock-snapshot.json, a lock, a checkpoint file, or a directory: a
     checkpoint, a run directory keeping several (the newest by step is compared, and named),
     or one holding a snapshot. Exit 3 when something could not be read: the comparison is
     incomplete. Both sides are read within one budget of time and memory (see the README).
+    Without --weights only headers and pickles are read: equal metadata, not equal values.
     """
     with command_budget("diff"):
-        side_a, side_b = load_side(a, follow_links), load_side(b, follow_links)
+        side_a = load_side(a, follow_links, weights)
+        side_b = load_side(b, follow_links, weights)
     groups = [g.bounded() for g in compare(side_a, side_b)]
     differ = any(g.counted for g in groups)  # run paths alone are no difference
     unread = incomplete(side_a, side_b)

@@ -47,6 +47,8 @@ def inspect_cmd(path: Path, as_json: bool, pattern: str | None, follow_links: bo
         data = bounded_lists(summary(inspect_checkpoint(path, follow_links=follow_links), pattern))
     if as_json:
         ui.emit_json("inspect", data)
+    elif pattern is not None:  # the rows asked for, not the whole report before them
+        _print_keys(pattern, data["keys"])
     else:
         render(data)
 
@@ -92,8 +94,6 @@ def render(data: dict[str, Any]) -> None:
         out.print(f"[dim]objects described, not executed: {names}[/]")
     for note in data["notes"]:
         out.print(f"[yellow]note:[/] {ui.untrusted(note)}")
-    if data["keys"] is not None:
-        _print_keys(data["pattern"], data["keys"])
 
 
 _STATE_WORDS = {

@@ -29,6 +29,7 @@ from envlock.checkpoint.reader import inspect_checkpoint
 from envlock.checkpoint.runfiles import hyperparameters, is_run_file, simple, split_run_paths
 from envlock.checkpoint.tally import is_state_dict
 from envlock.checkpoint.tree import children, is_container, is_optimizer
+from envlock.checkpoint.weights import digests as weight_digests
 from envlock.cuda import is_cuda_library
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
@@ -51,6 +52,7 @@ class Checkpoint:
     files: tuple[str, ...]
     chosen_from: tuple[str, ...] = ()  # the alternatives it was chosen among, newest first
     reason: str = ""  # how it was chosen, for people
+    digests: dict[str, str] | None = None  # key → sha256 of its contents (diff --weights)
 
 
 @dataclass(frozen=True)
@@ -162,13 +164,14 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # -- loading ------------------------------------------------------------------------------
-def load_side(path: str, follow_links: bool = False) -> Side:
+def load_side(path: str, follow_links: bool = False, weights: bool = False) -> Side:
     """One side of a diff; every file it reads passes the untrusted-bytes gate, and those of a
-    directory must lie inside it unless `follow_links`."""
+    directory must lie inside it unless `follow_links`. With `weights`, the contents of its
+    checkpoint's tensors are digested too (streamed: weights.py)."""
     target = Path(path)
     follow = {"follow_links": follow_links}
     if target.is_dir():
-        return _directory_side(target, follow_links)
+        return _directory_side(target, follow_links, weights)
     if not os.path.lexists(target):  # anything else that exists is judged when read
         raise UsageError(f"{target}: no such file or directory")
     if target.name.startswith("pylock.") and target.suffix == ".toml":
@@ -182,7 +185,7 @@ def load_side(path: str, follow_links: bool = False) -> Side:
         beside = target.parent / SNAPSHOT_FILE
         found = load_snapshot(target.parent, **follow) if os.path.lexists(beside) else None
         lock = snapshot_lock(found, beside) if found is not None else None
-        checkpoint, unread = read_checkpoint(Choice(target), follow_links)
+        checkpoint, unread = read_checkpoint(Choice(target), follow_links, weights)
         return Side(str(target), lock, found, checkpoint=checkpoint, unread=unread)
     raise UsageError(
         f"{target}: not a snapshot, checkpoint or lock",
@@ -190,11 +193,11 @@ def load_side(path: str, follow_links: bool = False) -> Side:
     )
 
 
-def _directory_side(target: Path, follow_links: bool) -> Side:
+def _directory_side(target: Path, follow_links: bool, weights: bool = False) -> Side:
     has_snapshot = os.path.lexists(target / SNAPSHOT_FILE)
     snapshot = load_snapshot(target, follow_links=follow_links) if has_snapshot else None
     choice = choose_checkpoint(target, single=True)
-    checkpoint, unread = read_checkpoint(choice, follow_links) if choice else (None, ())
+    checkpoint, unread = read_checkpoint(choice, follow_links, weights) if choice else (None, ())
     # Run files (config.json, training_args.bin, ...) lie beside the chosen checkpoint.
     run_dir = (
         None if choice is None else choice.path if choice.path.is_dir() else choice.path.parent
@@ -217,7 +220,7 @@ def read_lock_text(path: Path) -> str:
 
 
 def read_checkpoint(
-    choice: Choice, follow_links: bool
+    choice: Choice, follow_links: bool, weights: bool = False
 ) -> tuple[Checkpoint | None, tuple[str, ...]]:
     """What `inspect` reads of the chosen checkpoint, and what it could not read. A refusal
     (hostile bytes, a link out, a limit) is raised: the diff ends, as inspect would."""
@@ -234,6 +237,9 @@ def read_checkpoint(
         return None, (f"{path}: {exc.message}",)
     directory = report.format == "directory"
     unread = tuple(n for n in doc["notes"] if n.startswith("skipped "))
+    digested = weight_digests(report, follow_links) if weights else None
+    if digested is not None:
+        unread += tuple(f"contents of {u}" for u in digested.unread)
     checkpoint = Checkpoint(
         path=str(path),
         tensors={r["key"]: tensor_text(r) for r in doc["keys"]},
@@ -244,6 +250,7 @@ def read_checkpoint(
         files=tuple(f["path"] for f in doc["files"]),
         chosen_from=tuple(str(p) for p in choice.candidates),
         reason=choice.describe(),
+        digests=digested.digests if digested is not None else None,
     )
     return checkpoint, tuple(f"{path}: {n}" for n in unread)
 

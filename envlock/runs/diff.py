@@ -124,6 +124,7 @@ def compare(a: Side, b: Side) -> list[Group]:
     if a.is_run and b.is_run:  # a lock has no config, weights or progress: nothing to compare
         groups += [
             structure_group(a, b),
+            weights_group(a, b),
             Group("hyperparameters", once(mapping_changes(a.config(), b.config()))),
             Group("progress", mapping_changes(progress_of(a), progress_of(b))),
         ]
@@ -164,6 +165,23 @@ def structure_group(a: Side, b: Side) -> Group:
 
 
 STRUCTURE_NOTE = "tensor keys with dtype [shape], and the parameter count"
+WEIGHTS_SHOWN = 20  # keys named of the tensors whose contents differ; the rest counted
+
+
+def weights_group(a: Side, b: Side) -> Group:
+    """Tensors present on both sides whose contents differ (diff --weights): a sha256 of
+    each tensor's bytes, streamed; the first WEIGHTS_SHOWN keys named, all counted."""
+    da = a.checkpoint.digests if a.checkpoint else None
+    db = b.checkpoint.digests if b.checkpoint else None
+    if da is None or db is None:
+        return Group("weights")  # not asked for, or no checkpoint on one side
+    differ = [k for k in da if k in db and da[k] != db[k]]
+    compared = sum(1 for k in da if k in db)
+    shown = tuple(Change(k, da[k][:16], db[k][:16]) for k in differ[:WEIGHTS_SHOWN])
+    note = f"{len(differ):,} of {compared:,} tensors on both sides differ in contents (sha256)"
+    if len(differ) > WEIGHTS_SHOWN:
+        note += f"; the first {WEIGHTS_SHOWN} named"
+    return Group("weights", shown, note)
 
 
 def progress_of(side: Side) -> dict[str, Any]:
