@@ -23,6 +23,7 @@ CONVERTED = {
     "generations": ("generations_of", "generations_member"),
     "rollback": ("rollback_of", "rollback_member"),
     "gc": ("gc_of", None),
+    "apply": ("apply_of", "apply_member"),
 }
 
 
