@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import click
 
@@ -134,8 +136,9 @@ def command(
             members=members,  # those whose plans were shown
         )
     refuse_on(on, fail_fast)
-    done = converge(
+    result = apply_of(
         ctx,
+        started=started,
         deep=deep,
         restart=restart,
         no_wait=no_wait,
@@ -144,7 +147,10 @@ def command(
         gate=make_gate(ctx, yes=yes, as_json=as_json),
         adopt=adopt,
     )
-    render(done, started=started, as_json=as_json, snapshot_dir=snapshot_dir)
+    if as_json:
+        ui.emit_json(KIND, result.to_json())
+    else:
+        render_text(result)
 
 
 def make_gate(ctx: Context, *, yes: bool, as_json: bool) -> Gate:
@@ -164,45 +170,66 @@ def make_gate(ctx: Context, *, yes: bool, as_json: bool) -> Gate:
     return gate
 
 
-def render(
-    done: Converged, *, started: float, as_json: bool, snapshot_dir: str | None = None
-) -> None:
-    """A converge's result for people (or --json)."""
-    plan, report = done.plan, list(done.report)
-    if not done.applied:
-        if as_json:
-            ui.emit_json(
-                "apply",
-                {
-                    **plan_json(plan),
-                    "applied": done.snapshotted,
-                    "generation": done.current,
-                    "container": report,
-                },
-            )
-        else:
-            for line in report:
-                ui.out.print(f"  container: {ui.escape(line)}")
-            print_plan(plan)
-        return
-    elapsed = time.perf_counter() - started
-    if as_json:
-        ui.emit_json(
-            "apply",
-            {
-                **plan_json(plan),
-                "applied": True,
-                "generation": done.current,
-                "current": done.current,  # the old name of "generation", kept one release
-                "container": report,
-                "seconds": round(elapsed, 3),
-            },
+KIND = "apply"
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What an apply did (a converge's value) and how long it took; `from_snapshot`: the
+    generation follows a snapshot's lock and is held."""
+
+    done: Converged
+    seconds: float
+    from_snapshot: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        done = self.done
+        common = {**plan_json(done.plan), "applied": done.applied or done.snapshotted}
+        if not done.applied:
+            return {**common, "generation": done.current, "container": list(done.report)}
+        return {
+            **common,
+            "generation": done.current,
+            "current": done.current,  # the old name of "generation", kept one release
+            "container": list(done.report),
+            "seconds": round(self.seconds, 3),
+        }
+
+    def member(self) -> MemberResult:
+        """A fleet member's row: the same value, summed up."""
+        done = self.done
+        number, _, lock = str(done.current or "").partition("-")
+        return MemberResult(
+            0,
+            "applied" if done.applied else "in sync",
+            generation=int(number) if number.isdigit() else None,
+            lock=lock,
+            note=f"{len(done.plan.actions)} action(s)" if done.applied else "",
+            data=self.to_json(),
         )
-        return
-    for line in report:
+
+
+def apply_of(
+    ctx: Context, *, started: float, snapshot_dir: str | None, **options: Any
+) -> ApplyResult:
+    """The one producer of an apply's result (a single target's, or one fleet member's):
+    converge, timed from `started`."""
+    done = converge(ctx, snapshot_dir=snapshot_dir, **options)
+    return ApplyResult(done, time.perf_counter() - started, from_snapshot=bool(snapshot_dir))
+
+
+def render_text(result: ApplyResult) -> None:
+    """An apply's result for people."""
+    done = result.done
+    for line in done.report:
         ui.out.print(f"  container: {ui.escape(line)}")
-    ui.out.print(f"[green]✓[/] applied: generation {done.current} is active ({elapsed:.1f}s)")
-    if snapshot_dir:
+    if not done.applied:
+        print_plan(done.plan)
+        return
+    ui.out.print(
+        f"[green]✓[/] applied: generation {done.current} is active ({result.seconds:.1f}s)"
+    )
+    if result.from_snapshot:
         ui.info(
             "note: this generation follows the snapshot's lock, not the profile's, and is "
             "held as a rollback is (`envlock run` judges it by that lock); "
@@ -214,8 +241,9 @@ def apply_member(
     ctx: Context, progress: Progress, *, deep: bool, restart: bool, no_wait: bool
 ) -> MemberResult:
     """apply on one fleet member (already confirmed for the whole fleet)."""
-    done = converge(
+    result = apply_of(
         ctx,
+        started=time.perf_counter(),
         deep=deep,
         restart=restart,
         no_wait=no_wait,
@@ -223,15 +251,7 @@ def apply_member(
         progress=progress,
         gate=lambda steps, plan: None,
     )
-    number, _, lock = str(done.current or "").partition("-")
-    return MemberResult(
-        0,
-        "applied" if done.applied else "in sync",
-        generation=int(number) if number.isdigit() else None,
-        lock=lock,
-        note=f"{len(done.plan.actions)} action(s)" if done.applied else "",
-        data={**plan_json(done.plan), "container": list(done.report), "current": done.current},
-    )
+    return result.member()
 
 
 class Previewed(Exception):

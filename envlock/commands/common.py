@@ -150,8 +150,17 @@ def print_drift(drifts: list[Drift], clean_message: str) -> None:
 
 def print_fixes(ctx: Context, drifts: list[Drift]) -> None:
     """What repairs these drift items, each once, most consequential first (on stderr)."""
+    print_fix_lines(fixes_of(ctx, drifts))
+
+
+def fixes_of(ctx: Context, drifts: list[Drift]) -> tuple[str, ...]:
+    """The commands that repair these drift items, each once, most consequential first."""
     shown = ui.shown_path(ctx.profile.path)
-    for fix in dict.fromkeys(d.declared.fix.format(profile=shown) for d in drifts):
+    return tuple(dict.fromkeys(d.declared.fix.format(profile=shown) for d in drifts))
+
+
+def print_fix_lines(fixes: tuple[str, ...]) -> None:
+    for fix in fixes:
         ui.info(f"  fix: `{fix}`" if fix.startswith("envlock ") else f"  fix: {fix}")
 
 

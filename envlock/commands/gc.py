@@ -6,6 +6,9 @@ question, `--dry-run` only lists); on a fleet profile `--on VMID` picks the memb
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import click
 
@@ -23,6 +26,56 @@ from envlock.reconcile.execute import execute
 from envlock.reconcile.generations import plan_gc
 from envlock.reconcile.plan import Plan
 
+KIND = "gc"
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """What gc removes (its plan), whether it did (not on --dry-run, nor when nothing is to
+    go) and the bytes that freed."""
+
+    plan: Plan
+    dry_run: bool
+    removed: bool = False
+    freed: int = 0
+
+    @property
+    def doomed(self) -> list[str]:
+        return doomed(self.plan)
+
+    def to_json(self) -> dict[str, Any]:
+        document = {**plan_json(self.plan), "freed_bytes": self.freed}
+        return document if self.removed else {**document, "dry_run": self.dry_run}
+
+
+def gc_of(
+    ctx: Context,
+    keep: int,
+    *,
+    dry_run: bool,
+    ask: Callable[[Plan], None],
+    on_progress: Callable[[str], None] | None,
+) -> GcResult:
+    """The one producer of gc's result: plan, `ask` (which exits on no), remove."""
+    plan = plan_gc(gather_state(ctx), keep)
+    if plan.empty or dry_run:
+        return GcResult(plan, dry_run)
+    ask(plan)
+    answer = execute(ctx, plan, on_progress=on_progress)
+    return GcResult(plan, dry_run, removed=True, freed=int(answer.get("freed", 0)))
+
+
+def render_text(result: GcResult) -> None:
+    if result.removed:
+        names = ", ".join(result.doomed)
+        ui.out.print(f"[green]✓[/] removed {names}: {ui.size(result.freed)} freed")
+    elif result.plan.empty:
+        print_plan(result.plan)
+    else:
+        names = ", ".join(result.doomed)
+        ui.out.print(f"would remove {len(result.doomed)} generation(s): {names}")
+        ui.info("dry run: nothing removed")
+
 
 @click.command("gc")
 @with_context(allow_stale=True)
@@ -39,34 +92,32 @@ from envlock.reconcile.plan import Plan
 @json_option
 def command(ctx: Context, keep: int, dry_run: bool, yes: bool, as_json: bool) -> None:
     """Remove old generations; the active and the previous one always stay."""
-    plan = plan_gc(gather_state(ctx), keep)
-    if plan.empty or dry_run:
-        show(plan, dry_run=dry_run, as_json=as_json)
-        return
-    if not as_json:
-        print_plan(plan)
-    confirm(yes, plan)
-    answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
-    freed = int(answer.get("freed", 0))
+    result = gc_of(
+        ctx,
+        keep,
+        dry_run=dry_run,
+        ask=asking(yes, as_json),
+        on_progress=None if as_json else ui.info,
+    )
     if as_json:
-        ui.emit_json("gc", {**plan_json(plan), "freed_bytes": freed})
+        ui.emit_json(KIND, result.to_json())
     else:
-        ui.out.print(f"[green]✓[/] removed {', '.join(doomed(plan))}: {ui.size(freed)} freed")
+        render_text(result)
 
 
 def doomed(plan: Plan) -> list[str]:
     return [str(name) for name in plan.actions[0].args["names"]] if plan.actions else []
 
 
-def show(plan: Plan, *, dry_run: bool, as_json: bool) -> None:
-    """Nothing to remove, or (--dry-run) what would be: exit 0 either way."""
-    if as_json:
-        ui.emit_json("gc", {**plan_json(plan), "freed_bytes": 0, "dry_run": dry_run})
-    elif plan.empty:
-        print_plan(plan)
-    else:
-        ui.out.print(f"would remove {len(doomed(plan))} generation(s): {', '.join(doomed(plan))}")
-        ui.info("dry run: nothing removed")
+def asking(yes: bool, as_json: bool) -> Callable[[Plan], None]:
+    """The question before removing: the plan shown (not under --json), then confirm."""
+
+    def ask(plan: Plan) -> None:
+        if not as_json:
+            print_plan(plan)
+        confirm(yes, plan)
+
+    return ask
 
 
 def confirm(yes: bool, plan: Plan) -> None:

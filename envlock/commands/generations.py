@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import click
@@ -13,7 +13,55 @@ from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.errors import UsageError
 from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, held_context
-from envlock.reconcile.state import State
+from envlock.reconcile.state import Hold, State
+
+KIND = "generations"
+
+
+@dataclass(frozen=True)
+class GenerationsResult:
+    """The generations on the target (one row each), which is active, and the hold."""
+
+    generation: str | None  # the active generation's name
+    number: int | None  # its number, and the lock it was built from
+    lock: str
+    hold: Hold | None  # the rollback that holds the root, when one does
+    rows: tuple[dict[str, Any], ...]
+    history: tuple[dict[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "current": self.generation,  # the old name of "generation", kept one release
+            "hold": self.hold.to_json() if self.hold else None,
+            "generations": list(self.rows),
+            "history": list(self.history),
+        }
+
+    def member(self) -> MemberResult:
+        """A fleet member's row: the same value, summed up."""
+        return MemberResult(
+            0,
+            f"{len(self.rows)} generation(s)",
+            generation=self.number,
+            lock=self.lock,
+            hold=self.hold is not None,
+            data=self.to_json(),
+        )
+
+
+def generations_of(ctx: Context) -> GenerationsResult:
+    """The one producer of the generations' result (a single target's, or one member's)."""
+    state = gather_state(ctx, verify=False)  # listing needs no file verification
+    gen = state.current_generation
+    return GenerationsResult(
+        state.current,
+        gen.number if gen else None,
+        gen.lock_hash if gen else "",
+        state.hold if held_context(ctx, state) else None,
+        tuple(generation_rows(ctx, state)),
+        tuple(s.to_json() for s in state.history),
+    )
 
 
 def generations_member(
@@ -27,21 +75,8 @@ def generations_member(
         return MemberResult(
             0, f"{len(snaps)} snapshot(s)", data={"snapshots": [asdict(s) for s in snaps]}
         )
-    state = gather_state(ctx, verify=False)
-    held = held_context(ctx, state) is not None
-    gen = state.current_generation
-    return MemberResult(
-        0,
-        f"{len(state.generations)} generation(s)",
-        generation=gen.number if gen else None,
-        lock=gen.lock_hash if gen else "",
-        hold=held,
-        data={
-            "generation": state.current,
-            "current": state.current,  # the old name of "generation", kept one release
-            "generations": generation_rows(ctx, state),  # the single target's rows
-        },
-    )
+    result = generations_of(ctx)
+    return result.member()
 
 
 @click.command("generations")
@@ -58,28 +93,22 @@ def command(ctx: Context, container: bool, as_json: bool) -> None:
     if container:
         list_snapshots(ctx, as_json)
         return
-    state = gather_state(ctx, verify=False)  # listing needs no file verification
-    hold = state.hold if held_context(ctx, state) else None
-    rows = generation_rows(ctx, state)
+    result = generations_of(ctx)
     if as_json:
-        ui.emit_json(
-            "generations",
-            {
-                "generation": state.current,
-                "current": state.current,  # the old name of "generation", kept one release
-                "hold": hold.to_json() if hold else None,
-                "generations": rows,
-                "history": [s.to_json() for s in state.history],
-            },
-        )
-        return
-    if not rows:
+        ui.emit_json(KIND, result.to_json())
+    else:
+        render_text(result)
+
+
+def render_text(result: GenerationsResult) -> None:
+    if not result.rows:
         ui.out.print("no generations yet: run `envlock apply`")
         return
+    hold = result.hold
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("", "gen", "lock", "built", "files", "size", "adds", "note"):
         table.add_column(column)
-    for row in rows:
+    for row in result.rows:
         note = "incomplete" if not row["complete"] else ""
         if row["matches_lock"]:
             note = "the profile's lock"

@@ -142,19 +142,22 @@ def converge_now(path: Path, as_json: bool = False) -> str | None:
     """The converge `envlock apply -y` runs, on the profile just written, rendered as apply
     renders it (under --json: the generation active after it, for the command's document)."""
     # Here: dry runs never pay for these imports.
-    from envlock.commands.apply import make_gate, render
+    from envlock.commands.apply import apply_of, make_gate, render_text
     from envlock.commands.common import progress_printer
     from envlock.reconcile.context import open_context
-    from envlock.reconcile.converge import converge
 
     started = time.perf_counter()
     ctx = open_context(path)
-    done = converge(
-        ctx, progress=progress_printer(as_json), gate=make_gate(ctx, yes=True, as_json=as_json)
+    result = apply_of(
+        ctx,
+        started=started,
+        snapshot_dir=None,
+        progress=progress_printer(as_json),
+        gate=make_gate(ctx, yes=True, as_json=as_json),
     )
     if not as_json:
-        render(done, started=started, as_json=False)
-    return done.current
+        render_text(result)
+    return result.done.current
 
 
 # -- showing ------------------------------------------------------------------------------

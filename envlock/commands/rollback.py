@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,6 +31,108 @@ if TYPE_CHECKING:
     from envlock.fleet import MemberResult, Progress
 
 
+KIND = "rollback"
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    """A generation switch or a --resync: the plan, the generation active after it, and
+    how long it took (the switch itself, on the target, when there was one)."""
+
+    plan: Plan
+    generation: str | None  # the active generation's name after it
+    resync: bool
+    profile_lock: str  # the profile's lock id
+    judged_by: str  # what `check` judges a generation other than the profile's lock by
+    milliseconds: float = 0.0
+    switch_milliseconds: float | None = None
+
+    @property
+    def lock(self) -> str:
+        return (self.generation or "").partition("-")[2]
+
+    @property
+    def held(self) -> bool:
+        """A switch to a generation of another lock: the root is held on it."""
+        return not self.resync and bool(self.lock) and self.lock != self.profile_lock
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **plan_json(self.plan),
+            "generation": self.generation,
+            "current": self.generation,  # old name, one release
+            "milliseconds": round(self.milliseconds, 1),
+            "switch_milliseconds": self.switch_milliseconds,
+        }
+
+    def member(self) -> MemberResult:
+        """A fleet member's row: the same value, summed up."""
+        from envlock.fleet import MemberResult
+
+        number = (self.generation or "").partition("-")[0]
+        plan = self.plan
+        return MemberResult(
+            0,
+            "in sync" if plan.empty else "resynced" if self.resync else "rolled back",
+            generation=int(number) if number.isdigit() else None,
+            lock=self.lock,
+            hold=self.held,
+            note=(plan.reason or "") if plan.empty else "",
+            data=self.to_json(),
+        )
+
+
+def rollback_of(
+    ctx: Context,
+    *,
+    to: int | None,
+    resync: bool,
+    deep: bool,
+    on_progress: Callable[[str], None] | None,
+    meanwhile: Callable[[], object] | None = None,
+) -> RollbackResult:
+    """The one producer of a rollback's result (a single target's, or one fleet member's):
+    plan, execute, and verify a --resync."""
+    started = time.perf_counter()
+    plan, state, own = rollback_plan(ctx, to=to, resync=resync, deep=deep, meanwhile=meanwhile)
+    answer = execute(ctx, plan, on_progress=on_progress)
+    if resync and not plan.empty:
+        verify_after(own, deep=deep)
+    current = answer.get("current", state.current)
+    chosen = next((g for g in state.generations if g.name == current), None)
+    judged = (
+        f"its manifest (adopted from {chosen.adopted_from})"
+        if chosen and chosen.adopted_from
+        else "its own lock"
+    )
+    return RollbackResult(
+        plan,
+        str(current) if current else None,
+        resync,
+        ctx.lock.short_hash,
+        judged,
+        (time.perf_counter() - started) * 1000,
+        switch_ms(plan, answer),
+    )
+
+
+def render_text(result: RollbackResult) -> None:
+    if result.plan.empty:
+        print_plan(result.plan)
+        return
+    switched = result.switch_milliseconds
+    took = f"{result.milliseconds:.0f} ms" + (
+        f", the switch {switched:.1f} ms on the target" if switched is not None else ""
+    )
+    ui.ok(f"generation {result.generation} is active ({took})")
+    if result.held:
+        ui.info(
+            f"rolled back: the profile's lock is {result.profile_lock}; `envlock check` "
+            f"judges this generation by {result.judged_by}, `envlock run` uses it, "
+            "`envlock apply` returns to the profile's"
+        )
+
+
 def rollback_member(
     ctx: Context,
     progress: Progress,
@@ -49,22 +152,8 @@ def rollback_member(
             raise UsageError("--container needs a proxmox-lxc target with a [container] table")
         name = ctx.provisioner.rollback(snapshot_name, progress)
         return MemberResult(0, "rolled back", note=f"container at snapshot {name}")
-    plan, state, own = rollback_plan(ctx, to=to, resync=resync, deep=deep)
-    answer = execute(ctx, plan, on_progress=progress)
-    if resync and not plan.empty:
-        verify_after(own, deep=deep)
-    current = str(answer.get("current", state.current) or "")
-    number, _, lock = current.partition("-")
-    held = not resync and bool(lock) and lock != ctx.lock.short_hash
-    return MemberResult(
-        0,
-        "in sync" if plan.empty else "resynced" if resync else "rolled back",
-        generation=int(number) if number.isdigit() else None,
-        lock=lock,
-        hold=held,
-        note=(plan.reason or "") if plan.empty else "",
-        data={**plan_json(plan), "current": current or None},
-    )
+    result = rollback_of(ctx, to=to, resync=resync, deep=deep, on_progress=progress)
+    return result.member()
 
 
 def rollback_plan(
@@ -134,61 +223,37 @@ def command(
     as_json: bool,
 ) -> None:
     """Switch back to the previous generation (milliseconds), or --resync the active one."""
-    started = time.perf_counter()
     if snapshot_name is not None and not container:
         raise UsageError(
             "--snapshot goes with --container", hint=f"--container --snapshot {snapshot_name}"
         )
     if container:
-        provisioner = ctx.provisioner
-        if provisioner is None:
-            raise UsageError("--container needs a proxmox-lxc target with a [container] table")
-        name = provisioner.rollback(snapshot_name, None if as_json else ui.info)
-        if as_json:
-            ui.emit_json("rollback-container", {"container_snapshot": name})
-        else:
-            ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
+        rollback_container(ctx, snapshot_name, as_json)
         return
-    plan, state, own = rollback_plan(
-        ctx, to=to, resync=resync, deep=deep, meanwhile=ui.prepare_for_terminal
+    result = rollback_of(
+        ctx,
+        to=to,
+        resync=resync,
+        deep=deep,
+        on_progress=None if as_json else ui.info,
+        meanwhile=ui.prepare_for_terminal,
     )
-    answer = execute(ctx, plan, on_progress=None if as_json else ui.info)
-    if resync and not plan.empty:
-        verify_after(own, deep=deep)
-    elapsed_ms = (time.perf_counter() - started) * 1000
     if as_json:
-        ui.emit_json(
-            "rollback",
-            {
-                **plan_json(plan),
-                "generation": answer.get("current", state.current),
-                "current": answer.get("current", state.current),  # old name, one release
-                "milliseconds": round(elapsed_ms, 1),
-                "switch_milliseconds": switch_ms(plan, answer),
-            },
-        )
-        return
-    if plan.empty:
-        print_plan(plan)
-        return
-    switched = switch_ms(plan, answer)
-    took = f"{elapsed_ms:.0f} ms" + (
-        f", the switch {switched:.1f} ms on the target" if switched is not None else ""
-    )
-    ui.ok(f"generation {answer.get('current')} is active ({took})")
-    held_lock = str(answer.get("current", "")).partition("-")[2]
-    if not resync and held_lock and held_lock != ctx.lock.short_hash:
-        chosen = next((g for g in state.generations if g.name == answer.get("current")), None)
-        judged = (
-            f"its manifest (adopted from {chosen.adopted_from})"
-            if chosen and chosen.adopted_from
-            else "its own lock"
-        )
-        ui.info(
-            f"rolled back: the profile's lock is {ctx.lock.short_hash}; `envlock check` judges "
-            f"this generation by {judged}, `envlock run` uses it, `envlock apply` returns "
-            "to the profile's"
-        )
+        ui.emit_json(KIND, result.to_json())
+    else:
+        render_text(result)
+
+
+def rollback_container(ctx: Context, snapshot_name: str | None, as_json: bool) -> None:
+    """The container, through the Proxmox API, to a snapshot: a document of its own."""
+    provisioner = ctx.provisioner
+    if provisioner is None:
+        raise UsageError("--container needs a proxmox-lxc target with a [container] table")
+    name = provisioner.rollback(snapshot_name, None if as_json else ui.info)
+    if as_json:
+        ui.emit_json("rollback-container", {"container_snapshot": name})
+    else:
+        ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
 
 
 def switch_ms(plan: Plan, answer: dict[str, object]) -> float | None:

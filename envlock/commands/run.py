@@ -38,7 +38,14 @@ from envlock.runs.environment import (
     compile_artifacts_env,
     generation_dir,
 )
-from envlock.runs.launch import exec_local, refused_exit, remote_spec, run_remote, spec_of
+from envlock.runs.launch import (
+    ended,
+    exec_local,
+    refused_exit,
+    remote_spec,
+    run_remote,
+    spec_of,
+)
 from envlock.runs.one_call import (
     Changed,
     Started,
@@ -223,7 +230,7 @@ def run_in_one_call(
             remember(ctx.transport, root, request, kept)
         outcome = call_run(ctx.transport, root, launch, gate)
         if isinstance(outcome, Started):
-            return outcome.code
+            return ended(ctx.transport, outcome.code)
         # Stopped: the state as proposed, which the container's word changes; Changed: the
         # state the target answered; Failed: ask the usual way, which says why.
         raw = proposal if isinstance(outcome, Stopped) else None

@@ -42,7 +42,7 @@ NOT_EXECUTABLE, NOT_FOUND = 126, 127
 # starts as ssh and pct exec would start it: in the login's home, with the environment
 # given (its interpreter's site, .pth files and PYTHONPATH all apply).
 LAUNCHER = r"""
-import json, os, sys
+import fcntl, json, os, sys
 env_file, pid_file, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
 with open(env_file) as handle:
     spec = json.load(handle)
@@ -62,9 +62,40 @@ if not sys.stdin.isatty():
         target = "-" + target
     except OSError:
         pass
-fd = os.open(pid_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+def sweep(run_dir):
+    # A .pid nobody holds locked: its command is gone, and with it the lock (a container
+    # stopped under the run, so nothing removed the file). A live one's command holds it.
+    swept = 0
+    for name in os.listdir(run_dir):
+        if not name.endswith(".pid"):
+            continue
+        try:
+            fd = os.open(os.path.join(run_dir, name), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(os.path.join(run_dir, name))
+            swept += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    if swept:
+        sys.stderr.write(
+            "envlock: removed %d stale .pid file(s) in %s, left by a run whose container "
+            "stopped under it\n" % (swept, run_dir)
+        )
+
+
+sweep(os.path.dirname(pid_file))
+# Written under another name, locked, then renamed: a .pid is always locked while its
+# command lives (the descriptor goes with it through exec), so a sweep never takes a live one.
+fd = os.open(pid_file + ".new", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
 os.write(fd, target.encode())
-os.close(fd)
+os.rename(pid_file + ".new", pid_file)
+os.set_inheritable(fd, True)
 try:
     os.chdir(os.environ.get("HOME") or "/")
 except OSError:
@@ -136,7 +167,32 @@ def run_remote(transport: Transport, root: str, argv: list[str], spec: bytes) ->
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    # A stopped container keeps the .pid (nothing there can be removed): the next run's
+    # launcher sweeps it, saying so.
+    code = ended(transport, code)
+    try:
         transport.run(["rm", "-f", env_file, pid_file])
+    except OperationError:
+        ended(transport, KILLED)  # stopped just after the command ended
+        raise
+    return code
+
+
+# A status of 128 + a signal: the command was killed (a stop kills what a container runs),
+# or 255, ssh's own. Only then is the node asked whether the container stopped.
+KILLED = 128
+
+
+def ended(transport: Transport, code: int) -> int:
+    """The remote command's status, unless its container stopped under it: then that is
+    the error (exit 3), never "not running" as if the command had not started."""
+    if code < KILLED:
+        return code
+    stopped_while = getattr(transport, "stopped_while", None)  # a container's transport
+    status = f" (its status: {code})" if code != KILLED else ""
+    error = stopped_while(f"the command ran{status}") if callable(stopped_while) else None
+    if error is not None:
+        raise error
     return code
 
 

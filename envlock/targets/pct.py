@@ -119,6 +119,24 @@ class PctTransport:
             return False
         return result.ok and result.text().strip() == "status: stopped"
 
+    def stopped_while(self, what: str) -> OperationError | None:
+        """The error for a command cut short because the container stopped under it (None
+        when it still runs): what to do is to start it again, not "start it" as if it never
+        had been."""
+        if not self.stopped():
+            return None
+        return OperationError(
+            f"{self.name} stopped while {what}: it was cut short",
+            hint=f"{self.start_hint()}, then run it again; what it wrote before the stop "
+            "is as it left it",
+        )
+
+    def start_hint(self) -> str:
+        return (
+            f"start it: `pct start {self.vmid}` on the node {self.node_name}, or `envlock "
+            "apply` when the profile declares a [container]"
+        )
+
     def detect_keep_env(self) -> None:
         """Learn once per connection whether the node's pct knows `--keep-env`."""
         self.run(["true"])
@@ -148,8 +166,7 @@ class PctTransport:
         if NOT_RUNNING.search(text):
             raise ContainerNotRunning(
                 f"{self.name} is not running",
-                hint=f"start it: `pct start {self.vmid}` on {node}, or `envlock apply` when "
-                "the profile declares a [container]",
+                hint=self.start_hint(),
             )
         if NO_CONFIG.search(text):
             raise ContainerMissing(
