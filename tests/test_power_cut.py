@@ -122,7 +122,15 @@ def fsync(path: Path) -> None:
 def project(lazy: LazyFS, wheelhouse: Path) -> Project:
     proj = Project(lazy, wheelhouse)
     proj.saved()
-    assert proj.envlock("lock", proj.profile).returncode == 0
+    # The lock is the set-up, not what is cut: it resolves with the session's uv cache, off
+    # the mount (a resolution through a fresh cache on the FUSE mount once failed in a full
+    # run, uv finding no solution, and passed alone). apply, what is cut, uses the mount's.
+    locked = subprocess.run(
+        [sys.executable, "-m", "envlock", "lock", str(proj.profile)],
+        capture_output=True,
+        text=True,
+    )
+    assert locked.returncode == 0, locked.stderr
     return proj
 
 
