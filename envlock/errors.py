@@ -77,7 +77,7 @@ class OperationError(EnvlockError):
 _CHAIN = re.compile(r"(?i)^(?:error|cause|caused by):\s*(.+)$")
 _OS_ERROR = re.compile(r"([^:]*\(os error \d+\))")
 _ERRNO = re.compile(r"\[Errno \d+\] ([^:']+)")
-# "`uv pip sync …` failed (exit 2): uv pip sync --python … /root/generations/…": what ran,
+# "`uv pip sync …` failed (exit 2): uv pip sync --python … ROOT/generations/…": what ran,
 # not why it failed.
 _COMMAND_FAILED = re.compile(r"failed \(exit -?\d+\)")
 

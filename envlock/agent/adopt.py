@@ -9,7 +9,7 @@ under <root>/generations/: it arrives complete, so a crash after it leaves a com
 generation (the next apply links the venv path). Only then do `current` and the venv path
 become links. The rename keeps every inode, so the manifest still describes the files.
 
-Scripts in the venv name its old absolute path in their shebangs (`#!/root/venv/bin/python`);
+Scripts in the venv name its old absolute path in their shebangs (`#!VENV/bin/python`);
 the venv path becomes the link to `current`, so they keep working while the adopted
 generation is active (and run the active generation's Python otherwise, as `activate` does).
 """
