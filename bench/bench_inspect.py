@@ -14,7 +14,6 @@ import argparse
 import json
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -23,8 +22,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.checkpoint_factory import inspect_argv, make_big, measure, run_torch  # noqa: E402
-from tests.support import make_torch_venv  # noqa: E402
+from bench.timing import median_run, torch_venv  # noqa: E402
+from tests.checkpoint_factory import inspect_argv, make_big, run_torch  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "inspect.json"
 GOAL_SPEEDUP_VS_MMAP = 10.0
@@ -42,7 +41,7 @@ def main() -> None:
     args = _parse()
     work = Path(tempfile.mkdtemp(prefix="envlock-bench-inspect-"))
     try:
-        python = Path(args.python) if args.python else _torch_venv(work)
+        python = Path(args.python) if args.python else torch_venv(work)
         ckpt = work / "big.pt"
         size = make_big(python, ckpt, gib=args.gib, layers=args.layers)
         cases = {
@@ -50,7 +49,7 @@ def main() -> None:
             "torch.load mmap": [str(python), "-c", TORCH_SCRIPT, str(ckpt), "mmap"],
             "torch.load full": [str(python), "-c", TORCH_SCRIPT, str(ckpt), "full"],
         }
-        results = {name: _run(argv, args.repeat) for name, argv in cases.items()}
+        results = {name: median_run(argv, args.repeat) for name, argv in cases.items()}
         torch_version = run_torch(python, "import torch; print(torch.__version__)").strip()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -68,24 +67,6 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=64, help="tensors to spread it over")
     parser.add_argument("--repeat", type=int, default=3, help="measured runs per tool")
     return parser.parse_args()
-
-
-def _torch_venv(work: Path) -> Path:
-    print("building a CPU-torch venv (tests.support.make_torch_venv)…", file=sys.stderr)
-    return make_torch_venv(work / "venv", compile_bytecode=True)
-
-
-def _run(argv: list[str], repeat: int) -> dict[str, Any]:
-    runs = [measure(argv) for _ in range(repeat + 1)][1:]  # the first run warms caches
-    for run in runs:
-        if run.returncode != 0:
-            raise SystemExit(f"{argv[:3]} failed ({run.returncode}):\n{run.stderr}")
-    seconds = [r.seconds for r in runs]
-    return {
-        "seconds": statistics.median(seconds),
-        "seconds_all": seconds,
-        "peak_rss_mb": max(r.peak_rss_bytes for r in runs) / 1e6,
-    }
 
 
 def _report(

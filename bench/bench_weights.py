@@ -16,17 +16,15 @@ import argparse
 import json
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.checkpoint_factory import make_big, measure  # noqa: E402
-from tests.support import make_torch_venv  # noqa: E402
+from bench.timing import median_run, torch_venv  # noqa: E402
+from tests.checkpoint_factory import make_big  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "weights.json"
 GOAL_RATIO = 1.5  # envlock diff --weights / sha256sum of the same files
@@ -36,13 +34,13 @@ def main() -> None:
     args = _parse()
     work = Path(tempfile.mkdtemp(prefix="envlock-bench-weights-"))
     try:
-        python = Path(args.python) if args.python else _torch_venv(work)
+        python = Path(args.python) if args.python else torch_venv(work)
         a, b = work / "a.pt", work / "b.pt"
         size = make_big(python, a, gib=args.mib / 1024, layers=args.layers)
         shutil.copyfile(a, b)
         diff = [sys.executable, "-m", "envlock", "diff", "--weights", "--json", str(a), str(b)]
         cases = {"envlock diff --weights": diff, "sha256sum": ["sha256sum", str(a), str(b)]}
-        results = {name: _run(argv, args.repeat) for name, argv in cases.items()}
+        results = {name: median_run(argv, args.repeat, shown=5) for name, argv in cases.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ratio = results["envlock diff --weights"]["seconds"] / results["sha256sum"]["seconds"]
@@ -73,24 +71,6 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=16, help="tensors to spread it over")
     parser.add_argument("--repeat", type=int, default=3, help="measured runs per tool")
     return parser.parse_args()
-
-
-def _torch_venv(work: Path) -> Path:
-    print("building a CPU-torch venv (tests.support.make_torch_venv)…", file=sys.stderr)
-    return make_torch_venv(work / "venv", compile_bytecode=True)
-
-
-def _run(argv: list[str], repeat: int) -> dict[str, Any]:
-    runs = [measure(argv) for _ in range(repeat + 1)][1:]  # the first run warms caches
-    for run in runs:
-        if run.returncode != 0:
-            raise SystemExit(f"{argv[:5]} failed ({run.returncode}):\n{run.stderr}")
-    seconds = [r.seconds for r in runs]
-    return {
-        "seconds": statistics.median(seconds),
-        "seconds_all": seconds,
-        "peak_rss_mb": max(r.peak_rss_bytes for r in runs) / 1e6,
-    }
 
 
 if __name__ == "__main__":

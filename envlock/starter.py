@@ -7,11 +7,45 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-TARGET_TYPES = ("local", "ssh", "proxmox-lxc")
-# The [target] keys a starter of each type cannot do without, as `init`'s flags name them
-# (beside the keys target_lines writes for that type).
-REQUIRED_FLAGS = {"ssh": ("host",), "proxmox-lxc": ("host", "vmid")}
+
+@dataclass(frozen=True)
+class StarterType:
+    """What a starter of one target type says and needs: every fact `init` and the starter
+    text read about a type lives in its row of STARTER_TYPES, nowhere else."""
+
+    explain: str  # the comment above [target]
+    root: str  # default root and venv ({name}: the profile's); relative: beside the profile
+    venv: str
+    required: tuple[str, ...] = ()  # the flags (as `init` names them) it cannot do without
+    over_ssh: bool = False  # reached over ssh: host, user, port and the ssh flags apply
+    container: bool = False  # a Proxmox container: node, vmid and api-url apply
+
+
+STARTER_TYPES = {
+    "local": StarterType(
+        "# Where: this machine. Relative paths are taken from this file's directory.",
+        root=".envlock/{name}",
+        venv=".envlock/{name}/venv",
+    ),
+    "ssh": StarterType(
+        "# Where: a host reached over ssh (your ssh config and keys are used).",
+        root="/opt/envlock",
+        venv="/opt/venv",
+        required=("host",),
+        over_ssh=True,
+    ),
+    "proxmox-lxc": StarterType(
+        "# Where: a Proxmox LXC container, reached over ssh to its node and `pct exec`.",
+        root="/opt/envlock",
+        venv="/opt/venv",
+        required=("host", "vmid"),
+        over_ssh=True,
+        container=True,
+    ),
+}
+TARGET_TYPES = tuple(STARTER_TYPES)
 FLAG_EXAMPLES = {"host": "--host pve1", "vmid": "--vmid 200"}
+SSH_FLAGS = ("identity_file", "ssh_options")
 
 
 @dataclass(frozen=True)
@@ -52,14 +86,24 @@ class Starter:
 
 
 def missing_flags(target: StarterTarget) -> list[str]:
-    return [f for f in REQUIRED_FLAGS.get(target.type, ()) if getattr(target, f) is None]
+    required = STARTER_TYPES[target.type].required
+    return [f for f in required if getattr(target, f) is None]
+
+
+def misplaced_ssh_flags(target: StarterTarget) -> bool:
+    """Whether ssh's own flags were given for a type that is not reached over ssh."""
+    given = any(getattr(target, f) for f in SSH_FLAGS)
+    return given and not STARTER_TYPES[target.type].over_ssh
+
+
+def ssh_types() -> str:
+    return " or ".join(name for name, kind in STARTER_TYPES.items() if kind.over_ssh)
 
 
 def default_paths(target: StarterTarget, name: str) -> tuple[str, str]:
-    """A root and venv path: beside the profile for a local target, under /opt remotely."""
-    if target.type == "local":
-        return target.root or f".envlock/{name}", target.venv or f".envlock/{name}/venv"
-    return target.root or "/opt/envlock", target.venv or "/opt/venv"
+    """A root and venv path: the flags', else the type's defaults."""
+    kind = STARTER_TYPES[target.type]
+    return target.root or kind.root.format(name=name), target.venv or kind.venv.format(name=name)
 
 
 def starter_text(starter: Starter) -> str:
@@ -118,20 +162,15 @@ def starter_text(starter: Starter) -> str:
 
 def target_lines(target: StarterTarget, name: str) -> list[str]:
     root, venv = default_paths(target, name)
-    explain = {
-        "local": "# Where: this machine. Relative paths are taken from this file's directory.",
-        "ssh": "# Where: a host reached over ssh (your ssh config and keys are used).",
-        "proxmox-lxc": "# Where: a Proxmox LXC container, reached over ssh to its node and "
-        "`pct exec`.",
-    }[target.type]
-    lines = [explain, "[target]", f"type = {q(target.type)}"]
-    if target.type != "local":
+    kind = STARTER_TYPES[target.type]
+    lines = [kind.explain, "[target]", f"type = {q(target.type)}"]
+    if kind.over_ssh:
         lines.append(f"host = {q(target.host or 'HOST')}")
         lines += [f"user = {q(target.user)}"] if target.user else []
         lines += [f"port = {target.port}"] if target.port else []
         lines += [f"identity-file = {q(target.identity_file)}"] if target.identity_file else []
         lines += [f"ssh-options = {toml_list(target.ssh_options)}"] if target.ssh_options else []
-    if target.type == "proxmox-lxc":
+    if kind.container:
         lines += [f"node = {q(target.node)}"] if target.node else []
         lines.append(f"vmid = {target.vmid if target.vmid is not None else 100}")
         lines += [f"api-url = {q(target.api_url)}"] if target.api_url else []

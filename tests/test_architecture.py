@@ -37,6 +37,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "envlock.lock_*",
             "envlock.profile",
             "envlock.profile_cache",
+            "envlock.profile_fields",
+            "envlock.profile_packages",
+            "envlock.profile_types",
             "envlock.profile_edit",
             "envlock.targets",
             "envlock.targets.*",
@@ -153,6 +156,57 @@ def test_the_check_catches_an_upward_import() -> None:
     planted = ui + "\ndef f():\n    from envlock.reconcile.context import check\n"
     assert upward("envlock.ui", planted)
     assert upward("envlock.ui", ui) == []
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module → the envlock modules it imports (function-level ones too; the package's lazy
+    re-export aside: ALLOWED_UP runs on first use, after everything below has loaded)."""
+    return {
+        here: {as_module(t) for _, t in envlock_imports(source)}
+        - {here}
+        - {t for h, t in ALLOWED_UP if h == here}
+        for here, source in sources.items()
+    }
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph.get(module, ())
+    return seen
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of modules that import one another, directly or around a circle."""
+    reach = {module: reachable(graph, module) for module in graph}
+    circles = {
+        tuple(sorted(m for m in reach[module] if module in reach[m]))
+        for module in graph
+        if module in reach[module]
+    }
+    return sorted(list(c) for c in circles)
+
+
+def package_sources() -> dict[str, str]:
+    return {module_name(p): p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_no_import_cycle() -> None:
+    """A module that needs another which needs it back is one idea in two files, or a
+    shared part that wants its own module (as diff_types.py is for diff and diff_data)."""
+    assert import_cycles(import_graph(package_sources())) == []
+
+
+def test_the_check_catches_an_import_cycle() -> None:
+    """Including one closed by an import inside a function, three modules around."""
+    sources = package_sources()
+    sources["envlock.ui"] += "\ndef f():\n    from envlock.runs.diff import compare\n"
+    cycles = import_cycles(import_graph(sources))
+    assert any({"envlock.ui", "envlock.runs.diff"} <= set(c) for c in cycles)
 
 
 @pytest.mark.parametrize("package", ["agent", "startup"])

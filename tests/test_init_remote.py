@@ -15,7 +15,7 @@ from typing import Any
 
 from envlock.profile import load_profile
 from tests.conftest import Envlock
-from tests.remote.fixtures import Node
+from tests.remote.fixtures import CONTAINER_ROOT, CONTAINER_VENV, Node
 
 PIP = ("-m", "pip", "install", "-q", "--no-compile", "--no-index", "--find-links")
 
@@ -91,15 +91,15 @@ def test_init_from_in_a_container_then_adopt_run_and_rollback(
         assert done.returncode == 0, done.stderr
         return done
 
-    pct("python3", "-m", "venv", "/root/venv")
-    pct("/root/venv/bin/python", *PIP, str(wheelhouse), "torch==2.11.0+cpu", "trainutil")
-    before = hashlib.sha256(pct(*tree_sums("/root/venv")).stdout.encode()).hexdigest()
+    pct("python3", "-m", "venv", CONTAINER_VENV)
+    pct(f"{CONTAINER_VENV}/bin/python", *PIP, str(wheelhouse), "torch==2.11.0+cpu", "trainutil")
+    before = hashlib.sha256(pct(*tree_sums(CONTAINER_VENV)).stdout.encode()).hexdigest()
     profile = tmp_path / "ct.toml"
     target = ["--target", "proxmox-lxc", *ssh_flags(node_sshd), "--vmid", str(vmid)]
-    where = ["--root", "/opt/envroot", "--venv", "/root/venv"]
+    where = ["--root", CONTAINER_ROOT, "--venv", CONTAINER_VENV]
     made = envlock(
         "init", profile, *target, *where, "--find-links", str(wheelhouse), "--offline",
-        "--from", "/root/venv", "--json",
+        "--from", CONTAINER_VENV, "--json",
     )  # fmt: skip
     assert made.returncode == 0, made.stdout + made.stderr
     assert json.loads(made.stdout)["installed"] >= 4
@@ -107,15 +107,15 @@ def test_init_from_in_a_container_then_adopt_run_and_rollback(
 
     applied = envlock("apply", "--adopt", "-y", profile)
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    assert pct("readlink", "/root/venv").stdout.strip() == "/opt/envroot/current"
+    assert pct("readlink", CONTAINER_VENV).stdout.strip() == f"{CONTAINER_ROOT}/current"
     ran = envlock("run", profile, "--", "python", "-c", "import sys, trainutil; print(sys.prefix)")
-    assert ran.returncode == 0 and "/opt/envroot/generations/1-" in ran.stdout, ran.stderr
+    assert ran.returncode == 0 and f"{CONTAINER_ROOT}/generations/1-" in ran.stdout, ran.stderr
     assert envlock("rollback", profile).returncode == 0
     deep = envlock("check", "--deep", profile)
     assert deep.returncode == 0 and "matches its manifest" in deep.stdout, deep.stdout
-    gen0 = pct("readlink", "/opt/envroot/current").stdout.strip()
+    gen0 = pct("readlink", f"{CONTAINER_ROOT}/current").stdout.strip()
     assert gen0.startswith("generations/0-")
-    sums = pct(*tree_sums(f"/opt/envroot/{gen0}")).stdout
+    sums = pct(*tree_sums(f"{CONTAINER_ROOT}/{gen0}")).stdout
     assert hashlib.sha256(sums.encode()).hexdigest() == before
-    pip = pct("/root/venv/bin/pip", "--version").stdout  # its shebang names /root/venv
-    assert "/root/venv/lib/python3" in pip
+    pip = pct(f"{CONTAINER_VENV}/bin/pip", "--version").stdout  # its shebang names the venv
+    assert f"{CONTAINER_VENV}/lib/python3" in pip

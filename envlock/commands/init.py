@@ -15,7 +15,9 @@ from envlock.starter import (
     TARGET_TYPES,
     Starter,
     StarterTarget,
+    misplaced_ssh_flags,
     missing_flags,
+    ssh_types,
     starter_text,
 )
 
@@ -87,8 +89,6 @@ def command(
     """Write a starter profile at PROFILE: commented, valid as written."""
     if backend is not None and torch is None:
         raise UsageError("--backend needs --torch VERSION", hint="e.g. --torch 2.13.0")
-    if (identity_file or ssh_options) and target_type == "local":
-        raise UsageError("--identity-file and --ssh-option go with --target ssh or proxmox-lxc")
     target = StarterTarget(
         target_type,
         host or None,
@@ -102,6 +102,8 @@ def command(
         identity_file,
         ssh_options,
     )
+    if misplaced_ssh_flags(target):
+        raise UsageError(f"--identity-file and --ssh-option go with --target {ssh_types()}")
     missing = missing_flags(target)
     if missing:
         flag = missing[0]

@@ -8,61 +8,15 @@ such, each value reported once. `incomplete(a, b)` says what neither comparison 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from envlock import ui
-from envlock.checkpoint.limits import MAX_JSON_ENTRIES
 from envlock.cuda import is_cuda_library
 from envlock.runs.describe import Side, flatten, load_side
+from envlock.runs.diff_data import with_metrics_and_data
+from envlock.runs.diff_types import Change, Group
 
 __all__ = ["Change", "Group", "Side", "compare", "flatten", "incomplete", "load_side"]
-
-
-@dataclass(frozen=True)
-class Change:
-    key: str
-    a: Any
-    b: Any
-    only_in: str = ""  # "a" or "b": the key exists on that side only
-    also: tuple[str, ...] = ()  # other sources of the same value and change, not counted again
-
-    @property
-    def kind(self) -> str:
-        if self.only_in == "b" or (not self.only_in and self.a is None):
-            return "added"
-        if self.only_in == "a" or (not self.only_in and self.b is None):
-            return "removed"
-        return "changed"
-
-
-@dataclass(frozen=True)
-class Group:
-    name: str
-    changes: tuple[Change, ...] = field(default_factory=tuple)
-    note: str = ""
-    counted: bool = True  # False: shown, but the sides do not differ for it (run paths)
-
-    def bounded(self) -> Group:
-        """The group with at most MAX_JSON_ENTRIES changes, the rest counted in its note."""
-        if len(self.changes) <= MAX_JSON_ENTRIES:
-            return self
-        cut = f"{len(self.changes) - MAX_JSON_ENTRIES:,} more changes not shown"
-        note = f"{self.note}; {cut}" if self.note else cut
-        return Group(self.name, self.changes[:MAX_JSON_ENTRIES], note, self.counted)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "note": self.note,
-            "counted": self.counted,
-            "changes": [_change_json(c) for c in self.changes],
-        }
-
-
-def _change_json(c: Change) -> dict[str, Any]:
-    found = {"key": c.key, "a": c.a, "b": c.b, "kind": c.kind}
-    return {**found, "also": list(c.also)} if c.also else found
 
 
 # -- comparing ----------------------------------------------------------------------------
@@ -139,9 +93,7 @@ def compare(a: Side, b: Side) -> list[Group]:
             cache_group(a, b, torch_changed=torch_a != torch_b),
             Group("hardware and driver", mapping_changes(a.hardware(), b.hardware())),
         ]
-    # What the runs measured (first) and read: diff_data.py, which imports this module.
-    from envlock.runs.diff_data import with_metrics_and_data
-
+    # What the runs measured (first) and read: diff_data.py.
     return [g for g in with_metrics_and_data(a, b, groups) if g.changes]
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from envlock import ui
-from envlock.runs.diff import Change, Group, Side
+from envlock.runs.describe import Side
+from envlock.runs.diff_types import Change, Group
 
 METRICS = "metrics"
 DATA = "data"

@@ -45,6 +45,11 @@ VMID_RANGE = range(9100, 9200)
 VMID_LOCK_DIR = Path("/run/lock/envlock-tests")
 NODE_PATH_TAIL = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), NODE_PATH_TAIL])
+# Paths inside a test container (rootfs.sh's Debian, entered as root by pct exec), not on
+# this machine: root's home there, a venv a user made by hand in it, and envlock's root.
+CONTAINER_HOME = "/root"
+CONTAINER_VENV = f"{CONTAINER_HOME}/venv"
+CONTAINER_ROOT = "/opt/envroot"
 
 # tool -> Debian package that provides it
 _TOOLS = {
