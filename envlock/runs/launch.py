@@ -44,6 +44,12 @@ NOT_EXECUTABLE, NOT_FOUND = 126, 127
 LAUNCHER = r"""
 import fcntl, json, os, sys
 env_file, pid_file, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+# It runs as root and renames over pid_file: only ever <run dir>/<token>.pid beside its
+# <token>.env, so arguments out of place can never name another file (such as /bin/sh).
+if not (os.path.isabs(env_file) and env_file.endswith(".env")
+        and pid_file == env_file[:-4] + ".pid"):
+    sys.stderr.write("envlock: the launcher takes <run dir>/<token>.env and .pid, then argv\n")
+    sys.exit(126)
 with open(env_file) as handle:
     spec = json.load(handle)
 os.unlink(env_file)
