@@ -116,3 +116,67 @@ def test_a_plan_member_row_carries_the_single_targets_document(
     text = capsys.readouterr().out
     assert "container: 1 change(s)" in text and "cores: 2 → 8" in text
     assert "once the container runs" in text
+
+
+def test_generations_rows_are_typed_and_both_renderers_read_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A generations result built by hand from typed rows: the document keeps its fields
+    (one name per concept), and the table's notes come from the same rows."""
+    from envlock.commands.generations import GenerationRow, GenerationsResult, render_text
+    from envlock.reconcile.state import Hold, Switch
+
+    old = GenerationRow(
+        1,
+        "1-aaaaaaaaaaaa",
+        "aaaaaaaaaaaa",
+        True,
+        False,
+        "2026-01-01",
+        10,
+        2048,
+        1024,
+        False,
+        True,
+        None,
+    )
+    new = GenerationRow(
+        2,
+        "2-bbbbbbbbbbbb",
+        "bbbbbbbbbbbb",
+        True,
+        True,
+        "2026-01-02",
+        12,
+        4096,
+        None,
+        True,
+        False,
+        None,
+    )
+    hold = Hold("1-aaaaaaaaaaaa", "2-bbbbbbbbbbbb", "2026-01-03T00:00:00Z")
+    switch = Switch("2-bbbbbbbbbbbb", "1-aaaaaaaaaaaa", "apply", "2026-01-02T00:00:00Z")
+    result = GenerationsResult("2-bbbbbbbbbbbb", 2, "bbbbbbbbbbbb", hold, (old, new), (switch,))
+    document = result.to_json()
+    assert document["generation"] == "2-bbbbbbbbbbbb"
+    assert [g["number"] for g in document["generations"]] == [1, 2]
+    assert set(document["generations"][0]) == {
+        "number",
+        "name",
+        "lock",
+        "complete",
+        "active",
+        "built",
+        "files",
+        "bytes",
+        "adds_bytes",
+        "matches_lock",
+        "held",
+        "adopted_from",
+    }
+    assert document["history"] == [switch.to_json()]
+    assert result.member().generation == 2
+    render_text(result)
+    text = capsys.readouterr().out
+    assert "held (rolled back from 2-bbbbbbbbbbbb" in text
+    assert "the profile's lock" in text
