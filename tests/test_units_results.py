@@ -24,6 +24,9 @@ CONVERTED = {
     "rollback": ("rollback_of", "rollback_member"),
     "gc": ("gc_of", None),
     "apply": ("apply_of", "apply_member"),
+    "lock": ("lock_of", None),
+    "add": ("change_of", None),
+    "remove": ("change_of", None),
 }
 
 
@@ -75,7 +78,9 @@ def test_text_and_json_are_rendered_from_the_one_value(name: str) -> None:
         if called == "render_text":
             assert [ast.unparse(a) for a in call.args] == [value]
         elif called == "ui.emit_json":
-            assert [ast.unparse(a) for a in call.args] == ["KIND", f"{value}.to_json()"]
+            # (a command with two documents, such as `lock --check`, names it by the value)
+            kind, *rest = [ast.unparse(a) for a in call.args]
+            assert kind in ("KIND", f"{value}.kind") and rest == [f"{value}.to_json()"]
         elif called == "sys.exit":
             assert [ast.unparse(a) for a in call.args] == [f"{value}.code"]
         else:  # nothing else may print or build output beside the value
@@ -180,3 +185,30 @@ def test_generations_rows_are_typed_and_both_renderers_read_them(
     text = capsys.readouterr().out
     assert "held (rolled back from 2-bbbbbbbbbbbb" in text
     assert "the profile's lock" in text
+
+
+def test_add_says_what_it_changes_in_the_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    """add's result when the profile already says it: the entry as listed, exit 0, and the
+    document says nothing changed; an edit's lines say added, replaced or kept."""
+    from pathlib import Path
+
+    from envlock.commands.guarded import ChangeResult, profile_lines, render_text
+    from envlock.profile_edit import Edit
+
+    kept = Edit("same", kept=("tqdm: already listed as tqdm>=4.66",))
+    result = ChangeResult(Path("/p/train.toml"), kept, "0123456789ab")
+    assert result.code == 0
+    assert result.to_json() == {
+        "profile": "/p/train.toml",
+        "changed": False,
+        "lock_id": "0123456789ab",
+    }
+    render_text(result)
+    assert capsys.readouterr().out == (
+        "✓ nothing to change in train.toml: tqdm: already listed as tqdm>=4.66\n"
+    )
+    replaced = Edit("new", dependencies=("tqdm>=4.66 → tqdm", "rich"))
+    assert profile_lines(replaced) == [
+        "~ [dependencies] packages: tqdm>=4.66 → tqdm",
+        "+ [dependencies] packages: rich",
+    ]
