@@ -3,7 +3,8 @@ result → a renderer for text and one for JSON, and a fleet member's row from t
 
 For each converted command, read from its source: `command` calls the one producer once,
 and the only things it hands to the renderers are that value (`render_text(result)`,
-`ui.emit_json(KIND, result.to_json())`) and its exit status (`sys.exit(result.code)`);
+`ui.emit_json(KIND, result.to_json())`, or `result.kind` where a command prints several kinds
+of document) and its exit status (`sys.exit(result.code)`);
 the fleet member's work calls the same producer and returns `result.member()`. So the text,
 the document and the fleet's row cannot be built from different data."""
 
@@ -27,7 +28,20 @@ CONVERTED = {
     "lock": ("lock_of", None),
     "add": ("change_of", None),
     "remove": ("change_of", None),
+    "diff": ("diff_of", None),
+    "inspect": ("inspect_of", None),
+    "snapshot": ("snapshot_of", "snapshot_member"),
+    "cache": ("cache_of", "cache_member"),
+    "init": ("init_of", None),
+    "data": ("data_of", None),
 }
+
+
+def test_every_command_returns_one_result() -> None:
+    """Every command but `run` (whose output is its command's own) is in the table above."""
+    from envlock.cli import COMMANDS
+
+    assert set(CONVERTED) == set(COMMANDS) - {"run"}
 
 
 def function(module: object, name: str) -> ast.FunctionDef:
@@ -85,10 +99,12 @@ def test_text_and_json_are_rendered_from_the_one_value(name: str) -> None:
             assert [ast.unparse(a) for a in call.args] == [f"{value}.code"]
         else:  # nothing else may print or build output beside the value
             assert not called.startswith(("ui.out", "ui.info", "ui.warn", "print")), called
-    # The document's kind is a row of the central schema table.
+    # The document's kind is a row of the central schema table (each of them, for a
+    # command whose subcommands or modes print different documents).
     from envlock.schema import DOCUMENTS
 
-    assert module.KIND in DOCUMENTS
+    kinds = getattr(module, "KINDS", None) or (module.KIND,)
+    assert set(kinds) <= set(DOCUMENTS), kinds
 
     result_type = inspect.signature(getattr(module, producer)).return_annotation
     result_class = getattr(module, str(result_type))

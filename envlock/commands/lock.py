@@ -19,6 +19,7 @@ from envlock.lock_resolve import write_lock
 from envlock.profile import Profile, load_profile
 
 KIND = "lock"
+KINDS = (KIND, "lock-check")  # `lock --check` prints the lock's freshness
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,7 @@ class LockResult:
 
     @property
     def kind(self) -> str:
-        """`lock --check` prints another document: the lock's freshness."""
-        return "lock-check" if self.checked else KIND
+        return KINDS[1] if self.checked else KIND
 
     @property
     def code(self) -> int:
