@@ -18,7 +18,6 @@ from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context
 from envlock.runs.cache import cache_status, restore_cache, save_cache
 
-
 # Each subcommand prints its own document.
 KINDS = ("cache-status", "cache-save", "cache-restore")
 
