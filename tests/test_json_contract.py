@@ -376,6 +376,20 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
     ),
     "add": (PROPOSAL, PROPOSED),
     "remove": (PROPOSAL, PROPOSED),
+    "lock-check": (
+        {
+            "lock": schema.STR,
+            "lock_id": schema.nullable(LOCK_ID),
+            "fresh": schema.BOOL,
+            "reasons": STRS,
+        },
+        {},
+    ),
+}
+# Documents of a command's other modes: (arguments, kind, exit code).
+MODES = {
+    "lock --check": (("lock", "--check", "--json", "{P}"), "lock-check", 0),
+    "lock --check, no lock": (("lock", "--check", "--json", "{N}"), "lock-check", 1),
 }
 
 
@@ -391,7 +405,7 @@ def conforms(kind: str, data: dict[str, Any]) -> None:
 
 def test_every_command_s_documents_are_declared() -> None:
     """Each success case's kind, and the error document, have a declared shape."""
-    kinds = {kind for _args, kind, _code in SUCCESS.values() if kind is not None}
+    kinds = {kind for _args, kind, _code in (*SUCCESS.values(), *MODES.values()) if kind}
     assert kinds | {"error"} <= set(SHAPES) <= set(schema.DOCUMENTS)
 
 
@@ -409,3 +423,13 @@ def test_every_document_has_its_declared_shape(
     failed = envlock(*filled(error_args, places, tmp_path))
     assert failed.returncode == error_code
     conforms("error", document(failed))
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_other_modes_documents_have_their_declared_shape(
+    mode: str, places: dict[str, str], tmp_path: Path, envlock: Envlock
+) -> None:
+    args, kind, code = MODES[mode]
+    done = envlock(*filled(args, places, tmp_path))
+    assert done.returncode == code, done.stderr
+    conforms(kind, document(done))
