@@ -14,6 +14,7 @@ from envlock.commands.guarded import ChangeResult, change_of, guarded_options, r
 from envlock.profile_edit import add_requirements
 
 KIND = "add"
+# The result is guarded.py's, shared with the other command; named here beside its producer.
 __all__ = ["ChangeResult", "command"]
 
 

@@ -12,6 +12,7 @@ from envlock.commands.guarded import ChangeResult, change_of, guarded_options, r
 from envlock.profile_edit import remove_requirements
 
 KIND = "remove"
+# The result is guarded.py's, shared with the other command; named here beside its producer.
 __all__ = ["ChangeResult", "command"]
 
 
