@@ -9,6 +9,7 @@ cases fail before anything is built."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 from pathlib import Path
@@ -212,3 +213,223 @@ def test_a_fleet_member_says_what_the_single_target_document_says(
         shared = (set(single) & set(fleet)) - {"schema"}
         assert {"generation"} <= shared or name == "plan", (name, sorted(shared))
         assert {k: fleet[k] for k in shared} == {k: single[k] for k in shared}, name
+
+
+# -- every document's declared shape ----------------------------------------------------------
+# kind -> (its fields that are always there, those some outcomes add), each with its shape.
+# A document holds "schema" and these fields, nothing else: a field renamed, dropped or added
+# by one command's result fails here until the table (and, when a field changes meaning, the
+# kind's number in envlock.schema.DOCUMENTS) says so.
+LOCK_ID = schema.matching(re.compile(r"[0-9a-f]{12}"), "a lock id (12 hex digits)")
+GENERATION = schema.matching(re.compile(r"\d+-[0-9a-f]{12}"), "a generation (N-<lock id>)")
+STRS = schema.items(schema.STR)
+OBJ = schema.kind(dict, "an object")
+OBJS = schema.items(OBJ)
+ACTION = schema.obj({"kind": schema.STR, "description": schema.STR}, ("kind", "description"))
+PLAN = {"actions": schema.items(ACTION), "reason": schema.nullable(schema.STR)}
+PROPOSAL = {
+    "profile": schema.STR,
+    "changed": schema.BOOL,
+    "lock_id": LOCK_ID,
+}
+PROPOSED = {
+    "profile_changes": STRS,
+    "lock_id_before": LOCK_ID,
+    "packages": OBJS,
+    "torch_moves": STRS,
+    "notes": STRS,
+    "dry_run": schema.BOOL,
+    "generation": schema.nullable(GENERATION),
+}
+SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
+    "error": (
+        {"error": schema.STR, "hint": schema.nullable(schema.STR), "exit": schema.INT},
+        {},
+    ),
+    "init": ({"profile": schema.STR, "name": schema.STR, "target": schema.STR, "next": STRS}, {}),
+    "lock": (
+        {
+            "lock": schema.STR,
+            "changed": schema.BOOL,
+            "lock_id": LOCK_ID,
+            "sha256": schema.SHA256,
+            "packages": schema.mapping(schema.PACKAGE_NAME, schema.STR),
+            "torch": schema.nullable(schema.STR),
+            "machine_paths": STRS,
+            "target_paths": STRS,
+        },
+        {},
+    ),
+    "plan": ({"container": OBJS, **PLAN}, {"drift": OBJS}),
+    "apply": (
+        {**PLAN, "applied": schema.BOOL, "generation": GENERATION, "container": STRS},
+        {"current": GENERATION},
+    ),
+    "check": (
+        {
+            "profile": schema.STR,
+            "lock": LOCK_ID,
+            "hold": schema.nullable(OBJ),
+            "generation": schema.nullable(GENERATION),
+            "deep": schema.BOOL,
+            "files_checked": schema.INT,
+            "clean": schema.BOOL,
+            "drift": OBJS,
+            "warnings": STRS,
+            "gpu": schema.nullable(OBJ),
+        },
+        {},
+    ),
+    "rollback": (
+        {
+            **PLAN,
+            "generation": GENERATION,
+            "current": GENERATION,
+            "milliseconds": schema.NUMBER,
+            "switch_milliseconds": schema.nullable(schema.NUMBER),
+        },
+        {},
+    ),
+    "generations": (
+        {
+            "generation": GENERATION,
+            "current": GENERATION,
+            "hold": schema.nullable(OBJ),
+            "generations": schema.items(
+                schema.obj(
+                    {"number": schema.INT, "name": GENERATION, "lock": LOCK_ID},
+                    ("number", "name", "lock", "active", "held", "adopted_from"),
+                )
+            ),
+            "history": OBJS,
+        },
+        {},
+    ),
+    "gc": ({**PLAN, "freed_bytes": schema.INT}, {"dry_run": schema.BOOL}),
+    "snapshot": (
+        {
+            "snapshot": schema.STR,
+            "generation": GENERATION,
+            "packages": schema.INT,
+            "torch": schema.nullable(schema.STR),
+        },
+        {},
+    ),
+    "diff": (
+        {
+            "a": schema.STR,
+            "b": schema.STR,
+            "identical": schema.BOOL,
+            "complete": schema.BOOL,
+            "sides": schema.obj({"a": OBJ, "b": OBJ}, ("a", "b")),
+            "groups": schema.items(
+                schema.obj({"name": schema.STR, "changes": OBJS}, ("name", "counted", "changes"))
+            ),
+        },
+        {},
+    ),
+    "inspect": (
+        {
+            "path": schema.STR,
+            "format": schema.STR,
+            "files": OBJS,
+            "size": OBJ,
+            "tensors": OBJ,
+            "sections": OBJS,
+            "first": OBJS,
+            "largest": OBJS,
+            "shared_storage": OBJS,
+            "progress": OBJ,
+            "config": schema.nullable(OBJ),
+            "structure": OBJ,
+            "stubbed_globals": STRS,
+            "suspicious_globals": STRS,
+            "notes": STRS,
+            "pattern": schema.nullable(schema.STR),
+            "keys": schema.nullable(OBJS),
+        },
+        {},
+    ),
+    "data": (
+        {
+            "deep": schema.BOOL,
+            "datasets": schema.mapping(
+                schema.STR, schema.obj({"path": schema.STR, "missing": schema.BOOL}, ("path",))
+            ),
+        },
+        {},
+    ),
+    "cache-status": (
+        {
+            "cache_dir": schema.STR,
+            "active": schema.nullable(schema.STR),
+            "active_parts": schema.nullable(OBJ),
+            "current": schema.nullable(GENERATION),
+            "dirs": schema.items(
+                schema.obj(
+                    {"id": schema.STR, "dir": schema.STR, "generations": STRS},
+                    ("id", "dir", "generations", "active", "files", "bytes", "last_used"),
+                )
+            ),
+        },
+        {},
+    ),
+    "add": (PROPOSAL, PROPOSED),
+    "remove": (PROPOSAL, PROPOSED),
+    "lock-check": (
+        {
+            "lock": schema.STR,
+            "lock_id": schema.nullable(LOCK_ID),
+            "fresh": schema.BOOL,
+            "reasons": STRS,
+        },
+        {},
+    ),
+}
+# Documents of a command's other modes: (arguments, kind, exit code).
+MODES = {
+    "lock --check": (("lock", "--check", "--json", "{P}"), "lock-check", 0),
+    "lock --check, no lock": (("lock", "--check", "--json", "{N}"), "lock-check", 1),
+}
+
+
+def conforms(kind: str, data: dict[str, Any]) -> None:
+    """`data` is a document of `kind` as SHAPES declares it (schema.Invalid names the field)."""
+    required, optional = SHAPES[kind]
+    assert data["schema"] == schema.DOCUMENTS[kind]
+    fields = {**required, **optional}
+    unknown = set(data) - {"schema", *fields}
+    assert not unknown, f"{kind}: fields not declared: {sorted(unknown)}"
+    schema.obj(fields, tuple(required))(data, kind)
+
+
+def test_every_command_s_documents_are_declared() -> None:
+    """Each success case's kind, and the error document, have a declared shape."""
+    kinds = {kind for _args, kind, _code in (*SUCCESS.values(), *MODES.values()) if kind}
+    assert kinds | {"error"} <= set(SHAPES) <= set(schema.DOCUMENTS)
+
+
+@pytest.mark.parametrize("name", [n for n, (_a, kind, _c) in SUCCESS.items() if kind])
+def test_every_document_has_its_declared_shape(
+    name: str, places: dict[str, str], tmp_path: Path, envlock: Envlock
+) -> None:
+    """The success document and the error document of every command, field by field."""
+    args, kind, code = SUCCESS[name]
+    done = envlock(*filled(args, places, tmp_path))
+    assert done.returncode == code, done.stderr
+    assert kind is not None
+    conforms(kind, document(done))
+    error_args, error_code = ERRORS[name]
+    failed = envlock(*filled(error_args, places, tmp_path))
+    assert failed.returncode == error_code
+    conforms("error", document(failed))
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_other_modes_documents_have_their_declared_shape(
+    mode: str, places: dict[str, str], tmp_path: Path, envlock: Envlock
+) -> None:
+    args, kind, code = MODES[mode]
+    done = envlock(*filled(args, places, tmp_path))
+    assert done.returncode == code, done.stderr
+    conforms(kind, document(done))

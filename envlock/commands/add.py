@@ -4,11 +4,18 @@ one stays one `envlock rollback` away)."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
+from envlock import ui
 from envlock.commands.common import profile_argument
-from envlock.commands.guarded import guarded_change, guarded_options
+from envlock.commands.guarded import ChangeResult, change_of, guarded_options, render_text
 from envlock.profile_edit import add_requirements
+
+KIND = "add"
+# The result is guarded.py's, shared with the other command; named here beside its producer.
+__all__ = ["ChangeResult", "command"]
 
 
 @click.command("add")
@@ -25,7 +32,7 @@ def command(
 ) -> None:
     """Add REQ… to [dependencies] packages, resolve, show the change, then lock and apply."""
     added = list(requirements)
-    guarded_change(
+    result = change_of(
         profile,
         lambda text: add_requirements(text, added),
         added,
@@ -34,3 +41,8 @@ def command(
         allow_torch_change=allow_torch_change,
         as_json=as_json,
     )
+    if as_json:
+        ui.emit_json(KIND, result.to_json())
+    else:
+        render_text(result)
+    sys.exit(result.code)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -12,9 +13,68 @@ from rich.table import Table
 from envlock import ui
 from envlock.checkpoint.limits import command_budget
 from envlock.commands.common import json_option
-from envlock.errors import EXIT_DRIFT, OperationError
+from envlock.errors import EXIT_DRIFT, EXIT_FAILED, OperationError
 from envlock.runs.diff import Group, Side, compare, incomplete, load_side
 from envlock.runs.diff_data import change_text
+
+KIND = "diff"
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """Two runs compared: each side as read, the groups of differences (bounded), and what
+    could not be read (the comparison is then incomplete: never "no differences")."""
+
+    a: str  # each side as the user named it
+    b: str
+    side_a: Side
+    side_b: Side
+    groups: tuple[Group, ...]
+    unread: tuple[str, ...]
+
+    @property
+    def differ(self) -> bool:
+        return any(g.counted for g in self.groups)  # run paths alone are no difference
+
+    @property
+    def code(self) -> int:
+        if self.unread:
+            return EXIT_FAILED
+        return EXIT_DRIFT if self.differ else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": self.side_a.label,
+            "b": self.side_b.label,
+            "identical": not self.differ and not self.unread,
+            "complete": not self.unread,
+            "sides": {"a": self.side_a.to_json(), "b": self.side_b.to_json()},
+            "groups": [g.to_json() for g in self.groups],
+        }
+
+    def incomplete(self) -> OperationError:
+        """What could not be read, as the error after the report (exit 3)."""
+        return OperationError(
+            f"the comparison is incomplete: {'; '.join(self.unread)}",
+            hint="what was read is compared above; repair or remove what could not be read",
+        )
+
+
+def diff_of(a: str, b: str, *, follow_links: bool, weights: bool) -> DiffResult:
+    """The one producer of diff's result: both sides read within one budget, compared."""
+    with command_budget("diff"):
+        side_a = load_side(a, follow_links, weights)
+        side_b = load_side(b, follow_links, weights)
+    groups = tuple(g.bounded() for g in compare(side_a, side_b))
+    return DiffResult(a, b, side_a, side_b, groups, tuple(incomplete(side_a, side_b)))
+
+
+def render_text(result: DiffResult) -> None:
+    a, b = result.a, result.b
+    if not result.differ and not result.unread:
+        ui.out.print(f"[green]✓[/] no differences between {ui.escape(a)} and {ui.escape(b)}")
+    print_compared(result.side_a, result.side_b)
+    print_groups(a, b, list(result.groups))
 
 
 @click.command("diff")
@@ -40,36 +100,15 @@ def command(a: str, b: str, as_json: bool, follow_links: bool, weights: bool) ->
     incomplete. Both sides are read within one budget of time and memory (see the README).
     Without --weights only headers and pickles are read: equal metadata, not equal values.
     """
-    with command_budget("diff"):
-        side_a = load_side(a, follow_links, weights)
-        side_b = load_side(b, follow_links, weights)
-    groups = [g.bounded() for g in compare(side_a, side_b)]
-    differ = any(g.counted for g in groups)  # run paths alone are no difference
-    unread = incomplete(side_a, side_b)
+    result = diff_of(a, b, follow_links=follow_links, weights=weights)
     if as_json:
-        ui.emit_json(
-            "diff",
-            {
-                "a": side_a.label,
-                "b": side_b.label,
-                "identical": not differ and not unread,
-                "complete": not unread,
-                "sides": {"a": side_a.to_json(), "b": side_b.to_json()},
-                "groups": [g.to_json() for g in groups],
-            },
-        )
+        ui.emit_json(KIND, result.to_json())
     else:
-        if not differ and not unread:
-            ui.out.print(f"[green]✓[/] no differences between {ui.escape(a)} and {ui.escape(b)}")
-        print_compared(side_a, side_b)
-        print_groups(a, b, groups)
-    if unread:
+        render_text(result)
+    if result.unread:
         # Never "no differences" on what was not read: a distinct outcome, exit 3.
-        raise OperationError(
-            f"the comparison is incomplete: {'; '.join(unread)}",
-            hint="what was read is compared above; repair or remove what could not be read",
-        )
-    sys.exit(EXIT_DRIFT if differ else 0)
+        raise result.incomplete()
+    sys.exit(result.code)
 
 
 def print_compared(a: Side, b: Side) -> None:

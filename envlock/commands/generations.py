@@ -13,9 +13,41 @@ from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.errors import UsageError
 from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, held_context
-from envlock.reconcile.state import Hold, State
+from envlock.reconcile.state import Hold, State, Switch
 
 KIND = "generations"
+
+
+@dataclass(frozen=True)
+class GenerationRow:
+    """One generation on the target, as the table and --json show it."""
+
+    number: int
+    name: str
+    lock: str  # the lock id it was built from
+    complete: bool
+    active: bool
+    built: str | None
+    files: int | None
+    bytes: int | None
+    adds_bytes: int | None  # what it adds beside the others (hardlinks shared)
+    matches_lock: bool  # built from the profile's lock
+    held: bool  # a rollback holds the root on it
+    adopted_from: str | None  # `apply --adopt`: no lock built it
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def note(self, hold: Hold | None) -> str:
+        """The table's note: incomplete, the profile's lock, adopted, held."""
+        note = "incomplete" if not self.complete else ""
+        if self.matches_lock:
+            note = "the profile's lock"
+        if self.adopted_from:
+            note = f"adopted from {ui.escape(self.adopted_from)}"
+        if self.held and hold is not None:
+            note += ("; " if note else "") + f"held (rolled back from {hold.from_} at {hold.time})"
+        return note
 
 
 @dataclass(frozen=True)
@@ -26,16 +58,16 @@ class GenerationsResult:
     number: int | None  # its number, and the lock it was built from
     lock: str
     hold: Hold | None  # the rollback that holds the root, when one does
-    rows: tuple[dict[str, Any], ...]
-    history: tuple[dict[str, Any], ...]
+    rows: tuple[GenerationRow, ...]
+    history: tuple[Switch, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {
             "generation": self.generation,
             "current": self.generation,  # the old name of "generation", kept one release
             "hold": self.hold.to_json() if self.hold else None,
-            "generations": list(self.rows),
-            "history": list(self.history),
+            "generations": [row.to_json() for row in self.rows],
+            "history": [switch.to_json() for switch in self.history],
         }
 
     def member(self) -> MemberResult:
@@ -59,8 +91,8 @@ def generations_of(ctx: Context) -> GenerationsResult:
         gen.number if gen else None,
         gen.lock_hash if gen else "",
         state.hold if held_context(ctx, state) else None,
-        tuple(generation_rows(ctx, state)),
-        tuple(s.to_json() for s in state.history),
+        generation_rows(ctx, state),
+        state.history,
     )
 
 
@@ -109,22 +141,15 @@ def render_text(result: GenerationsResult) -> None:
     for column in ("", "gen", "lock", "built", "files", "size", "adds", "note"):
         table.add_column(column)
     for row in result.rows:
-        note = "incomplete" if not row["complete"] else ""
-        if row["matches_lock"]:
-            note = "the profile's lock"
-        if row["adopted_from"]:
-            note = f"adopted from {ui.escape(str(row['adopted_from']))}"
-        if row["held"] and hold is not None:
-            note += ("; " if note else "") + f"held (rolled back from {hold.from_} at {hold.time})"
         table.add_row(
-            "*" if row["active"] else "",
-            str(row["number"]),
-            "-" if row["adopted_from"] else str(row["lock"]),
-            str(row["built"] or ""),
-            str(row["files"] or ""),
-            ui.size(int(row["bytes"])) if row["bytes"] else "",
-            ui.size(int(row["adds_bytes"])) if row["adds_bytes"] is not None else "",
-            note,
+            "*" if row.active else "",
+            str(row.number),
+            "-" if row.adopted_from else row.lock,
+            str(row.built or ""),
+            str(row.files or ""),
+            ui.size(int(row.bytes)) if row.bytes else "",
+            ui.size(int(row.adds_bytes)) if row.adds_bytes is not None else "",
+            row.note(hold),
         )
     ui.out.print(table)
 
@@ -159,23 +184,23 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
     ui.out.print(table)
 
 
-def generation_rows(ctx: Context, state: State) -> list[dict[str, Any]]:
+def generation_rows(ctx: Context, state: State) -> tuple[GenerationRow, ...]:
     """One row per generation: the single target's table and --json, and a fleet member's."""
     hold = state.hold if held_context(ctx, state) else None
-    return [
-        {
-            "number": g.number,
-            "name": g.name,
-            "lock": g.lock_hash,
-            "complete": g.complete,
-            "active": g.name == state.current,
-            "built": g.meta.get("built"),
-            "files": g.meta.get("files"),
-            "bytes": g.meta.get("bytes"),
-            "adds_bytes": g.meta.get("own_bytes"),
-            "matches_lock": g.lock_hash == ctx.lock.short_hash,
-            "held": hold is not None and g.name == hold.generation,
-            "adopted_from": g.adopted_from,  # `apply --adopt`: no lock built it
-        }
+    return tuple(
+        GenerationRow(
+            g.number,
+            g.name,
+            g.lock_hash,
+            g.complete,
+            active=g.name == state.current,
+            built=g.meta.get("built"),
+            files=g.meta.get("files"),
+            bytes=g.meta.get("bytes"),
+            adds_bytes=g.meta.get("own_bytes"),
+            matches_lock=g.lock_hash == ctx.lock.short_hash,
+            held=hold is not None and g.name == hold.generation,
+            adopted_from=g.adopted_from,
+        )
         for g in state.generations
-    ]
+    )

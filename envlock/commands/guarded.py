@@ -7,7 +7,9 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +24,9 @@ from envlock.lock_changes import LockChanges
 from envlock.profile import load_profile
 from envlock.profile_edit import Edit
 from envlock.runs.diff import Change
+
+if TYPE_CHECKING:
+    from envlock.commands.apply import ApplyResult
 
 
 def guarded_options(func: Callable[..., None]) -> Callable[..., None]:
@@ -40,7 +45,52 @@ def guarded_options(func: Callable[..., None]) -> Callable[..., None]:
     )(func)
 
 
-def guarded_change(
+@dataclass(frozen=True)
+class Shown:
+    """What add and remove say while they work, before their result exists: the proposal
+    before the torch refusal and the question, the files once written (before the apply's
+    plan). Silent under --json, where the document says it all."""
+
+    proposal: Callable[[Proposal], None]
+    written: Callable[[Proposal], None]
+
+
+def shown(as_json: bool) -> Shown:
+    if as_json:
+        return Shown(lambda _proposal: None, lambda _proposal: None)
+    return Shown(show, show_written)
+
+
+@dataclass(frozen=True)
+class ChangeResult:
+    """What add or remove changes in the profile ("+ tqdm", "~ tqdm>=4.66 → tqdm", "= tqdm:
+    already listed as tqdm>=4.66"), the lock it resolves to, and the apply that carried it
+    out (None on --dry-run; no proposal when the profile already says it)."""
+
+    profile: Path
+    edit: Edit
+    lock_id: str  # the profile's lock before the change
+    proposal: Proposal | None = None
+    dry_run: bool = False
+    applied: ApplyResult | None = None
+
+    @property
+    def code(self) -> int:
+        """A dry run that would change something exits 1, as `plan` does."""
+        return EXIT_DRIFT if self.dry_run and self.proposal is not None else 0
+
+    def to_json(self) -> dict[str, Any]:
+        if self.proposal is None:
+            return {"profile": str(self.profile), "changed": False, "lock_id": self.lock_id}
+        generation = self.applied.done.current if self.applied else None
+        return {
+            **proposal_json(self.proposal),
+            "dry_run": self.dry_run,
+            "generation": generation,
+        }
+
+
+def change_of(
     profile_path: str,
     make_edit: Callable[[str], Edit],
     added: list[str],
@@ -48,38 +98,42 @@ def guarded_change(
     dry_run: bool,
     yes: bool,
     allow_torch_change: bool,
-    as_json: bool = False,
-) -> None:
-    """Propose the edit, show it, and carry it out only when allowed and confirmed."""
+    as_json: bool,
+) -> ChangeResult:
+    """The one producer of add's and remove's result: propose the edit, show it, and carry
+    it out only when allowed and confirmed."""
     profile = load_profile(profile_path)
     lock = load_fresh_lock(profile)  # a stale lock would mix old changes into the diff
     original = profile.path.read_text()
     edit = make_edit(original)
     if edit.text == original:
-        if as_json:
-            emit(edit, {"profile": str(profile.path), "changed": False, "lock_id": lock.short_hash})
-            return
-        for line in edit.kept:
-            ui.out.print(f"[green]✓[/] nothing to change in {profile.path.name}: {ui.escape(line)}")
-        return
-    with ui.status(f"resolving {profile.path.name} with the change"):
+        return ChangeResult(profile.path, edit, lock.short_hash)
+    with ui.status(f"resolving {profile.path.name} with the change", quiet=as_json):
         proposal = propose(profile, lock, edit, added)
-    if not as_json:
-        show(proposal)
+    say = shown(as_json)
+    say.proposal(proposal)
     if proposal.torch_moves and not allow_torch_change:
         raise Refused(
             "refusing to move torch's own packages: " + "; ".join(proposal.torch_moves),
             hint="pass --allow-torch-change to accept this; nothing was written",
         )
     if dry_run:
-        if as_json:
-            emit(edit, {**proposal_json(proposal), "dry_run": True, "generation": None})
-        ui.info("dry run: nothing written")
-        sys.exit(EXIT_DRIFT)
+        return ChangeResult(profile.path, edit, lock.short_hash, proposal, dry_run=True)
     confirm(yes, proposal)
-    generation = commit(proposal, original, as_json)
-    if as_json:
-        emit(edit, {**proposal_json(proposal), "dry_run": False, "generation": generation})
+    applied = commit(proposal, original, say, as_json)
+    return ChangeResult(profile.path, edit, lock.short_hash, proposal, applied=applied)
+
+
+def render_text(result: ChangeResult) -> None:
+    """add's or remove's result for people (the proposal itself was shown as it came)."""
+    if result.proposal is None:
+        for line in result.edit.kept:
+            name = result.profile.name
+            ui.out.print(f"[green]✓[/] nothing to change in {name}: {ui.escape(line)}")
+    elif result.dry_run:
+        ui.info("dry run: nothing written")
+    elif result.applied is not None:
+        render_applied(result.applied)
 
 
 def confirm(yes: bool, proposal: Proposal) -> None:
@@ -94,7 +148,7 @@ def confirm(yes: bool, proposal: Proposal) -> None:
         sys.exit(EXIT_DRIFT)
 
 
-def commit(proposal: Proposal, original: str, as_json: bool = False) -> str | None:
+def commit(proposal: Proposal, original: str, say: Shown, as_json: bool) -> ApplyResult:
     """Profile, then lock (each atomically), then the same apply as `envlock apply -y`:
     a new generation, the one active now kept for `envlock rollback`."""
     path = proposal.profile.path
@@ -105,10 +159,7 @@ def commit(proposal: Proposal, original: str, as_json: bool = False) -> str | No
         )
     redo = shlex.join(["envlock", *sys.argv[1:]])
     written = write_both(proposal, redo)
-    if not as_json:
-        ui.out.print(f"[green]✓[/] wrote {ui.escape(path.name)} and {proposal.candidate.path.name}")
-    if not proposal.installs_differently:
-        ui.info("the lock installs the same packages: no new generation is needed")
+    say.written(proposal)
 
     # An apply that fails leaves the profile and lock as they were found, and says so. It
     # may have failed after its switch (verifying): `check` tells, `apply` returns.
@@ -138,32 +189,37 @@ def write_both(proposal: Proposal, redo: str) -> list[Written]:
     return written
 
 
-def converge_now(path: Path, as_json: bool = False) -> str | None:
-    """The converge `envlock apply -y` runs, on the profile just written, rendered as apply
-    renders it (under --json: the generation active after it, for the command's document)."""
+def converge_now(path: Path, as_json: bool) -> ApplyResult:
+    """The converge `envlock apply -y` runs, on the profile just written (its plan and
+    progress shown as apply shows them; its result rendered with add's or remove's)."""
     # Here: dry runs never pay for these imports.
-    from envlock.commands.apply import apply_of, make_gate, render_text
+    from envlock.commands.apply import apply_of, make_gate
     from envlock.commands.common import progress_printer
     from envlock.reconcile.context import open_context
 
     started = time.perf_counter()
     ctx = open_context(path)
-    result = apply_of(
+    return apply_of(
         ctx,
         started=started,
         snapshot_dir=None,
         progress=progress_printer(as_json),
         gate=make_gate(ctx, yes=True, as_json=as_json),
     )
-    if not as_json:
-        render_text(result)
-    return result.done.current
+
+
+def render_applied(result: ApplyResult) -> None:
+    from envlock.commands.apply import render_text as render_apply
+
+    render_apply(result)
 
 
 # -- showing ------------------------------------------------------------------------------
-def emit(edit: Edit, body: dict[str, object]) -> None:
-    """add's or remove's --json document."""
-    ui.emit_json("remove" if edit.removing else "add", body)
+def show_written(proposal: Proposal) -> None:
+    path = proposal.profile.path
+    ui.out.print(f"[green]✓[/] wrote {ui.escape(path.name)} and {proposal.candidate.path.name}")
+    if not proposal.installs_differently:
+        ui.info("the lock installs the same packages: no new generation is needed")
 
 
 def proposal_json(proposal: Proposal) -> dict[str, object]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +22,9 @@ from envlock.starter import (
     ssh_types,
     starter_text,
 )
+
+if TYPE_CHECKING:
+    from envlock.commands.init_from import ImportResult
 
 
 @click.command("init")
@@ -87,8 +92,6 @@ def command(
     as_json: bool,
 ) -> None:
     """Write a starter profile at PROFILE: commented, valid as written."""
-    if backend is not None and torch is None:
-        raise UsageError("--backend needs --torch VERSION", hint="e.g. --torch 2.13.0")
     target = StarterTarget(
         target_type,
         host or None,
@@ -102,15 +105,36 @@ def command(
         identity_file,
         ssh_options,
     )
+    starter = starter_of(profile, target, python, torch, backend, find_links, offline)
+    result = init_of(profile, starter, from_venv=from_venv, python_given=python, quiet=as_json)
+    if as_json:
+        ui.emit_json(result.kind, result.to_json())
+    else:
+        render_text(result)
+    sys.exit(result.code)
+
+
+def starter_of(
+    profile: Path,
+    target: StarterTarget,
+    python: str | None,
+    torch: str | None,
+    backend: str | None,
+    find_links: tuple[str, ...],
+    offline: bool,
+) -> Starter:
+    """The options, checked together, as the starter profile they describe."""
+    if backend is not None and torch is None:
+        raise UsageError("--backend needs --torch VERSION", hint="e.g. --torch 2.13.0")
     if misplaced_ssh_flags(target):
         raise UsageError(f"--identity-file and --ssh-option go with --target {ssh_types()}")
     missing = missing_flags(target)
     if missing:
         flag = missing[0]
         raise UsageError(
-            f"--target {target_type} needs --{flag}", hint=f"e.g. {FLAG_EXAMPLES[flag]}"
+            f"--target {target.type} needs --{flag}", hint=f"e.g. {FLAG_EXAMPLES[flag]}"
         )
-    starter = Starter(
+    return Starter(
         name=profile_name(profile),
         target=target,
         python=python or f"{sys.version_info[0]}.{sys.version_info[1]}",
@@ -119,13 +143,68 @@ def command(
         find_links=find_links,
         offline=offline,
     )
+
+
+KINDS = ("init", "init-from")
+
+
+@dataclass(frozen=True)
+class InitResult:
+    """The starter profile written, and what to run next; with --from, what the venv read
+    into it became (its own result: the lock and how it compares)."""
+
+    profile: Path
+    starter: Starter
+    imported: ImportResult | None = None
+
+    @property
+    def kind(self) -> str:
+        return KINDS[1] if self.imported else KINDS[0]
+
+    @property
+    def code(self) -> int:
+        """--from: 0 when the lock installs exactly what is installed."""
+        return self.imported.code if self.imported else 0
+
+    @property
+    def steps(self) -> list[str]:
+        shown = ui.shown_path(self.profile)
+        return [f"envlock lock {shown}", f"envlock apply {shown}"]
+
+    def to_json(self) -> dict[str, Any]:
+        if self.imported:
+            return self.imported.to_json()
+        return {
+            "profile": str(self.profile),
+            "name": self.starter.name,
+            "target": self.starter.target.type,
+            "next": self.steps,
+        }
+
+
+def init_of(
+    profile: Path, starter: Starter, *, from_venv: str | None, python_given: str | None, quiet: bool
+) -> InitResult:
+    """The one producer of init's result: write the starter, or read --from's venv into it."""
     refuse_existing(profile)
     if from_venv is not None:
-        from envlock.commands.init_from import init_from
+        from envlock.commands.init_from import init_from  # only --from pays for the importer
 
-        sys.exit(init_from(profile, starter, from_venv, python_given=python, as_json=as_json))
+        imported = init_from(profile, starter, from_venv, python_given=python_given, quiet=quiet)
+        return InitResult(profile, starter, imported)
     write_starter(profile, starter_text(starter))
-    report(profile, starter, as_json)
+    return InitResult(profile, starter)
+
+
+def render_text(result: InitResult) -> None:
+    if result.imported:
+        from envlock.commands.init_from import render_imported
+
+        render_imported(result.imported)
+        return
+    shown = ui.shown_path(result.profile)
+    ui.out.print(f"[green]✓[/] wrote {ui.escape(shown)}: profile {ui.escape(result.starter.name)}")
+    ui.out.print("next:\n" + "".join(f"  {ui.escape(step)}\n" for step in result.steps), end="")
 
 
 def profile_name(profile: Path) -> str:
@@ -136,21 +215,3 @@ def profile_name(profile: Path) -> str:
             hint="e.g. envlock init train-cu128.toml",
         )
     return name
-
-
-def report(profile: Path, starter: Starter, as_json: bool) -> None:
-    shown = ui.shown_path(profile)
-    steps = [f"envlock lock {shown}", f"envlock apply {shown}"]
-    if as_json:
-        ui.emit_json(
-            "init",
-            {
-                "profile": str(profile),
-                "name": starter.name,
-                "target": starter.target.type,
-                "next": steps,
-            },
-        )
-        return
-    ui.out.print(f"[green]✓[/] wrote {ui.escape(shown)}: profile {ui.escape(starter.name)}")
-    ui.out.print("next:\n" + "".join(f"  {ui.escape(step)}\n" for step in steps), end="")

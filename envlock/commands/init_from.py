@@ -4,7 +4,7 @@ it runs), write the profile it implies, lock it, and say how the lock compares."
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,51 @@ from envlock.starter import Starter, starter_text
 from envlock.targets.base import Target
 
 
+@dataclass(frozen=True)
+class ImportResult:
+    """What `init --from` read and wrote: the venv's survey, the profile it implies, the
+    lock (or why locking failed) and how the lock compares with what is installed."""
+
+    profile: Path
+    venv: str
+    survey: Survey
+    found: Import
+    lock_path: Path | None
+    comparison: Comparison | None
+    failure: str  # the lock's error, when it failed
+    adopting: bool = False  # [target] venv is the surveyed venv: `apply --adopt` keeps it
+
+    @property
+    def code(self) -> int:
+        """0 when the lock installs exactly what is installed."""
+        exact = self.comparison is not None and self.comparison.exact
+        return 0 if exact and not self.found.left_out else EXIT_DRIFT
+
+    @property
+    def steps(self) -> list[str]:
+        shown = ui.shown_path(self.profile)
+        apply = f"envlock apply --adopt {shown}" if self.adopting else f"envlock apply {shown}"
+        return [apply, f"envlock run {shown} -- python …"]
+
+    def to_json(self) -> dict[str, Any]:
+        comparison = self.comparison
+        return {
+            "profile": str(self.profile),
+            "from": self.venv,
+            "installed": len(self.survey.installed),
+            "lock": str(self.lock_path) if self.lock_path else None,
+            "lock_error": self.failure or None,
+            "comparison": comparison.to_json() if comparison else None,
+            "left_out": self.found.left_out,
+            "seeded": list(self.found.seeded),
+            "next": self.steps,
+        }
+
+
 def init_from(
-    profile: Path, starter: Starter, venv: str, *, python_given: str | None, as_json: bool
-) -> int:
-    """Returns the exit status: 0 when the lock installs exactly what is installed."""
+    profile: Path, starter: Starter, venv: str, *, python_given: str | None, quiet: bool
+) -> ImportResult:
+    """init --from's result: survey the venv, write the profile it implies, lock it."""
     target = parse_profile(profile, starter_text(starter)).target
     if not target.remote:
         venv = os.path.abspath(os.path.expanduser(venv))
@@ -79,9 +120,8 @@ def init_from(
         notes=(f"Imported by `envlock init --from {venv}`: {summary(survey, found)}.", *where),
     )
     prof = write_starter(profile, starter_text(imported))
-    lock_path, comparison, failure = lock_and_compare(prof, survey)
-    render(profile, venv, survey, found, lock_path, comparison, failure, as_json, adopting)
-    return 0 if comparison is not None and comparison.exact and not found.left_out else EXIT_DRIFT
+    lock_path, comparison, failure = lock_and_compare(prof, survey, quiet)
+    return ImportResult(profile, venv, survey, found, lock_path, comparison, failure, adopting)
 
 
 def relative_to(path: str, directory: Path) -> str:
@@ -108,11 +148,13 @@ def summary(survey: Survey, found: Import) -> str:
     return f"{len(survey.installed)} distributions, {pinned} of them top-level and pinned"
 
 
-def lock_and_compare(prof: Any, survey: Survey) -> tuple[Path | None, Comparison | None, str]:
+def lock_and_compare(
+    prof: Any, survey: Survey, quiet: bool
+) -> tuple[Path | None, Comparison | None, str]:
     from envlock.lock_resolve import write_lock
 
     try:
-        with ui.status(f"resolving {prof.path.name} with uv"):
+        with ui.status(f"resolving {prof.path.name} with uv", quiet=quiet):
             lock, _ = write_lock(prof)
     except OperationError as exc:
         return None, None, str(exc)
@@ -127,36 +169,10 @@ def left_alone(survey: Survey) -> set[str]:
     return set(import_survey(survey).seeded)
 
 
-def render(
-    profile: Path,
-    venv: str,
-    survey: Survey,
-    found: Import,
-    lock_path: Path | None,
-    comparison: Comparison | None,
-    failure: str,
-    as_json: bool,
-    adopting: bool = False,
-) -> None:
-    shown = ui.shown_path(profile)
-    apply = f"envlock apply --adopt {shown}" if adopting else f"envlock apply {shown}"
-    steps = [apply, f"envlock run {shown} -- python …"]
-    if as_json:
-        ui.emit_json(
-            "init-from",
-            {
-                "profile": str(profile),
-                "from": venv,
-                "installed": len(survey.installed),
-                "lock": str(lock_path) if lock_path else None,
-                "lock_error": failure or None,
-                "comparison": comparison.to_json() if comparison else None,
-                "left_out": found.left_out,
-                "seeded": list(found.seeded),
-                "next": steps,
-            },
-        )
-        return
+def render_imported(result: ImportResult) -> None:
+    """init --from's result for people."""
+    survey, found, venv, comparison = result.survey, result.found, result.venv, result.comparison
+    shown = ui.shown_path(result.profile)
     esc = ui.escape
     ui.out.print(f"[green]✓[/] wrote {esc(shown)} from {esc(venv)}: {esc(summary(survey, found))}")
     if found.seeded:
@@ -168,9 +184,9 @@ def render(
         ui.out.print(f"  [yellow]not carried over[/] {esc(name)}: {ui.untrusted(why)}")
     if comparison is None:
         ui.out.print("[red]✗[/] the lock failed (the profile is written: edit its pins):")
-        ui.out.print(ui.untrusted(failure))
+        ui.out.print(ui.untrusted(result.failure))
         return
-    ui.out.print(f"[green]✓[/] wrote {esc(lock_path.name if lock_path else '')}")
+    ui.out.print(f"[green]✓[/] wrote {esc(result.lock_path.name if result.lock_path else '')}")
     if comparison.exact:
         ui.out.print(f"the lock installs exactly the {len(comparison.same)} installed packages")
     else:
@@ -182,4 +198,4 @@ def render(
             ui.out.print(f"  - {esc(name)} {ui.untrusted(was)} (installed, not in the lock)")
         for name, now in comparison.added.items():
             ui.out.print(f"  + {esc(name)} {esc(now)} (the lock adds it)")
-    ui.out.print("next:\n" + "".join(f"  {esc(step)}\n" for step in steps), end="")
+    ui.out.print("next:\n" + "".join(f"  {esc(step)}\n" for step in result.steps), end="")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,37 @@ if TYPE_CHECKING:
     from rich.tree import Tree
 
 
+KIND = "inspect"
+
+
+@dataclass(frozen=True)
+class InspectResult:
+    """A checkpoint's bounded summary (checkpoint/summary.py builds and types its rows),
+    and the --keys pattern when only the matching tensors were asked for."""
+
+    report: dict[str, Any]
+    pattern: str | None = None
+
+    code = 0  # a checkpoint that cannot be read is an error, never a result
+
+    def to_json(self) -> dict[str, Any]:
+        return self.report
+
+
+def inspect_of(path: Path, *, pattern: str | None, follow_links: bool) -> InspectResult:
+    """The one producer of inspect's result: read within the command's budget, summed up."""
+    with command_budget("inspect"):  # every file read shares it (limits.py's BUDGET)
+        report = summary(inspect_checkpoint(path, follow_links=follow_links), pattern)
+        return InspectResult(bounded_lists(report), pattern)
+
+
+def render_text(result: InspectResult) -> None:
+    if result.pattern is not None:  # the rows asked for, not the whole report before them
+        _print_keys(result.pattern, result.report["keys"])
+    else:
+        render(result.report)
+
+
 @click.command("inspect")
 @click.argument("path", type=click.Path(path_type=Path), metavar="PATH")
 @json_option
@@ -35,7 +67,7 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Read symlinks and index shards that lead outside the checkpoint's directory.",
 )
-def inspect_cmd(path: Path, as_json: bool, pattern: str | None, follow_links: bool) -> None:
+def command(path: Path, as_json: bool, pattern: str | None, follow_links: bool) -> None:
     """Show a checkpoint's keys, tensor shapes, dtypes, parameter counts, sizes and config.
 
     PATH is a torch.save file (.pt/.pth), a .safetensors file, a sharded *.index.json or a
@@ -43,14 +75,14 @@ def inspect_cmd(path: Path, as_json: bool, pattern: str | None, follow_links: bo
     reading stays within fixed limits of time and memory, and inside the checkpoint's
     directory unless --follow-links is given.
     """
-    with command_budget("inspect"):  # every file read shares it (limits.py's BUDGET)
-        data = bounded_lists(summary(inspect_checkpoint(path, follow_links=follow_links), pattern))
+    result = inspect_of(path, pattern=pattern, follow_links=follow_links)
     if as_json:
-        ui.emit_json("inspect", data)
-    elif pattern is not None:  # the rows asked for, not the whole report before them
-        _print_keys(pattern, data["keys"])
+        ui.emit_json(KIND, result.to_json())
     else:
-        render(data)
+        render_text(result)
+
+
+inspect_cmd = command  # its name before every command's was `command`
 
 
 def render(data: dict[str, Any]) -> None:
@@ -269,7 +301,7 @@ def _pct(part: int, whole: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run `inspect` on its own (python -m envlock.commands.inspect), with the CLI's exit codes."""
     try:
-        inspect_cmd.main(argv, prog_name="envlock inspect", standalone_mode=False)
+        command.main(argv, prog_name="envlock inspect", standalone_mode=False)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

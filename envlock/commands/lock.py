@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,6 +17,105 @@ from envlock.lock import Lock, lock_policy, read_lock, stale_reasons
 from envlock.lock_links import target_paths
 from envlock.lock_resolve import write_lock
 from envlock.profile import Profile, load_profile
+
+KIND = "lock"
+KINDS = (KIND, "lock-check")  # `lock --check` prints the lock's freshness
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """The lock written (or left unchanged), or, under --check, whether the one on disk is
+    fresh (`reasons` why it is not; None when the lock was written)."""
+
+    path: Path  # the lock's file
+    lock: Lock | None  # None: --check found no lock
+    reasons: tuple[str, ...] | None = None
+    changed: bool = False
+    target_paths: tuple[str, ...] = ()  # what a remote target must also have
+
+    @property
+    def checked(self) -> bool:
+        return self.reasons is not None
+
+    @property
+    def kind(self) -> str:
+        return KINDS[1] if self.checked else KIND
+
+    @property
+    def code(self) -> int:
+        return EXIT_DRIFT if self.reasons else 0
+
+    def to_json(self) -> dict[str, Any]:
+        lock = self.lock
+        lock_id = lock.short_hash if lock else None  # the 12 hex digits every message names
+        if self.reasons is not None:
+            reasons = list(self.reasons)
+            return {
+                "lock": str(self.path),
+                "lock_id": lock_id,
+                "fresh": not reasons,
+                "reasons": reasons,
+            }
+        assert lock is not None  # a lock was written
+        torch = lock.packages.get("torch")
+        return {
+            "lock": str(self.path),
+            "changed": self.changed,
+            "lock_id": lock_id,
+            "sha256": lock.sha256,
+            "packages": lock.versions(),
+            "torch": torch.version if torch else None,
+            "machine_paths": lock.machine_paths(),
+            "target_paths": list(self.target_paths),
+        }
+
+
+def lock_of(profile: str, *, check_only: bool, portable: bool, quiet: bool) -> LockResult:
+    """The one producer of lock's result: --check reads the lock; otherwise resolve and write."""
+    prof = load_profile(profile)
+    if check_only:
+        if not prof.lock_path.exists():
+            return LockResult(prof.lock_path, None, ("no lock",))
+        # a lock that does not validate is refused (exit 2, naming the field): not stale
+        found = read_lock(prof.lock_path, lock_policy(prof))
+        return LockResult(prof.lock_path, found, tuple(stale_reasons(prof, found)))
+    with ui.status(f"resolving {prof.path.name} with uv", quiet=quiet):
+        # Refused before it is written: the file on disk stays what it was, and
+        # `lock --check` keeps telling the truth about it.
+        lock, changed = write_lock(prof, accept=refuse_tied(prof) if portable else None)
+    needed = target_paths(prof, lock.text, lock.path.parent)
+    return LockResult(lock.path, lock, None, changed, tuple(needed))
+
+
+def render_text(result: LockResult) -> None:
+    lock = result.lock
+    name = result.path.name
+    if result.reasons:
+        ui.out.print(f"[red]✗[/] {name} is stale: {'; '.join(result.reasons)}")
+        return
+    if result.checked or lock is None:
+        ui.out.print(f"[green]✓[/] {name} is fresh")
+        return
+    torch = lock.packages.get("torch")
+    verb = "wrote" if result.changed else "unchanged:"
+    torch_text = f", torch {torch.version}" if torch else ""
+    ui.out.print(
+        f"[green]✓[/] {verb} {name}: {len(lock.packages)} packages"
+        f"{torch_text}, lock {lock.short_hash}"
+    )
+    tied = lock.machine_paths()
+    if result.target_paths:
+        # A remote target installs these wheels from the same paths: they must be there too.
+        ui.info(
+            f"the target must also have: {', '.join(result.target_paths)} (its install reads "
+            "the lock's wheels there, at the same paths)"
+        )
+    elif tied:
+        ui.info(
+            f"note: the lock is tied to this machine: {len(tied)} wheel(s) by a local path "
+            f"({', '.join(tied[:2])}{' …' if len(tied) > 2 else ''}); `lock --portable` "
+            "refuses that"
+        )
 
 
 @click.command("lock")
@@ -32,69 +134,12 @@ from envlock.profile import Profile, load_profile
 @json_option
 def command(profile: str, check_only: bool, portable: bool, as_json: bool) -> None:
     """Write or refresh pylock.<name>.toml beside PROFILE."""
-    prof = load_profile(profile)
-    if check_only:
-        found = None
-        if not prof.lock_path.exists():
-            reasons = ["no lock"]
-        else:  # a lock that does not validate is refused (exit 2, naming the field): not stale
-            found = read_lock(prof.lock_path, lock_policy(prof))
-            reasons = stale_reasons(prof, found)
-        if as_json:
-            ui.emit_json(
-                "lock-check",
-                {
-                    "lock": str(prof.lock_path),
-                    "lock_id": found.short_hash if found else None,
-                    "fresh": not reasons,
-                    "reasons": reasons,
-                },
-            )
-        elif reasons:
-            ui.out.print(f"[red]✗[/] {prof.lock_path.name} is stale: {'; '.join(reasons)}")
-        else:
-            ui.out.print(f"[green]✓[/] {prof.lock_path.name} is fresh")
-        sys.exit(EXIT_DRIFT if reasons else 0)
-    with ui.status(f"resolving {prof.path.name} with uv", quiet=as_json):
-        # Refused before it is written: the file on disk stays what it was, and
-        # `lock --check` keeps telling the truth about it.
-        lock, changed = write_lock(prof, accept=refuse_tied(prof) if portable else None)
-    torch = lock.packages.get("torch")
-    tied = lock.machine_paths()
-    needed = target_paths(prof, lock.text, lock.path.parent)
+    result = lock_of(profile, check_only=check_only, portable=portable, quiet=as_json)
     if as_json:
-        ui.emit_json(
-            "lock",
-            {
-                "lock": str(lock.path),
-                "changed": changed,
-                "lock_id": lock.short_hash,  # the 12 hex digits every message names
-                "sha256": lock.sha256,
-                "packages": lock.versions(),
-                "torch": torch.version if torch else None,
-                "machine_paths": tied,
-                "target_paths": needed,
-            },
-        )
-        return
-    verb = "wrote" if changed else "unchanged:"
-    torch_text = f", torch {torch.version}" if torch else ""
-    ui.out.print(
-        f"[green]✓[/] {verb} {lock.path.name}: {len(lock.packages)} packages"
-        f"{torch_text}, lock {lock.short_hash}"
-    )
-    if needed:
-        # A remote target installs these wheels from the same paths: they must be there too.
-        ui.info(
-            f"the target must also have: {', '.join(needed)} (its install reads the lock's "
-            "wheels there, at the same paths)"
-        )
-    elif tied:
-        ui.info(
-            f"note: the lock is tied to this machine: {len(tied)} wheel(s) by a local path "
-            f"({', '.join(tied[:2])}{' …' if len(tied) > 2 else ''}); `lock --portable` "
-            "refuses that"
-        )
+        ui.emit_json(result.kind, result.to_json())
+    else:
+        render_text(result)
+    sys.exit(result.code)
 
 
 def refuse_tied(prof: Profile) -> Callable[[Lock], None]:

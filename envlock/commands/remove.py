@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
+from envlock import ui
 from envlock.commands.common import profile_argument
-from envlock.commands.guarded import guarded_change, guarded_options
+from envlock.commands.guarded import ChangeResult, change_of, guarded_options, render_text
 from envlock.profile_edit import remove_requirements
+
+KIND = "remove"
+# The result is guarded.py's, shared with the other command; named here beside its producer.
+__all__ = ["ChangeResult", "command"]
 
 
 @click.command("remove")
@@ -22,7 +29,7 @@ def command(
     as_json: bool,
 ) -> None:
     """Remove NAME… from the profile's package lists, resolve, show, then lock and apply."""
-    guarded_change(
+    result = change_of(
         profile,
         lambda text: remove_requirements(text, list(names)),
         [],
@@ -31,3 +38,8 @@ def command(
         allow_torch_change=allow_torch_change,
         as_json=as_json,
     )
+    if as_json:
+        ui.emit_json(KIND, result.to_json())
+    else:
+        render_text(result)
+    sys.exit(result.code)

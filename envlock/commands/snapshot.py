@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,6 +18,71 @@ from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context
 from envlock.runs.snapshot import take_snapshot, write_snapshot
 from envlock.runs.snapshot_doc import checked_metrics
+
+KIND = "snapshot"
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    """The snapshot written: where (and, for a remote target, on which machine), the
+    generation it records, how many packages, and torch's version."""
+
+    path: Path
+    generation: str | None  # "3-<lock id>"
+    packages: int
+    torch: str | None
+    where: str = ""  # " on this machine (HOST…), recording TARGET" for a remote target
+
+    code = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "snapshot": str(self.path),
+            "generation": self.generation,
+            "packages": self.packages,
+            "torch": self.torch,
+        }
+
+    def member(self) -> MemberResult:
+        """A fleet member's row: the same value, summed up."""
+        number, _, lock = str(self.generation or "").partition("-")
+        return MemberResult(
+            0,
+            "recorded",
+            generation=int(number) if number.isdigit() else None,
+            lock=lock,
+            note=str(self.path),
+            data={"snapshot": str(self.path), "packages": self.packages},
+        )
+
+
+def snapshot_of(
+    ctx: Context,
+    directory: Path,
+    *,
+    config_file: str | None,
+    metrics: dict[str, int | float],
+    force: bool,
+) -> SnapshotResult:
+    """The one producer of snapshot's result: take it, write it into `directory`."""
+    data = take_snapshot(ctx, command=sys.argv, config=read_config(config_file), metrics=metrics)
+    created = not directory.exists()
+    path = write_snapshot(directory, data, replace=force)
+    return SnapshotResult(
+        path,
+        data["generation"],
+        len(data["packages"]),
+        (data["torch"] or {}).get("version"),
+        written_where(ctx, created),
+    )
+
+
+def render_text(result: SnapshotResult) -> None:
+    ui.out.print(
+        f"[green]✓[/] wrote {result.path}{result.where}: generation "
+        f"{result.generation}, {result.packages} packages"
+        + (f", torch {result.torch}" if result.torch else "")
+    )
 
 
 def snapshot_member(
@@ -30,17 +97,14 @@ def snapshot_member(
 ) -> MemberResult:
     """snapshot of one fleet member, into DIR/<vmid>/ (each container records its own)."""
     settings = ctx.profile.target.settings
-    data = take_snapshot(ctx, command=sys.argv, config=read_config(config_file), metrics=metrics)
-    path = write_snapshot(directory / str(settings.vmid), data, replace=force)
-    number, _, lock = str(data["generation"] or "").partition("-")
-    return MemberResult(
-        0,
-        "recorded",
-        generation=int(number) if number.isdigit() else None,
-        lock=lock,
-        note=str(path),
-        data={"snapshot": str(path), "packages": len(data["packages"])},
+    result = snapshot_of(
+        ctx,
+        directory / str(settings.vmid),
+        config_file=config_file,
+        metrics=metrics,
+        force=force,
     )
+    return result.member()
 
 
 def read_config(config_file: str | None) -> object:
@@ -103,27 +167,11 @@ def command(
 ) -> None:
     """Write DIR/envlock-snapshot.json: lock, observed state, scripts, env, cache, config,
     the fingerprints of the profile's [data] and the metrics given."""
-    config = read_config(config_file)
-    data = take_snapshot(ctx, command=sys.argv, config=config, metrics=metrics)
-    created = not directory.exists()
-    path = write_snapshot(directory, data, replace=force)
-    torch = (data["torch"] or {}).get("version")
+    result = snapshot_of(ctx, directory, config_file=config_file, metrics=metrics, force=force)
     if as_json:
-        ui.emit_json(
-            "snapshot",
-            {
-                "snapshot": str(path),
-                "generation": data["generation"],
-                "packages": len(data["packages"]),
-                "torch": torch,
-            },
-        )
-        return
-    ui.out.print(
-        f"[green]✓[/] wrote {path}{written_where(ctx, created)}: generation "
-        f"{data['generation']}, {len(data['packages'])} packages"
-        + (f", torch {torch}" if torch else "")
-    )
+        ui.emit_json(KIND, result.to_json())
+    else:
+        render_text(result)
 
 
 def written_where(ctx: Context, created: bool) -> str:
