@@ -33,6 +33,7 @@ import pytest
 
 from envlock.startup import envlock_megacache
 from tests.conftest import run_envlock
+from tests.json_shapes import conforms
 from tests.projects import compile_env, torch_profile_text
 from tests.support import TORCH_CPU_VERSION
 
@@ -230,7 +231,8 @@ def compiled(root_a: Project, script: Path, work: Path) -> dict[str, Any]:
     first = root_a.compile(script, work / "artifacts.bin")
     after_first = root_a.status()
     second = root_a.compile(script)
-    root_a.ok("cache", root_a.profile, "save", work / "cache.tar.gz")
+    saved = root_a.ok("cache", root_a.profile, "save", work / "cache.tar.gz", "--json")
+    conforms("cache-save", json.loads(saved.stdout))
     return {
         "before": before,
         "first": first,
@@ -334,6 +336,7 @@ def test_saved_cache_restored_on_a_fresh_root_hits_first_time(
     answer = json.loads(
         fresh.ok("cache", fresh.profile, "restore", compiled["archive"], "--json").stdout
     )
+    conforms("cache-restore", answer)
     assert answer["fingerprint"] == compiled["fingerprint"]
     assert answer["restored"] == active_entry(compiled["after_first"])["files"] > 0
     assert answer["dir"] == str(fresh.root / "cache" / compiled["fingerprint"])

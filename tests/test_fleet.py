@@ -29,6 +29,7 @@ from envlock.proxmox.fleet import Member, parse_resources, restrict, select_memb
 from envlock.proxmox.settings import FleetSelect
 from envlock.schema import DOCUMENTS
 from envlock.targets.ssh import SshTransport
+from tests.json_shapes import conforms
 from tests.projects import toml_list
 from tests.remote.fixtures import Node
 from tests.test_remote import SECRET_ENV, envlock_env, pct, write_profile
@@ -137,6 +138,7 @@ def fleet_target(
 
 def members(result: subprocess.CompletedProcess[str]) -> dict[int, dict[str, Any]]:
     answer = json.loads(result.stdout)
+    conforms("fleet", answer)  # every fleet document the tests read
     return {m["vmid"]: m for m in answer["members"]}
 
 

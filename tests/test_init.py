@@ -14,6 +14,7 @@ import pytest
 from envlock.lock import read_lock
 from envlock.profile import load_profile
 from tests.conftest import Envlock
+from tests.json_shapes import conforms
 
 
 def tree_digest(root: Path) -> str:
@@ -67,6 +68,7 @@ def test_init_from_a_pip_venv_writes_the_profile_locks_and_compares(
     )
     assert result.returncode == 1, result.stderr  # an editable install cannot be carried
     report = json.loads(result.stdout)
+    conforms("init-from", report)
     assert report["comparison"]["not_locked"] == {"myproj": "0.1"}
     assert report["comparison"]["moved"] == {} and report["comparison"]["added"] == {}
     assert "editable install" in report["left_out"]["myproj"]

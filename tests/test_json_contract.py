@@ -8,8 +8,8 @@ cases fail before anything is built."""
 
 from __future__ import annotations
 
+import ast
 import json
-import re
 import struct
 import subprocess
 from pathlib import Path
@@ -20,6 +20,7 @@ import pytest
 from envlock import cli, schema
 from envlock.runs import snapshot_doc
 from tests.conftest import Envlock, run_envlock
+from tests.json_shapes import SHAPES, conforms
 from tests.projects import write_seed_project
 
 # command -> (the success case's arguments, its document's kind, its exit code); "{P}" is
@@ -215,177 +216,6 @@ def test_a_fleet_member_says_what_the_single_target_document_says(
         assert {k: fleet[k] for k in shared} == {k: single[k] for k in shared}, name
 
 
-# -- every document's declared shape ----------------------------------------------------------
-# kind -> (its fields that are always there, those some outcomes add), each with its shape.
-# A document holds "schema" and these fields, nothing else: a field renamed, dropped or added
-# by one command's result fails here until the table (and, when a field changes meaning, the
-# kind's number in envlock.schema.DOCUMENTS) says so.
-LOCK_ID = schema.matching(re.compile(r"[0-9a-f]{12}"), "a lock id (12 hex digits)")
-GENERATION = schema.matching(re.compile(r"\d+-[0-9a-f]{12}"), "a generation (N-<lock id>)")
-STRS = schema.items(schema.STR)
-OBJ = schema.kind(dict, "an object")
-OBJS = schema.items(OBJ)
-ACTION = schema.obj({"kind": schema.STR, "description": schema.STR}, ("kind", "description"))
-PLAN = {"actions": schema.items(ACTION), "reason": schema.nullable(schema.STR)}
-PROPOSAL = {
-    "profile": schema.STR,
-    "changed": schema.BOOL,
-    "lock_id": LOCK_ID,
-}
-PROPOSED = {
-    "profile_changes": STRS,
-    "lock_id_before": LOCK_ID,
-    "packages": OBJS,
-    "torch_moves": STRS,
-    "notes": STRS,
-    "dry_run": schema.BOOL,
-    "generation": schema.nullable(GENERATION),
-}
-SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
-    "error": (
-        {"error": schema.STR, "hint": schema.nullable(schema.STR), "exit": schema.INT},
-        {},
-    ),
-    "init": ({"profile": schema.STR, "name": schema.STR, "target": schema.STR, "next": STRS}, {}),
-    "lock": (
-        {
-            "lock": schema.STR,
-            "changed": schema.BOOL,
-            "lock_id": LOCK_ID,
-            "sha256": schema.SHA256,
-            "packages": schema.mapping(schema.PACKAGE_NAME, schema.STR),
-            "torch": schema.nullable(schema.STR),
-            "machine_paths": STRS,
-            "target_paths": STRS,
-        },
-        {},
-    ),
-    "plan": ({"container": OBJS, **PLAN}, {"drift": OBJS}),
-    "apply": (
-        {**PLAN, "applied": schema.BOOL, "generation": GENERATION, "container": STRS},
-        {"current": GENERATION},
-    ),
-    "check": (
-        {
-            "profile": schema.STR,
-            "lock": LOCK_ID,
-            "hold": schema.nullable(OBJ),
-            "generation": schema.nullable(GENERATION),
-            "deep": schema.BOOL,
-            "files_checked": schema.INT,
-            "clean": schema.BOOL,
-            "drift": OBJS,
-            "warnings": STRS,
-            "gpu": schema.nullable(OBJ),
-        },
-        {},
-    ),
-    "rollback": (
-        {
-            **PLAN,
-            "generation": GENERATION,
-            "current": GENERATION,
-            "milliseconds": schema.NUMBER,
-            "switch_milliseconds": schema.nullable(schema.NUMBER),
-        },
-        {},
-    ),
-    "generations": (
-        {
-            "generation": GENERATION,
-            "current": GENERATION,
-            "hold": schema.nullable(OBJ),
-            "generations": schema.items(
-                schema.obj(
-                    {"number": schema.INT, "name": GENERATION, "lock": LOCK_ID},
-                    ("number", "name", "lock", "active", "held", "adopted_from"),
-                )
-            ),
-            "history": OBJS,
-        },
-        {},
-    ),
-    "gc": ({**PLAN, "freed_bytes": schema.INT}, {"dry_run": schema.BOOL}),
-    "snapshot": (
-        {
-            "snapshot": schema.STR,
-            "generation": GENERATION,
-            "packages": schema.INT,
-            "torch": schema.nullable(schema.STR),
-        },
-        {},
-    ),
-    "diff": (
-        {
-            "a": schema.STR,
-            "b": schema.STR,
-            "identical": schema.BOOL,
-            "complete": schema.BOOL,
-            "sides": schema.obj({"a": OBJ, "b": OBJ}, ("a", "b")),
-            "groups": schema.items(
-                schema.obj({"name": schema.STR, "changes": OBJS}, ("name", "counted", "changes"))
-            ),
-        },
-        {},
-    ),
-    "inspect": (
-        {
-            "path": schema.STR,
-            "format": schema.STR,
-            "files": OBJS,
-            "size": OBJ,
-            "tensors": OBJ,
-            "sections": OBJS,
-            "first": OBJS,
-            "largest": OBJS,
-            "shared_storage": OBJS,
-            "progress": OBJ,
-            "config": schema.nullable(OBJ),
-            "structure": OBJ,
-            "stubbed_globals": STRS,
-            "suspicious_globals": STRS,
-            "notes": STRS,
-            "pattern": schema.nullable(schema.STR),
-            "keys": schema.nullable(OBJS),
-        },
-        {},
-    ),
-    "data": (
-        {
-            "deep": schema.BOOL,
-            "datasets": schema.mapping(
-                schema.STR, schema.obj({"path": schema.STR, "missing": schema.BOOL}, ("path",))
-            ),
-        },
-        {},
-    ),
-    "cache-status": (
-        {
-            "cache_dir": schema.STR,
-            "active": schema.nullable(schema.STR),
-            "active_parts": schema.nullable(OBJ),
-            "current": schema.nullable(GENERATION),
-            "dirs": schema.items(
-                schema.obj(
-                    {"id": schema.STR, "dir": schema.STR, "generations": STRS},
-                    ("id", "dir", "generations", "active", "files", "bytes", "last_used"),
-                )
-            ),
-        },
-        {},
-    ),
-    "add": (PROPOSAL, PROPOSED),
-    "remove": (PROPOSAL, PROPOSED),
-    "lock-check": (
-        {
-            "lock": schema.STR,
-            "lock_id": schema.nullable(LOCK_ID),
-            "fresh": schema.BOOL,
-            "reasons": STRS,
-        },
-        {},
-    ),
-}
 # Documents of a command's other modes: (arguments, kind, exit code).
 MODES = {
     "lock --check": (("lock", "--check", "--json", "{P}"), "lock-check", 0),
@@ -393,20 +223,39 @@ MODES = {
 }
 
 
-def conforms(kind: str, data: dict[str, Any]) -> None:
-    """`data` is a document of `kind` as SHAPES declares it (schema.Invalid names the field)."""
-    required, optional = SHAPES[kind]
-    assert data["schema"] == schema.DOCUMENTS[kind]
-    fields = {**required, **optional}
-    unknown = set(data) - {"schema", *fields}
-    assert not unknown, f"{kind}: fields not declared: {sorted(unknown)}"
-    schema.obj(fields, tuple(required))(data, kind)
+def tabled_kinds() -> set[str]:
+    """The kinds the parametrized tests below check, through the tables above."""
+    return {kind for _args, kind, _code in (*SUCCESS.values(), *MODES.values()) if kind}
 
 
 def test_every_command_s_documents_are_declared() -> None:
-    """Each success case's kind, and the error document, have a declared shape."""
-    kinds = {kind for _args, kind, _code in (*SUCCESS.values(), *MODES.values()) if kind}
-    assert kinds | {"error"} <= set(SHAPES) <= set(schema.DOCUMENTS)
+    """Every kind of document envlock prints has a declared shape, and nothing else does."""
+    assert tabled_kinds() | {"error"} <= set(SHAPES)
+    assert set(SHAPES) == set(schema.DOCUMENTS)
+
+
+def asserted_kinds(tests: Path) -> set[str]:
+    """The kinds named as the first argument of a `conforms("kind", ...)` call in tests/."""
+    kinds = set()
+    for file in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            first = node.args[0]
+            if name == "conforms" and isinstance(first, ast.Constant):
+                kinds.add(first.value)
+    return kinds
+
+
+def test_every_declared_kind_is_checked_against_a_real_document() -> None:
+    """A shape nothing checks is a guess: each kind is asserted on a document some test
+    makes envlock print (here through the tables, elsewhere by name: the fleet, container,
+    compile-cache and init --from tests)."""
+    checked = tabled_kinds() | asserted_kinds(Path(__file__).parent)
+    assert set(schema.DOCUMENTS) - checked == set()
+    assert checked <= set(schema.DOCUMENTS), "a kind that envlock.schema does not declare"
 
 
 @pytest.mark.parametrize("name", [n for n, (_a, kind, _c) in SUCCESS.items() if kind])
@@ -418,7 +267,10 @@ def test_every_document_has_its_declared_shape(
     done = envlock(*filled(args, places, tmp_path))
     assert done.returncode == code, done.stderr
     assert kind is not None
-    conforms(kind, document(done))
+    data = document(done)
+    conforms(kind, data)
+    if kind == "snapshot":  # and the file it wrote into the checkpoint directory
+        conforms("snapshot-file", json.loads(Path(data["snapshot"]).read_text()))
     error_args, error_code = ERRORS[name]
     failed = envlock(*filled(error_args, places, tmp_path))
     assert failed.returncode == error_code

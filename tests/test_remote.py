@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from envlock.targets.pct import CONTAINER_PATH
+from tests.json_shapes import conforms
 from tests.projects import toml_list
 from tests.remote.fixtures import Node
 
@@ -325,6 +326,7 @@ def test_container_config_drift_snapshot_and_rollback(
 
     back = cli("rollback", "--container", "--json", profile)
     assert back.returncode == 0, back.stderr
+    conforms("rollback-container", json.loads(back.stdout))
     assert json.loads(back.stdout)["container_snapshot"] == name
 
 
@@ -363,6 +365,7 @@ def test_every_changing_apply_snapshots_once_with_a_unique_name(
     current = json.loads(cli("generations", "--json", profile).stdout)
     listed = cli("generations", "--container", "--json", profile)
     assert listed.returncode == 0, listed.stderr
+    conforms("generations-container", json.loads(listed.stdout))
     rows = json.loads(listed.stdout)["snapshots"]
     gen = next(g for g in current["generations"] if g["active"])
     assert [(r["name"], r["generation"], r["lock"], r["ours"]) for r in rows] == [
