@@ -230,3 +230,45 @@ assert mine == theirs or not {is_plain!r}, (mine, theirs)
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.split() == [str(is_plain), str(is_plain), str(not is_plain)]
+
+
+MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)), end='')"
+
+
+def test_a_command_under_run_loads_nothing_of_envlocks_unless_asked(tmp_path: Path) -> None:
+    """The start-up set on a command's PYTHONPATH (every Python it starts runs its
+    sitecustomize first) imports the mega-cache module only when there is a file to load,
+    and still runs the sitecustomize it shadows."""
+    from envlock.runs.startup_set import package_dir, python_path
+
+    chained = tmp_path / "theirs"
+    chained.mkdir()
+    (chained / "sitecustomize.py").write_text("import builtins\nbuiltins.chained = True\n")
+    program = f"import builtins; assert builtins.chained; {MODULES}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ENVLOCK_"))}
+    startup = python_path(package_dir(), api=True)
+
+    def modules(**env: str) -> set[str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            env={**base, "PYTHONPATH": f"{startup}{os.pathsep}{chained}", **env},
+        )
+        assert proc.returncode == 0, proc.stderr
+        return set(json.loads(proc.stdout))
+
+    alone = subprocess.run(
+        [sys.executable, "-c", f"import builtins; builtins.chained = 1; {MODULES}"],
+        capture_output=True,
+        text=True,
+        env=base,
+        check=True,
+    )
+    # What the interpreter loads anyway (json: the program's own), plus the import system's
+    # own finder (importlib.machinery: names for its frozen modules) the chaining uses.
+    added = modules() - set(json.loads(alone.stdout))
+    assert {m for m in added if m.split(".")[0] != "importlib"} <= {"sitecustomize", "warnings"}
+    # Asked to load a mega-cache file (--compile-artifacts): it does, and says what it found.
+    missing = tmp_path / "missing.bin"
+    assert "envlock_megacache" in modules(ENVLOCK_COMPILE_ARTIFACTS=str(missing))
