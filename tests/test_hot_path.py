@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,11 +43,17 @@ REQUIREMENT_PARSER = "packaging.requirements"
 
 # The CLI as a user runs it; `run`'s exec is where envlock's own work ends, so it reports there.
 WRAPPER = """
-import json, os, sys
+import json, os, subprocess, sys
 out = sys.argv.pop(1)
+spawned = []  # each process envlock starts: whether a probe, whether click was loaded then
+class Popen(subprocess.Popen):
+    def __init__(self, args, *rest, **options):
+        spawned.append([list(args)[-1:] == ["probe"], "click" in sys.modules])
+        super().__init__(args, *rest, **options)
+subprocess.Popen = Popen
 def report(code):
     with open(out, "w") as handle:
-        json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
+        json.dump({"code": code, "modules": sorted(sys.modules), "spawned": spawned}, handle)
 def execvpe(file, args, env):
     report("exec " + file)
     os._exit(0)
@@ -63,6 +70,12 @@ except SystemExit as exc:
 
 def loaded(tmp_path: Path, cache: Path, *args: str | Path) -> tuple[object, list[str]]:
     """(how the CLI ended, the modules it had loaded) for `envlock ARGS`."""
+    data = reported(tmp_path, cache, *args)
+    return data["code"], data["modules"]
+
+
+def reported(tmp_path: Path, cache: Path, *args: str | Path) -> dict[str, Any]:
+    """What the wrapper reported of `envlock ARGS`: code, modules, spawned."""
     out = tmp_path / "modules.json"
     out.unlink(missing_ok=True)
     proc = subprocess.run(
@@ -72,8 +85,8 @@ def loaded(tmp_path: Path, cache: Path, *args: str | Path) -> tuple[object, list
         env={**plain_environ(), "XDG_CACHE_HOME": str(cache)},
     )
     assert out.exists(), proc.stderr
-    data = json.loads(out.read_text())
-    return data["code"], data["modules"]
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
 
 
 def plain_environ() -> dict[str, str]:
@@ -122,6 +135,48 @@ def test_check_and_run_of_one_local_target_load_only_what_they_use(
     assert forbidden(run) == []
     assert "envlock.commands.run" in run and "envlock.runs.launch" in run
     assert rich_modules(run) == []
+
+
+def test_a_local_check_or_run_starts_its_probe_before_click_loads(
+    applied: Path, tmp_path: Path
+) -> None:
+    """The probe of a local check or run starts once, before click and the command's modules
+    load (commands/ahead.py): the two overlap; the command adopts that very process."""
+    cache = tmp_path / "user-cache"
+    for args, code in (
+        (("check", applied), 0),
+        (("check", "--deep", applied), 0),
+        (("-v", "check", "--json", applied), 0),
+        (("run", applied, "--", "python", "-c", "pass"), "exec python"),
+    ):
+        data = reported(tmp_path, cache, *args)
+        assert data["code"] == code, args
+        assert data["spawned"] == [[True, False]], args  # one probe, click not yet loaded
+    # A request the command does not make ahead (a snapshot asks for more): started after.
+    data = reported(tmp_path, cache, "run", "--snapshot-into", tmp_path / "s", applied, "--", "x")
+    assert data["code"] == "exec x"
+    assert [True, True] in data["spawned"] and [True, False] not in data["spawned"]
+    # A usage error is still click's: the probe started ahead is not waited for.
+    data = reported(tmp_path, cache, "check", "--bogus", applied)
+    assert data["code"] == 2
+
+
+def test_a_process_started_ahead_is_adopted_only_for_the_same_argv_and_request() -> None:
+    from envlock import started
+    from envlock.targets.local import LocalTransport
+
+    program = "import os, sys; sys.stdout.write(sys.stdin.read() + str(os.getpid()))"
+    argv = [sys.executable, "-c", program]
+    ahead = started.start(argv, b"asked ahead ")
+    transport = LocalTransport()
+    # Another request, or another command line: a process of its own.
+    assert transport.run(argv, stdin=b"asked now ").text() != f"asked now {ahead.pid}"
+    other = transport.run([*argv, "x"], stdin=b"asked ahead ").text()
+    assert other.startswith("asked ahead ") and other != f"asked ahead {ahead.pid}"
+    # The same: the one started ahead (its request written then), adopted once.
+    assert transport.run(argv, stdin=b"asked ahead ").text() == f"asked ahead {ahead.pid}"
+    again = transport.run(argv, stdin=b"asked ahead ").text()
+    assert again.startswith("asked ahead ") and again != f"asked ahead {ahead.pid}"
 
 
 def test_a_changed_requirement_is_parsed_again_and_refused(

@@ -9,8 +9,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from envlock import started
 from envlock.errors import OperationError
 from envlock.lock import (
     Lock,
@@ -86,6 +87,9 @@ class Context:
 
 def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = False) -> Context:
     """Load profile and lock; a stale lock is refused unless the caller reports it as drift."""
+    ahead = started.kept("context", (os.fspath(profile_path), allow_stale))
+    if ahead is not None:  # read moments ago, while the CLI loaded (commands/ahead.py)
+        return cast(Context, ahead)
     profile = load_profile(profile_path)
     if allow_stale:
         lock = read_lock(profile.lock_path, lock_policy(profile))

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import IO
 
+from envlock import started
 from envlock.errors import OperationError
 from envlock.targets.base import LocalPath, Result, TargetType
 from envlock.tomlread import Table
@@ -30,6 +31,10 @@ class LocalTransport:
         env: Mapping[str, str] | None = None,
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:
+        # The same command with the same request, begun ahead (envlock/started.py).
+        ahead = started.take(argv, stdin) if env is None and isinstance(stdin, bytes) else None
+        if ahead is not None:
+            return communicate(ahead, argv, None, on_stderr_line)
         try:
             proc = subprocess.Popen(
                 argv,
