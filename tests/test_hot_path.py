@@ -327,3 +327,37 @@ def test_a_command_under_run_loads_nothing_of_envlocks_unless_asked(tmp_path: Pa
     # Asked to load a mega-cache file (--compile-artifacts): it does, and says what it found.
     missing = tmp_path / "missing.bin"
     assert "envlock_megacache" in modules(ENVLOCK_COMPILE_ARTIFACTS=str(missing))
+
+
+def test_the_agent_is_compressed_once_and_kept_only_as_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every agent call ships the agent's modules compressed; the compression is kept in the
+    user's cache and used only when it decompresses to exactly the modules of this envlock."""
+    import zlib
+
+    from envlock.reconcile import agentcall
+    from envlock.usercache import cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    compressed: list[int] = []
+    real = zlib.compress
+    monkeypatch.setattr(
+        zlib, "compress", lambda data, level: compressed.append(1) or real(data, level)
+    )
+
+    def bootstrap() -> str:
+        agentcall.agent_bootstrap.cache_clear()
+        return agentcall.agent_bootstrap("probe")
+
+    first = bootstrap()
+    assert compressed and bootstrap() == first
+    count = len(compressed)
+    assert bootstrap() == first and len(compressed) == count  # read back, not compressed again
+    # An entry that is not these modules (another code, another shape) is never shipped.
+    (entry,) = Path(str(cache_dir(agentcall.PACKED))).glob("*.json")
+    kept = json.loads(entry.read_text())
+    evil = agentcall.base64.b64encode(real(b"import os; os.system('x')", 9)).decode()
+    for data in ([[kept[0][0], evil], *kept[1:]], kept[1:], [[n, 1] for n, _ in kept], {}):
+        entry.write_text(json.dumps(data))
+        assert bootstrap() == first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import functools
 import hashlib
 import json
@@ -19,6 +20,7 @@ from envlock.pythons import own_python
 from envlock.targets.base import Result, Transport
 from envlock.targets.pct import PctFailed
 from envlock.targets.ssh import ConnectionLost
+from envlock.usercache import read_entry, write_entry
 
 PROGRESS_PREFIX = "envlock-progress: "
 OS_HINTS = {
@@ -85,12 +87,45 @@ def agent_modules(command: str) -> tuple[str, ...]:
 def agent_bootstrap(command: str = "probe") -> str:
     """The one-line program that runs agent `command` (compressed: the command line stays
     small, and base64 needs no quoting care)."""
-    packed = [
-        (name, base64.b64encode(zlib.compress(agent_source(name), 9)).decode())
-        for name in agent_modules(command)
-    ]
+    sources = [(name, agent_source(name)) for name in agent_modules(command)]
+    packed = packed_sources(sources)
     key = hashlib.sha256(repr(packed).encode()).hexdigest()[:20]
     return BOOTSTRAP % {"key": key, "packed": packed}
+
+
+# Compressing the agent's modules costs every command ~5-10 ms of CPU (zlib at level 9), for
+# the same bytes each time: the result is kept in this user's cache (usercache.py), by the
+# hash of the sources, and used only when it decompresses back to exactly these sources.
+PACKED = "agent-packed"
+
+
+def packed_sources(sources: list[tuple[str, bytes]]) -> list[tuple[str, str]]:
+    key = [1, hashlib.sha256(repr(sources).encode()).hexdigest()]
+    kept = unpacked_as(read_entry(PACKED, key), sources)
+    if kept is not None:
+        return kept
+    packed = [(name, base64.b64encode(zlib.compress(text, 9)).decode()) for name, text in sources]
+    write_entry(PACKED, key, packed)
+    return packed
+
+
+def unpacked_as(data: object, sources: list[tuple[str, bytes]]) -> list[tuple[str, str]] | None:
+    """The kept entry when it is these sources, compressed (the code that will run), else None."""
+    if not isinstance(data, list) or len(data) != len(sources):
+        return None
+    packed = []
+    for entry, (name, text) in zip(data, sources, strict=True):
+        if not (isinstance(entry, list) and len(entry) == 2 and entry[0] == name):
+            return None
+        if not isinstance(entry[1], str):
+            return None
+        try:
+            if zlib.decompress(binascii.a2b_base64(entry[1])) != text:
+                return None
+        except (ValueError, zlib.error):
+            return None
+        packed.append((name, entry[1]))
+    return packed
 
 
 def agent_source(name: str) -> bytes:
