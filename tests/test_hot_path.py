@@ -86,7 +86,7 @@ def reported(tmp_path: Path, cache: Path, *args: str | Path) -> dict[str, Any]:
     )
     assert out.exists(), proc.stderr
     data: dict[str, Any] = json.loads(out.read_text())
-    return data
+    return {**data, "stderr": proc.stderr}
 
 
 def plain_environ() -> dict[str, str]:
@@ -137,11 +137,12 @@ def test_check_and_run_of_one_local_target_load_only_what_they_use(
     assert rich_modules(run) == []
 
 
-def test_a_local_check_or_run_starts_its_probe_before_click_loads(
-    applied: Path, tmp_path: Path
+def test_a_local_check_run_or_rollback_starts_its_probe_before_click_loads(
+    applied: Path, tmp_path: Path, envlock: Envlock
 ) -> None:
-    """The probe of a local check or run starts once, before click and the command's modules
-    load (commands/ahead.py): the two overlap; the command adopts that very process."""
+    """The probe of a local check, run or rollback starts once, before click and the
+    command's modules load (commands/ahead.py): the two overlap; the command adopts that very
+    process."""
     cache = tmp_path / "user-cache"
     for args, code in (
         (("check", applied), 0),
@@ -152,6 +153,20 @@ def test_a_local_check_or_run_starts_its_probe_before_click_loads(
         data = reported(tmp_path, cache, *args)
         assert data["code"] == code, args
         assert data["spawned"] == [[True, False]], args  # one probe, click not yet loaded
+    # rollback: its probe and its switch (the agent's apply, waiting for the plan).
+    ahead = [[True, False], [False, False]]
+    data = reported(tmp_path, cache, "rollback", "--to", "1", applied)
+    assert data["code"] == 0 and data["spawned"] == ahead  # nothing to do: never asked
+    text = applied.read_text()
+    assert '"tinydep==1.0"' in text
+    applied.write_text(text.replace('"tinydep==1.0"', '"tinydep==0.9"'))  # another lock
+    assert envlock("lock", applied).returncode == 0
+    assert envlock("apply", "-y", applied).returncode == 0
+    for number in (1, 2):
+        data = reported(tmp_path, cache, "rollback", "--to", str(number), applied)
+        assert data["code"] == 0 and data["spawned"] == ahead, data["stderr"]
+        current = (applied.parent / "root" / "current").resolve().name
+        assert current.startswith(f"{number}-")
     # A request the command does not make ahead (a snapshot asks for more): started after.
     data = reported(tmp_path, cache, "run", "--snapshot-into", tmp_path / "s", applied, "--", "x")
     assert data["code"] == "exec x"

@@ -1,4 +1,4 @@
-"""The probe of a local `check` or `run`, started before the CLI loads click and the command.
+"""The probe of a local `check`, `run` or `rollback`, started before click and the command load.
 
 The commonest commands spend their fixed cost in two places, one after the other: the
 controller's imports (click, the command's modules) and the probe, an interpreter of the
@@ -16,37 +16,45 @@ import json
 
 from envlock import started
 
-# The commands whose probe starts ahead, with their options that take a value (the profile
-# is the first other argument) and those that change what the probe is asked.
+# The commands whose probe starts ahead: their options that take a value (the profile is the
+# first other argument), and those that make them ask something else first (or nothing).
 VALUED = {
     "check": ("--jobs", "--on"),
     "run": ("--jobs", "--on", "--env", "--snapshot-into", "--compile-artifacts"),
+    "rollback": ("--jobs", "--on", "--to", "--snapshot"),
 }
-CHANGING = ("--snapshot-into", "-h", "--help")
+OTHERWISE = {
+    "check": (),
+    "run": ("--snapshot-into",),
+    "rollback": ("--resync", "--container"),
+}
+HELP = ("-h", "--help")
 
 
 def start_ahead(args: list[str]) -> None:
-    """Start the probe `envlock ARGS` will run, when ARGS is a local check or run."""
+    """Start the probe `envlock ARGS` will run, when ARGS is a local check, run or rollback."""
     found = profile_argument(args)
     if found is None:
         return
-    path, deep = found
+    command, path, deep = found
     try:
-        start_probe(path, deep=deep)
+        start_probe(command, path, deep=deep)
     except Exception:  # the command itself reads the profile again and says what is wrong
         return
 
 
-def profile_argument(args: list[str]) -> tuple[str, bool] | None:
-    """(the PROFILE argument, --deep) of a check or run, else None."""
+def profile_argument(args: list[str]) -> tuple[str, str, bool] | None:
+    """(the command, its PROFILE argument, --deep) of a check, run or rollback, else None."""
     rest = list(args)
     while rest and rest[0] in ("-v", "--verbose"):
         rest.pop(0)
     if not rest or rest[0] not in VALUED:
         return None
-    valued = VALUED[rest.pop(0)]
+    command = rest.pop(0)
+    valued = VALUED[command]
     own = rest[: rest.index("--")] if "--" in rest else rest
-    if any(arg in CHANGING or arg.startswith(CHANGING) for arg in own):
+    refused = (*OTHERWISE[command], *HELP)
+    if any(arg in refused or arg.startswith(tuple(f"{r}=" for r in refused)) for arg in own):
         return None
     skip = False
     for arg in own:
@@ -55,11 +63,11 @@ def profile_argument(args: list[str]) -> tuple[str, bool] | None:
         elif arg in valued:
             skip = True
         elif not arg.startswith("-"):
-            return arg, "--deep" in own
+            return command, arg, "--deep" in own
     return None
 
 
-def start_probe(path: str, *, deep: bool) -> None:
+def start_probe(command: str, path: str, *, deep: bool) -> None:
     from envlock.reconcile.agentcall import agent_argv
     from envlock.reconcile.context import open_context, probe_request
 
@@ -68,5 +76,11 @@ def start_probe(path: str, *, deep: bool) -> None:
     target = ctx.profile.target
     if target.remote or ctx.profile.container is not None:
         return
+    # What the command asks: rollback reads the generations, not the files (rollback_plan).
+    request = (
+        probe_request(ctx, verify=False) if command == "rollback" else probe_request(ctx, deep=deep)
+    )
     argv = agent_argv(ctx.transport, target.root, "probe", env_python=True)
-    started.start(argv, json.dumps(probe_request(ctx, deep=deep)).encode())
+    started.start(argv, json.dumps(request).encode())
+    if command == "rollback":  # its switch: the agent's apply, waiting for the plan
+        started.start(agent_argv(ctx.transport, target.root, "apply", env_python=False), None)

@@ -34,7 +34,8 @@ class LocalTransport:
         # The same command with the same request, begun ahead (envlock/started.py).
         ahead = started.take(argv, stdin) if env is None and isinstance(stdin, bytes) else None
         if ahead is not None:
-            return communicate(ahead, argv, None, on_stderr_line)
+            waiting = ahead.stdin is not None and not ahead.stdin.closed
+            return communicate(ahead, argv, stdin if waiting else None, on_stderr_line)
         try:
             proc = subprocess.Popen(
                 argv,
