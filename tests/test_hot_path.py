@@ -376,3 +376,29 @@ def test_the_agent_is_compressed_once_and_kept_only_as_itself(
     for data in ([[kept[0][0], evil], *kept[1:]], kept[1:], [[n, 1] for n, _ in kept], {}):
         entry.write_text(json.dumps(data))
         assert bootstrap() == first
+
+
+def test_the_uv_version_of_a_remote_probe_is_read_without_importlib_metadata(
+    tmp_path: Path,
+) -> None:
+    """Every remote probe's request names the uv envlock ships: read from its dist-info, as
+    importlib.metadata finds it, without loading that module's ~50 (email, zipfile, …)."""
+    from importlib.metadata import version
+
+    program = (
+        "import sys; from envlock.uvbin import uv_version; "
+        "print(uv_version(), 'importlib.metadata' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert proc.stdout.split() == [version("uv"), "False"], proc.stderr
+    from envlock.uvbin import dist_info_version
+
+    for name, text in (
+        ("uv_build-1.0.dist-info", "Name: uv-build\nVersion: 1.0\n"),
+        ("uvloop-0.21.dist-info", "Name: uvloop\nVersion: 0.21\n"),
+        ("uv-0.13.9.dist-info", "Metadata-Version: 2.4\nName: uv\nVersion: 0.13.9\n\nVersion: 9\n"),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "METADATA").write_text(text)
+    assert dist_info_version(str(tmp_path), "uv") == "0.13.9"
+    assert dist_info_version(str(tmp_path / "missing"), "uv") is None
