@@ -22,6 +22,7 @@ import pytest
 from envlock import profile_cache
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
+from tests.remote.fixtures import Node
 
 # Everything a local single-target check or run must not load (module names, or a package
 # and everything under it when the name ends with ".").
@@ -48,7 +49,7 @@ out = sys.argv.pop(1)
 spawned = []  # each process envlock starts: whether a probe, whether click was loaded then
 class Popen(subprocess.Popen):
     def __init__(self, args, *rest, **options):
-        spawned.append([list(args)[-1:] == ["probe"], "click" in sys.modules])
+        spawned.append([str(list(args)[-1]).endswith("probe"), "click" in sys.modules])
         super().__init__(args, *rest, **options)
 subprocess.Popen = Popen
 def report(code):
@@ -174,6 +175,19 @@ def test_a_local_check_run_or_rollback_starts_its_probe_before_click_loads(
     # A usage error is still click's: the probe started ahead is not waited for.
     data = reported(tmp_path, cache, "check", "--bogus", applied)
     assert data["code"] == 2
+
+
+def test_an_ssh_targets_check_starts_its_probe_ahead_too(
+    tmp_path: Path, wheelhouse: Path, node_sshd: Node
+) -> None:
+    """Over ssh the probe's connection starts ahead as well, once: the check adopts it."""
+    from tests.test_remote import ssh_target, write_profile
+
+    target = ssh_target(tmp_path / "root", tmp_path / "venv", node_sshd)
+    profile = write_profile(tmp_path / "p", wheelhouse, target)
+    data = reported(tmp_path, tmp_path / "user-cache", "check", "--json", profile)
+    assert data["code"] == 1, data["stderr"]  # nothing applied there yet: drift, said
+    assert data["spawned"] == [[True, False]]
 
 
 def test_a_process_started_ahead_is_adopted_only_for_the_same_argv_and_request() -> None:

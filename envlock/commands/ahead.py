@@ -6,8 +6,9 @@ environment's own. Neither needs the other until the probe's answer is judged, s
 profile and lock are read (the request is made of them), `start_ahead` starts the probe with
 its request and the CLI goes on loading meanwhile: on two cores the two overlap. The local
 transport adopts the process only when the command asks for exactly this command line and
-request (envlock/started.py); any other argv (an option that changes the request, a remote
-target, an error in the profile) starts nothing here, and the command runs as it always did.
+request (envlock/started.py), locally or over ssh (and `pct exec`); any other argv (an option
+that changes the request, a fleet, a remote run: it checks and starts in one agent call, an
+error in the profile) starts nothing here, and the command runs as it always did.
 """
 
 from __future__ import annotations
@@ -69,18 +70,22 @@ def profile_argument(args: list[str]) -> tuple[str, str, bool] | None:
 
 def start_probe(command: str, path: str, *, deep: bool) -> None:
     from envlock.reconcile.agentcall import agent_argv
-    from envlock.reconcile.context import open_context, probe_request
+    from envlock.reconcile.context import is_fleet, open_context, probe_request
 
     ctx = open_context(path, allow_stale=True)
     started.keep("context", (path, True), ctx)
     target = ctx.profile.target
-    if target.remote or ctx.profile.container is not None:
+    # A fleet probes its members; a remote run checks and starts in one agent call.
+    if is_fleet(ctx) or (command == "run" and target.remote):
+        return
+    line = getattr(ctx.transport, "command_line", None)
+    probe = line(agent_argv(ctx.transport, target.root, "probe", env_python=True)) if line else None
+    if probe is None:
         return
     # What the command asks: rollback reads the generations, not the files (rollback_plan).
     request = (
         probe_request(ctx, verify=False) if command == "rollback" else probe_request(ctx, deep=deep)
     )
-    argv = agent_argv(ctx.transport, target.root, "probe", env_python=True)
-    started.start(argv, json.dumps(request).encode())
-    if command == "rollback":  # its switch: the agent's apply, waiting for the plan
+    started.start(probe, json.dumps(request).encode())
+    if command == "rollback" and not target.remote:  # the switch: the agent's apply, waiting
         started.start(agent_argv(ctx.transport, target.root, "apply", env_python=False), None)

@@ -48,6 +48,10 @@ class LocalTransport:
             raise OperationError(f"command not found: {argv[0]}") from None
         return communicate(proc, argv, stdin, on_stderr_line)
 
+    def command_line(self, argv: list[str]) -> list[str] | None:
+        """The local command line `run(argv)` starts: argv itself (commands/ahead.py)."""
+        return argv
+
     def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
         return spawn_ignoring_signals(argv, piped=piped)
 
