@@ -39,6 +39,8 @@ NOT_ON_THE_HOT_PATH = (
     "packaging.requirements",
     "packaging.markers",
     "packaging.specifiers",
+    "secrets",
+    "random",
 )
 REQUIREMENT_PARSER = "packaging.requirements"
 
