@@ -27,11 +27,12 @@ _KEPT: dict[tuple[str, Any], Any] = {}
 
 
 def start(argv: list[str], stdin: bytes | None) -> subprocess.Popen[bytes]:
-    """Start `argv` now, with `stdin` written and closed; or, with None, waiting for the
-    request the command will write when it asks (its interpreter and code load meanwhile).
-    Adopted later by `take`."""
+    """Start `argv` now, with `stdin` written and closed (into the one started waiting with
+    this argv, if any); or, with None, waiting for the request (its interpreter and code
+    load meanwhile). Adopted later by `take`."""
+    waiting = _PROCESSES.pop((tuple(argv), None), None) if stdin is not None else None
     pipe = subprocess.PIPE
-    proc = subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe)
+    proc = waiting or subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe)
     assert proc.stdin is not None
     if stdin is not None:
         try:

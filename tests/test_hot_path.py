@@ -48,10 +48,11 @@ REQUIREMENT_PARSER = "packaging.requirements"
 WRAPPER = """
 import json, os, subprocess, sys
 out = sys.argv.pop(1)
-spawned = []  # each process envlock starts: whether a probe, whether click was loaded then
+spawned = []  # each process envlock starts: whether a probe; were click, the profile's code loaded
 class Popen(subprocess.Popen):
     def __init__(self, args, *rest, **options):
-        spawned.append([str(list(args)[-1]).endswith("probe"), "click" in sys.modules])
+        probe = str(list(args)[-1]).endswith("probe")
+        spawned.append([probe, "click" in sys.modules, "envlock.profile" in sys.modules])
         super().__init__(args, *rest, **options)
 subprocess.Popen = Popen
 def report(code):
@@ -144,8 +145,9 @@ def test_a_local_check_run_or_rollback_starts_its_probe_before_click_loads(
     applied: Path, tmp_path: Path, envlock: Envlock
 ) -> None:
     """The probe of a local check, run or rollback starts once, before click and the
-    command's modules load (commands/ahead.py): the two overlap; the command adopts that very
-    process."""
+    command's modules load (commands/ahead.py): its interpreter even before the profile's
+    code loads, given its request once the profile and lock are read; the command adopts
+    that very process."""
     cache = tmp_path / "user-cache"
     for args, code in (
         (("check", applied), 0),
@@ -155,9 +157,10 @@ def test_a_local_check_run_or_rollback_starts_its_probe_before_click_loads(
     ):
         data = reported(tmp_path, cache, *args)
         assert data["code"] == code, args
-        assert data["spawned"] == [[True, False]], args  # one probe, click not yet loaded
+        # One probe, started before click and even the profile's code loaded.
+        assert data["spawned"] == [[True, False, False]], args
     # rollback: its probe and its switch (the agent's apply, waiting for the plan).
-    ahead = [[True, False], [False, False]]
+    ahead = [[True, False, False], [False, False, True]]
     data = reported(tmp_path, cache, "rollback", "--to", "1", applied)
     assert data["code"] == 0 and data["spawned"] == ahead  # nothing to do: never asked
     text = applied.read_text()
@@ -173,7 +176,7 @@ def test_a_local_check_run_or_rollback_starts_its_probe_before_click_loads(
     # A request the command does not make ahead (a snapshot asks for more): started after.
     data = reported(tmp_path, cache, "run", "--snapshot-into", tmp_path / "s", applied, "--", "x")
     assert data["code"] == "exec x"
-    assert [True, True] in data["spawned"] and [True, False] not in data["spawned"]
+    assert [spawn for spawn in data["spawned"] if spawn[0]] == [[True, True, True]]
     # A usage error is still click's: the probe started ahead is not waited for.
     data = reported(tmp_path, cache, "check", "--bogus", applied)
     assert data["code"] == 2
@@ -189,7 +192,7 @@ def test_an_ssh_targets_check_starts_its_probe_ahead_too(
     profile = write_profile(tmp_path / "p", wheelhouse, target)
     data = reported(tmp_path, tmp_path / "user-cache", "check", "--json", profile)
     assert data["code"] == 1, data["stderr"]  # nothing applied there yet: drift, said
-    assert data["spawned"] == [[True, False]]
+    assert data["spawned"] == [[True, False, True]]  # once the profile said where
 
 
 def test_a_process_started_ahead_is_adopted_only_for_the_same_argv_and_request() -> None:
@@ -367,7 +370,7 @@ def test_the_agent_is_compressed_once_and_kept_only_as_itself(
     user's cache and used only when it decompresses to exactly the modules of this envlock."""
     import zlib
 
-    from envlock.reconcile import agentcall
+    from envlock.reconcile import agentcode as agentcall
     from envlock.usercache import cache_dir
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -14,8 +14,15 @@ error in the profile) starts nothing here, and the command runs as it always did
 from __future__ import annotations
 
 import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from envlock import started
+
+if TYPE_CHECKING:
+    from envlock.targets.base import Transport
 
 # The commands whose probe starts ahead: their options that take a value (the profile is the
 # first other argument), and those that make them ask something else first (or nothing).
@@ -39,6 +46,7 @@ def start_ahead(args: list[str]) -> None:
         return
     command, path, deep = found
     try:
+        start_interpreter(path)
         start_probe(command, path, deep=deep)
     except Exception:  # the command itself reads the profile again and says what is wrong
         return
@@ -66,6 +74,38 @@ def profile_argument(args: list[str]) -> tuple[str, str, bool] | None:
         elif not arg.startswith("-"):
             return command, arg, "--deep" in own
     return None
+
+
+class LocalPython:
+    """What own_python reads of the local transport (targets/local.py): its interpreter."""
+
+    system_python = sys.executable
+
+
+def start_interpreter(path: str) -> None:
+    """A local profile's probe interpreter, started before the profile's code loads: it
+    loads its own code and waits for the request (start_probe writes it). Read here with
+    tomllib alone, as profile.py reads [target] root: a root read otherwise only makes a
+    command line nobody asks for, and that process is stopped unread at exit."""
+    import tomllib
+
+    from envlock.pythons import own_python
+    from envlock.reconcile.agentcode import agent_bootstrap
+
+    with open(path, "rb") as handle:
+        data = tomllib.load(handle)
+    target, profile = data.get("target"), data.get("profile")
+    if not isinstance(target, dict) or target.get("type") != "local":
+        return
+    name = profile.get("name") if isinstance(profile, dict) else None
+    root = target.get("root", f"~/.local/share/envlock/{name}")
+    if not isinstance(root, str) or not isinstance(name, str):
+        return
+    expanded = Path(os.path.expanduser(root))
+    full = expanded if expanded.is_absolute() else Path(path).parent.resolve() / expanded
+    program = agent_bootstrap("probe")
+    transport = cast("Transport", LocalPython())
+    started.start(own_python(transport, program, "probe", root=os.path.normpath(full)), None)
 
 
 def start_probe(command: str, path: str, *, deep: bool) -> None:
