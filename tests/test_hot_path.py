@@ -421,3 +421,18 @@ def test_the_uv_version_of_a_remote_probe_is_read_without_importlib_metadata(
         (tmp_path / name / "METADATA").write_text(text)
     assert dist_info_version(str(tmp_path), "uv") == "0.13.9"
     assert dist_info_version(str(tmp_path / "missing"), "uv") is None
+
+
+def test_the_probes_request_is_made_before_the_rules_that_judge_its_answer_load() -> None:
+    """commands/ahead.py writes a probe's request once the profile and lock are read: what
+    that needs (reconcile/context.py) loads neither the drift rules nor the state's types,
+    which load while the probe works."""
+    program = (
+        "import sys, envlock.commands.ahead, envlock.reconcile.context; "
+        "print(sorted(m for m in sys.modules if m.startswith('envlock.reconcile.')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    loaded = proc.stdout.strip()
+    assert "envlock.reconcile.context" in loaded
+    assert "envlock.reconcile.drift" not in loaded and "envlock.reconcile.state" not in loaded
