@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 from envlock.errors import OperationError
 
@@ -29,13 +30,42 @@ def uv_path() -> str:
 
 @functools.lru_cache(maxsize=1)
 def uv_version() -> str:
-    """The version of the uv envlock ships (from the package metadata: no subprocess)."""
-    from importlib.metadata import PackageNotFoundError, version
+    """The version of the uv envlock ships (from the package metadata: no subprocess).
+
+    Read from the first `uv-*.dist-info/METADATA` on sys.path, as importlib.metadata finds
+    it: that module loads ~50 others (email, zipfile, csv, socket…), on every remote probe."""
+    for entry in sys.path:
+        found = dist_info_version(entry or ".", "uv")
+        if found is not None:
+            return found
+    from importlib.metadata import PackageNotFoundError, version  # an installation unlike any
 
     try:
         return version("uv")
     except PackageNotFoundError:
         return "unknown"
+
+
+def dist_info_version(directory: str, name: str) -> str | None:
+    """`Version:` of the distribution `name`'s dist-info in `directory`, if it is there."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None
+    for entry in names:
+        base, _, ext = entry.partition("-")
+        if base.lower().replace("_", "-") != name or not ext.endswith(".dist-info"):
+            continue
+        try:
+            with open(os.path.join(directory, entry, "METADATA"), encoding="utf-8") as handle:
+                for line in handle:
+                    if line.startswith("Version:"):
+                        return line.partition(":")[2].strip()
+                    if not line.strip():
+                        break  # the headers end: no version said
+        except OSError:
+            continue
+    return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "envlock"
 # From the top down, as ARCHITECTURE.md draws them. A module's layer is the first that
 # names it (fnmatch patterns over dotted names); every module must be named.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("cli", ("envlock.cli", "envlock.__main__")),
+    ("cli", ("envlock.cli", "envlock.cli_group", "envlock.__main__")),
     ("commands", ("envlock.commands", "envlock.commands.*")),
     ("converge and fleets", ("envlock.reconcile.converge", "envlock.fleet")),
     (
@@ -55,6 +55,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "envlock",
             "envlock.errors",
+            "envlock.started",
             "envlock.ui",
             "envlock.atomic",
             "envlock.usercache",

@@ -15,12 +15,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from envlock import profile_cache
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
+from tests.remote.fixtures import Node
 
 # Everything a local single-target check or run must not load (module names, or a package
 # and everything under it when the name ends with ".").
@@ -37,16 +39,25 @@ NOT_ON_THE_HOT_PATH = (
     "packaging.requirements",
     "packaging.markers",
     "packaging.specifiers",
+    "secrets",
+    "random",
 )
 REQUIREMENT_PARSER = "packaging.requirements"
 
 # The CLI as a user runs it; `run`'s exec is where envlock's own work ends, so it reports there.
 WRAPPER = """
-import json, os, sys
+import json, os, subprocess, sys
 out = sys.argv.pop(1)
+spawned = []  # each process envlock starts: whether a probe; were click, the profile's code loaded
+class Popen(subprocess.Popen):
+    def __init__(self, args, *rest, **options):
+        probe = str(list(args)[-1]).endswith("probe")
+        spawned.append([probe, "click" in sys.modules, "envlock.profile" in sys.modules])
+        super().__init__(args, *rest, **options)
+subprocess.Popen = Popen
 def report(code):
     with open(out, "w") as handle:
-        json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
+        json.dump({"code": code, "modules": sorted(sys.modules), "spawned": spawned}, handle)
 def execvpe(file, args, env):
     report("exec " + file)
     os._exit(0)
@@ -63,6 +74,12 @@ except SystemExit as exc:
 
 def loaded(tmp_path: Path, cache: Path, *args: str | Path) -> tuple[object, list[str]]:
     """(how the CLI ended, the modules it had loaded) for `envlock ARGS`."""
+    data = reported(tmp_path, cache, *args)
+    return data["code"], data["modules"]
+
+
+def reported(tmp_path: Path, cache: Path, *args: str | Path) -> dict[str, Any]:
+    """What the wrapper reported of `envlock ARGS`: code, modules, spawned."""
     out = tmp_path / "modules.json"
     out.unlink(missing_ok=True)
     proc = subprocess.run(
@@ -72,8 +89,8 @@ def loaded(tmp_path: Path, cache: Path, *args: str | Path) -> tuple[object, list
         env={**plain_environ(), "XDG_CACHE_HOME": str(cache)},
     )
     assert out.exists(), proc.stderr
-    data = json.loads(out.read_text())
-    return data["code"], data["modules"]
+    data: dict[str, Any] = json.loads(out.read_text())
+    return {**data, "stderr": proc.stderr}
 
 
 def plain_environ() -> dict[str, str]:
@@ -122,6 +139,78 @@ def test_check_and_run_of_one_local_target_load_only_what_they_use(
     assert forbidden(run) == []
     assert "envlock.commands.run" in run and "envlock.runs.launch" in run
     assert rich_modules(run) == []
+
+
+def test_a_local_check_run_or_rollback_starts_its_probe_before_click_loads(
+    applied: Path, tmp_path: Path, envlock: Envlock
+) -> None:
+    """The probe of a local check, run or rollback starts once, before click and the
+    command's modules load (commands/ahead.py): its interpreter even before the profile's
+    code loads, given its request once the profile and lock are read; the command adopts
+    that very process."""
+    cache = tmp_path / "user-cache"
+    for args, code in (
+        (("check", applied), 0),
+        (("check", "--deep", applied), 0),
+        (("-v", "check", "--json", applied), 0),
+        (("run", applied, "--", "python", "-c", "pass"), "exec python"),
+    ):
+        data = reported(tmp_path, cache, *args)
+        assert data["code"] == code, args
+        # One probe, started before click and even the profile's code loaded.
+        assert data["spawned"] == [[True, False, False]], args
+    # rollback: its probe and its switch (the agent's apply, waiting for the plan).
+    ahead = [[True, False, False], [False, False, True]]
+    data = reported(tmp_path, cache, "rollback", "--to", "1", applied)
+    assert data["code"] == 0 and data["spawned"] == ahead  # nothing to do: never asked
+    text = applied.read_text()
+    assert '"tinydep==1.0"' in text
+    applied.write_text(text.replace('"tinydep==1.0"', '"tinydep==0.9"'))  # another lock
+    assert envlock("lock", applied).returncode == 0
+    assert envlock("apply", "-y", applied).returncode == 0
+    for number in (1, 2):
+        data = reported(tmp_path, cache, "rollback", "--to", str(number), applied)
+        assert data["code"] == 0 and data["spawned"] == ahead, data["stderr"]
+        current = (applied.parent / "root" / "current").resolve().name
+        assert current.startswith(f"{number}-")
+    # A request the command does not make ahead (a snapshot asks for more): started after.
+    data = reported(tmp_path, cache, "run", "--snapshot-into", tmp_path / "s", applied, "--", "x")
+    assert data["code"] == "exec x"
+    assert [spawn for spawn in data["spawned"] if spawn[0]] == [[True, True, True]]
+    # A usage error is still click's: the probe started ahead is not waited for.
+    data = reported(tmp_path, cache, "check", "--bogus", applied)
+    assert data["code"] == 2
+
+
+def test_an_ssh_targets_check_starts_its_probe_ahead_too(
+    tmp_path: Path, wheelhouse: Path, node_sshd: Node
+) -> None:
+    """Over ssh the probe's connection starts ahead as well, once: the check adopts it."""
+    from tests.test_remote import ssh_target, write_profile
+
+    target = ssh_target(tmp_path / "root", tmp_path / "venv", node_sshd)
+    profile = write_profile(tmp_path / "p", wheelhouse, target)
+    data = reported(tmp_path, tmp_path / "user-cache", "check", "--json", profile)
+    assert data["code"] == 1, data["stderr"]  # nothing applied there yet: drift, said
+    assert data["spawned"] == [[True, False, True]]  # once the profile said where
+
+
+def test_a_process_started_ahead_is_adopted_only_for_the_same_argv_and_request() -> None:
+    from envlock import started
+    from envlock.targets.local import LocalTransport
+
+    program = "import os, sys; sys.stdout.write(sys.stdin.read() + str(os.getpid()))"
+    argv = [sys.executable, "-c", program]
+    ahead = started.start(argv, b"asked ahead ")
+    transport = LocalTransport()
+    # Another request, or another command line: a process of its own.
+    assert transport.run(argv, stdin=b"asked now ").text() != f"asked now {ahead.pid}"
+    other = transport.run([*argv, "x"], stdin=b"asked ahead ").text()
+    assert other.startswith("asked ahead ") and other != f"asked ahead {ahead.pid}"
+    # The same: the one started ahead (its request written then), adopted once.
+    assert transport.run(argv, stdin=b"asked ahead ").text() == f"asked ahead {ahead.pid}"
+    again = transport.run(argv, stdin=b"asked ahead ").text()
+    assert again.startswith("asked ahead ") and again != f"asked ahead {ahead.pid}"
 
 
 def test_a_changed_requirement_is_parsed_again_and_refused(
@@ -230,3 +319,120 @@ assert mine == theirs or not {is_plain!r}, (mine, theirs)
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.split() == [str(is_plain), str(is_plain), str(not is_plain)]
+
+
+MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)), end='')"
+
+
+def test_a_command_under_run_loads_nothing_of_envlocks_unless_asked(tmp_path: Path) -> None:
+    """The start-up set on a command's PYTHONPATH (every Python it starts runs its
+    sitecustomize first) imports the mega-cache module only when there is a file to load,
+    and still runs the sitecustomize it shadows."""
+    from envlock.runs.startup_set import package_dir, python_path
+
+    chained = tmp_path / "theirs"
+    chained.mkdir()
+    (chained / "sitecustomize.py").write_text("import builtins\nbuiltins.chained = True\n")
+    program = f"import builtins; assert builtins.chained; {MODULES}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ENVLOCK_"))}
+    startup = python_path(package_dir(), api=True)
+
+    def modules(**env: str) -> set[str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            env={**base, "PYTHONPATH": f"{startup}{os.pathsep}{chained}", **env},
+        )
+        assert proc.returncode == 0, proc.stderr
+        return set(json.loads(proc.stdout))
+
+    alone = subprocess.run(
+        [sys.executable, "-c", f"import builtins; builtins.chained = 1; {MODULES}"],
+        capture_output=True,
+        text=True,
+        env=base,
+        check=True,
+    )
+    # What the interpreter loads anyway (json: the program's own), plus the import system's
+    # own finder (importlib.machinery: names for its frozen modules) the chaining uses.
+    added = modules() - set(json.loads(alone.stdout))
+    assert {m for m in added if m.split(".")[0] != "importlib"} <= {"sitecustomize", "warnings"}
+    # Asked to load a mega-cache file (--compile-artifacts): it does, and says what it found.
+    missing = tmp_path / "missing.bin"
+    assert "envlock_megacache" in modules(ENVLOCK_COMPILE_ARTIFACTS=str(missing))
+
+
+def test_the_agent_is_compressed_once_and_kept_only_as_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every agent call ships the agent's modules compressed; the compression is kept in the
+    user's cache and used only when it decompresses to exactly the modules of this envlock."""
+    import zlib
+
+    from envlock.reconcile import agentcode as agentcall
+    from envlock.usercache import cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    compressed: list[int] = []
+    real = zlib.compress
+    monkeypatch.setattr(
+        zlib, "compress", lambda data, level: compressed.append(1) or real(data, level)
+    )
+
+    def bootstrap() -> str:
+        agentcall.agent_bootstrap.cache_clear()
+        return agentcall.agent_bootstrap("probe")
+
+    first = bootstrap()
+    assert compressed and bootstrap() == first
+    count = len(compressed)
+    assert bootstrap() == first and len(compressed) == count  # read back, not compressed again
+    # An entry that is not these modules (another code, another shape) is never shipped.
+    (entry,) = Path(str(cache_dir(agentcall.PACKED))).glob("*.json")
+    kept = json.loads(entry.read_text())
+    evil = agentcall.base64.b64encode(real(b"import os; os.system('x')", 9)).decode()
+    for data in ([[kept[0][0], evil], *kept[1:]], kept[1:], [[n, 1] for n, _ in kept], {}):
+        entry.write_text(json.dumps(data))
+        assert bootstrap() == first
+
+
+def test_the_uv_version_of_a_remote_probe_is_read_without_importlib_metadata(
+    tmp_path: Path,
+) -> None:
+    """Every remote probe's request names the uv envlock ships: read from its dist-info, as
+    importlib.metadata finds it, without loading that module's ~50 (email, zipfile, …)."""
+    from importlib.metadata import version
+
+    program = (
+        "import sys; from envlock.uvbin import uv_version; "
+        "print(uv_version(), 'importlib.metadata' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert proc.stdout.split() == [version("uv"), "False"], proc.stderr
+    from envlock.uvbin import dist_info_version
+
+    for name, text in (
+        ("uv_build-1.0.dist-info", "Name: uv-build\nVersion: 1.0\n"),
+        ("uvloop-0.21.dist-info", "Name: uvloop\nVersion: 0.21\n"),
+        ("uv-0.13.9.dist-info", "Metadata-Version: 2.4\nName: uv\nVersion: 0.13.9\n\nVersion: 9\n"),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "METADATA").write_text(text)
+    assert dist_info_version(str(tmp_path), "uv") == "0.13.9"
+    assert dist_info_version(str(tmp_path / "missing"), "uv") is None
+
+
+def test_the_probes_request_is_made_before_the_rules_that_judge_its_answer_load() -> None:
+    """commands/ahead.py writes a probe's request once the profile and lock are read: what
+    that needs (reconcile/context.py) loads neither the drift rules nor the state's types,
+    which load while the probe works."""
+    program = (
+        "import sys, envlock.commands.ahead, envlock.reconcile.context; "
+        "print(sorted(m for m in sys.modules if m.startswith('envlock.reconcile.')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    loaded = proc.stdout.strip()
+    assert "envlock.reconcile.context" in loaded
+    assert "envlock.reconcile.drift" not in loaded and "envlock.reconcile.state" not in loaded

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import base64
-import functools
-import hashlib
 import json
-import os
 import re
 import threading
-import zlib
 from collections.abc import Callable
 from typing import IO, Any, cast
 
-from envlock import agent as agent_package
 from envlock.errors import OperationError, UsageError
 from envlock.pythons import own_python
+from envlock.reconcile.agentcode import agent_bootstrap as agent_bootstrap
 from envlock.targets.base import Result, Transport
 from envlock.targets.pct import PctFailed
 from envlock.targets.ssh import ConnectionLost
@@ -28,75 +23,6 @@ OS_HINTS = {
     "EACCES": "permission denied: run as a user who may write the root, or change the root",
     "EPERM": "operation not permitted: run as a user who may write the root",
 }
-
-# What each agent command runs: the probe's modules (in import order: the core, with
-# COMMANDS, first), plus the command's own. A probe skips apply's and cache's imports.
-AGENT_BASE = ("core.py", "statindex.py", "files.py", "gpu.py", "probe.py")
-AGENT_EXTRA = {
-    "apply": ("adopt.py", "rooted.py", "apply.py"),
-    "cache": ("cache.py",),
-    "survey": ("survey.py",),
-    "data": ("dataset.py",),
-    "run": ("launch.py",),
-}
-
-# Unpacks and compiles the agent's modules into one namespace and runs it. The compiled code
-# is kept per envlock build and interpreter (~/.cache/envlock on the target, written
-# atomically; anything unreadable there is compiled afresh), so a probe does not compile
-# 1,700 lines each time. The code is ours: it came in this command line, and the key is its
-# hash. The directory is used only while it is this user's and no one else may write it
-# (`mine`): a file planted there would run as this user. The cache file is written by the
-# agent's own write_atomic (exclusive temp file, never through a link), once it is loaded.
-BOOTSTRAP = """\
-import binascii,marshal,os,sys,zlib
-g={'__name__':'envlock_agent','__envlock_agent__':True}
-k=%(key)r
-d=os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),'envlock')
-t=sys.implementation.cache_tag and os.path.isabs(d)
-f=os.path.join(d,'agent-%%s-%%s'%%(k,sys.implementation.cache_tag))
-def mine():
-    s=os.lstat(d)
-    return s.st_uid==os.getuid() and not s.st_mode&0o022 and os.path.isdir(d)
-c=None
-if t:
-    try:
-        if mine():
-            with open(f,'rb') as h: c=marshal.loads(h.read())
-    except Exception: c=None
-w=t and not isinstance(c,list)
-if not isinstance(c,list):
-    s=%(packed)r
-    c=[compile(zlib.decompress(binascii.a2b_base64(p)),'envlock-agent/'+n,'exec') for n,p in s]
-for x in c: exec(x,g)
-if w:
-    try:
-        os.makedirs(d,0o700,exist_ok=True)
-        if mine(): g['write_atomic'](f,marshal.dumps(c),0o600)
-    except Exception: pass
-sys.exit(g['main']())
-"""
-
-
-def agent_modules(command: str) -> tuple[str, ...]:
-    return AGENT_BASE + AGENT_EXTRA.get(command.split("-", 1)[0], ())
-
-
-@functools.cache
-def agent_bootstrap(command: str = "probe") -> str:
-    """The one-line program that runs agent `command` (compressed: the command line stays
-    small, and base64 needs no quoting care)."""
-    packed = [
-        (name, base64.b64encode(zlib.compress(agent_source(name), 9)).decode())
-        for name in agent_modules(command)
-    ]
-    key = hashlib.sha256(repr(packed).encode()).hexdigest()[:20]
-    return BOOTSTRAP % {"key": key, "packed": packed}
-
-
-def agent_source(name: str) -> bytes:
-    # Beside envlock/agent/__init__.py (importlib.resources would cost more than the read).
-    with open(os.path.join(os.path.dirname(agent_package.__file__), name), "rb") as handle:
-        return handle.read()
 
 
 def agent_argv(transport: Transport, root: str, command: str, *, env_python: bool) -> list[str]:

@@ -9,8 +9,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from envlock import started
 from envlock.errors import OperationError
 from envlock.lock import (
     Lock,
@@ -22,11 +23,15 @@ from envlock.lock import (
 )
 from envlock.profile import Profile, load_profile
 from envlock.reconcile.agentcall import call_agent
-from envlock.reconcile.drift import Expectation, compute_drift
 from envlock.reconcile.kinds import Drift
-from envlock.reconcile.state import State, parse_state
 from envlock.targets.base import ContainerCheck, Provisioner, Transport
 from envlock.uvbin import uv_path, uv_version
+
+if TYPE_CHECKING:
+    # Imported where used: a local probe's request is written (commands/ahead.py) before
+    # the rules that judge its answer load, so they load while the probe works.
+    from envlock.reconcile.drift import Expectation
+    from envlock.reconcile.state import State
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class Context:
         return f"{target.root}/bin/uv" if target.remote else uv_path()
 
     def expectation(self) -> Expectation:
+        from envlock.reconcile.drift import Expectation
+
         return Expectation(
             lock=self.lock,
             root=self.profile.target.root,
@@ -86,6 +93,9 @@ class Context:
 
 def open_context(profile_path: str | os.PathLike[str], *, allow_stale: bool = False) -> Context:
     """Load profile and lock; a stale lock is refused unless the caller reports it as drift."""
+    ahead = started.kept("context", (os.fspath(profile_path), allow_stale))
+    if ahead is not None:  # read moments ago, while the CLI loaded (commands/ahead.py)
+        return cast(Context, ahead)
     profile = load_profile(profile_path)
     if allow_stale:
         lock = read_lock(profile.lock_path, lock_policy(profile))
@@ -154,6 +164,8 @@ def gather_state(
         env_python=True,
         meanwhile=meanwhile,
     )
+    from envlock.reconcile.state import parse_state
+
     return parse_state(raw)
 
 
@@ -178,6 +190,8 @@ def judge(ctx: Context, state: State, *, hold: bool = True) -> list[Drift]:
     """The drift of a gathered state. While a rollback holds the root, the active generation
     is judged against its own lock (`hold=False`: against the profile's, as apply plans)."""
     judged = held_context(ctx, state) if hold else None
+    from envlock.reconcile.drift import compute_drift
+
     return compute_drift((judged or ctx).expectation(), state)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import signal
 import sys
 from collections.abc import Mapping
@@ -161,6 +160,8 @@ def spec_of(
 
 def run_remote(transport: Transport, root: str, argv: list[str], spec: bytes) -> int:
     """Run argv on the target under the launcher; returns its exit status."""
+    import secrets  # here: a local run never needs it (it loads random, hmac, bisect)
+
     token = secrets.token_hex(8)
     run_dir = f"{root}/run"
     env_file, pid_file = f"{run_dir}/{token}.env", f"{run_dir}/{token}.pid"

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import IO
 
+from envlock import started
 from envlock.errors import OperationError
 from envlock.targets.base import LocalPath, Result, TargetType
 from envlock.tomlread import Table
@@ -30,6 +31,11 @@ class LocalTransport:
         env: Mapping[str, str] | None = None,
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:
+        # The same command with the same request, begun ahead (envlock/started.py).
+        ahead = started.take(argv, stdin) if env is None and isinstance(stdin, bytes) else None
+        if ahead is not None:
+            waiting = ahead.stdin is not None and not ahead.stdin.closed
+            return communicate(ahead, argv, stdin if waiting else None, on_stderr_line)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -41,6 +47,10 @@ class LocalTransport:
         except FileNotFoundError:
             raise OperationError(f"command not found: {argv[0]}") from None
         return communicate(proc, argv, stdin, on_stderr_line)
+
+    def command_line(self, argv: list[str]) -> list[str] | None:
+        """The local command line `run(argv)` starts: argv itself (commands/ahead.py)."""
+        return argv
 
     def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
         return spawn_ignoring_signals(argv, piped=piped)

@@ -90,6 +90,10 @@ class PctTransport:
             *argv,
         ]
 
+    def command_line(self, argv: list[str]) -> list[str] | None:
+        """The local command line `run(argv)` starts first (commands/ahead.py)."""
+        return self.node.command_line(self.wrap(argv, None))
+
     def run(
         self,
         argv: list[str],

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from envlock import started
 from envlock.errors import OperationError
 from envlock.targets.base import LocalPath, Result, TargetType
 from envlock.targets.local import communicate, spawn_ignoring_signals
@@ -146,9 +147,15 @@ class SshTransport:
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:
         full = [*self.ssh_argv(), self.remote_command(argv, env)]
+        # The same command with the same request, begun ahead (envlock/started.py).
+        ahead = None
+        if self.sessions is None and isinstance(stdin, bytes):
+            ahead = started.take(full, stdin)
         if self.sessions is not None:
             with self.sessions.started(full) as proc:
                 result = communicate(proc, argv, stdin, on_stderr_line)
+        elif ahead is not None:
+            result = communicate(ahead, argv, None, on_stderr_line)
         else:
             proc = subprocess.Popen(
                 full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -157,6 +164,15 @@ class SshTransport:
         if result.exit_code == SSH_FAILED:
             self.raise_for_connection(result)
         return result
+
+    def command_line(self, argv: list[str]) -> list[str] | None:
+        """The local command line `run(argv)` starts (None where it is not one: a fleet's
+        sessions), for a process begun ahead (commands/ahead.py)."""
+        return (
+            None
+            if self.sessions is not None
+            else [*self.ssh_argv(), self.remote_command(argv, None)]
+        )
 
     def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
         """Start argv on the host with stdio passed through (a remote tty when ours is one),

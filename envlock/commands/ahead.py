@@ -1,0 +1,131 @@
+"""The probe of a local `check`, `run` or `rollback`, started before click and the command load.
+
+The commonest commands spend their fixed cost in two places, one after the other: the
+controller's imports (click, the command's modules) and the probe, an interpreter of the
+environment's own. Neither needs the other until the probe's answer is judged, so once the
+profile and lock are read (the request is made of them), `start_ahead` starts the probe with
+its request and the CLI goes on loading meanwhile: on two cores the two overlap. The local
+transport adopts the process only when the command asks for exactly this command line and
+request (envlock/started.py), locally or over ssh (and `pct exec`); any other argv (an option
+that changes the request, a fleet, a remote run: it checks and starts in one agent call, an
+error in the profile) starts nothing here, and the command runs as it always did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from envlock import started
+
+if TYPE_CHECKING:
+    from envlock.targets.base import Transport
+
+# The commands whose probe starts ahead: their options that take a value (the profile is the
+# first other argument), and those that make them ask something else first (or nothing).
+VALUED = {
+    "check": ("--jobs", "--on"),
+    "run": ("--jobs", "--on", "--env", "--snapshot-into", "--compile-artifacts"),
+    "rollback": ("--jobs", "--on", "--to", "--snapshot"),
+}
+OTHERWISE = {
+    "check": (),
+    "run": ("--snapshot-into",),
+    "rollback": ("--resync", "--container"),
+}
+HELP = ("-h", "--help")
+
+
+def start_ahead(args: list[str]) -> None:
+    """Start the probe `envlock ARGS` will run, when ARGS is a local check, run or rollback."""
+    found = profile_argument(args)
+    if found is None:
+        return
+    command, path, deep = found
+    try:
+        start_interpreter(path)
+        start_probe(command, path, deep=deep)
+    except Exception:  # the command itself reads the profile again and says what is wrong
+        return
+
+
+def profile_argument(args: list[str]) -> tuple[str, str, bool] | None:
+    """(the command, its PROFILE argument, --deep) of a check, run or rollback, else None."""
+    rest = list(args)
+    while rest and rest[0] in ("-v", "--verbose"):
+        rest.pop(0)
+    if not rest or rest[0] not in VALUED:
+        return None
+    command = rest.pop(0)
+    valued = VALUED[command]
+    own = rest[: rest.index("--")] if "--" in rest else rest
+    refused = (*OTHERWISE[command], *HELP)
+    if any(arg in refused or arg.startswith(tuple(f"{r}=" for r in refused)) for arg in own):
+        return None
+    skip = False
+    for arg in own:
+        if skip:
+            skip = False
+        elif arg in valued:
+            skip = True
+        elif not arg.startswith("-"):
+            return command, arg, "--deep" in own
+    return None
+
+
+class LocalPython:
+    """What own_python reads of the local transport (targets/local.py): its interpreter."""
+
+    system_python = sys.executable
+
+
+def start_interpreter(path: str) -> None:
+    """A local profile's probe interpreter, started before the profile's code loads: it
+    loads its own code and waits for the request (start_probe writes it). Read here with
+    tomllib alone, as profile.py reads [target] root: a root read otherwise only makes a
+    command line nobody asks for, and that process is stopped unread at exit."""
+    import tomllib
+
+    from envlock.pythons import own_python
+    from envlock.reconcile.agentcode import agent_bootstrap
+
+    with open(path, "rb") as handle:
+        data = tomllib.load(handle)
+    target, profile = data.get("target"), data.get("profile")
+    if not isinstance(target, dict) or target.get("type") != "local":
+        return
+    name = profile.get("name") if isinstance(profile, dict) else None
+    root = target.get("root", f"~/.local/share/envlock/{name}")
+    if not isinstance(root, str) or not isinstance(name, str):
+        return
+    expanded = Path(os.path.expanduser(root))
+    full = expanded if expanded.is_absolute() else Path(path).parent.resolve() / expanded
+    program = agent_bootstrap("probe")
+    transport = cast("Transport", LocalPython())
+    started.start(own_python(transport, program, "probe", root=os.path.normpath(full)), None)
+
+
+def start_probe(command: str, path: str, *, deep: bool) -> None:
+    from envlock.reconcile.agentcall import agent_argv
+    from envlock.reconcile.context import is_fleet, open_context, probe_request
+
+    ctx = open_context(path, allow_stale=True)
+    started.keep("context", (path, True), ctx)
+    target = ctx.profile.target
+    # A fleet probes its members; a remote run checks and starts in one agent call.
+    if is_fleet(ctx) or (command == "run" and target.remote):
+        return
+    line = getattr(ctx.transport, "command_line", None)
+    probe = line(agent_argv(ctx.transport, target.root, "probe", env_python=True)) if line else None
+    if probe is None:
+        return
+    # What the command asks: rollback reads the generations, not the files (rollback_plan).
+    request = (
+        probe_request(ctx, verify=False) if command == "rollback" else probe_request(ctx, deep=deep)
+    )
+    started.start(probe, json.dumps(request).encode())
+    if command == "rollback" and not target.remote:  # the switch: the agent's apply, waiting
+        started.start(agent_argv(ctx.transport, target.root, "apply", env_python=False), None)
