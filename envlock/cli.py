@@ -14,26 +14,6 @@ from typing import Any
 from envlock import ui
 from envlock.errors import EXIT_INTERRUPTED
 
-# name -> module under envlock.commands defining a click command named `command`.
-COMMANDS = {
-    "init": "init",
-    "lock": "lock",
-    "plan": "plan",
-    "apply": "apply",
-    "check": "check",
-    "run": "run",
-    "rollback": "rollback",
-    "generations": "generations",
-    "gc": "gc",
-    "snapshot": "snapshot",
-    "diff": "diff",
-    "inspect": "inspect",
-    "data": "data",
-    "cache": "cache",
-    "add": "add",
-    "remove": "remove",
-}
-
 # What cli_group.py defines, read through this module as before it was split off.
 GROUP_NAMES = ("cli", "EnvlockGroup", "fail", "verbose_option")
 

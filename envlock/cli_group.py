@@ -10,7 +10,7 @@ from typing import NoReturn
 import click
 
 from envlock import __version__, ui
-from envlock.cli import COMMANDS
+from envlock.commands import COMMANDS
 from envlock.errors import EXIT_INTERRUPTED, INTERRUPTED, EnvlockError
 from envlock.tomlread import suggest
 
