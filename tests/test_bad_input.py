@@ -206,6 +206,10 @@ def test_check_json_schema_is_stable(tmp_path: Path, wheelhouse: Path, envlock: 
         "warnings",
         "gpu",
     }
-    assert report["schema"] == DOCUMENTS["check"] and report["hold"] is None and report["clean"] is False
+    assert (
+        report["schema"] == DOCUMENTS["check"]
+        and report["hold"] is None
+        and report["clean"] is False
+    )
     assert report["drift"][0]["kind"] == "no-environment"
     assert set(report["drift"][0]) == {"kind", "subject", "expected", "actual", "detail", "dist"}

@@ -490,7 +490,9 @@ def test_a_fleet_with_an_unreachable_node(
         assert (found[vmid]["generation_lock_id"], found[vmid]["held"]) == (first_lock, True)
     listed = cli("generations", profile)
     assert listed.returncode == 3, listed.stderr  # the unreachable node's members
-    new_lock = members(cli("generations", "--json", "--on", str(c), profile))[c]["generation_lock_id"]
+    new_lock = members(cli("generations", "--json", "--on", str(c), profile))[c][
+        "generation_lock_id"
+    ]
     assert listed.stdout.splitlines()[0] == (
         f"5 containers: 1 on lock {new_lock} (generation 2), "
         f"2 failed (pve3/{UNREACHABLE[0]}; pve3/{UNREACHABLE[1]}), "
