@@ -301,7 +301,7 @@ def run_fleet(
                 "members": [member_json(m, r) for m, r in ordered],
                 "fleet": {
                     "profile": ctx.profile.name,
-                    "lock": ctx.lock.short_hash,
+                    "lock_id": ctx.lock.short_hash,
                     "members": len(members),
                     "summary": headline,
                     "exit": EXIT_INTERRUPTED if interrupted else code,
@@ -405,7 +405,7 @@ def member_json(m: Member, r: MemberResult) -> dict[str, Any]:
         # name ("3-<lock id>"), and "drift" the items where the command lists them
         "generation": f"{r.generation}-{r.lock}" if r.generation is not None else None,
         "generation_number": r.generation,
-        "generation_lock": r.lock or None,  # "lock" is the profile's, as in `check --json`
+        "generation_lock_id": r.lock or None,  # "lock_id" is the profile's, as in `check --json`
         "held": r.hold,  # "hold" is the hold's record in `check --json`
         "drift_count": r.drift,
         "note": r.note or None,

@@ -163,16 +163,21 @@ def relative_path(value: Any, where: str) -> None:
 DOCUMENTS: dict[str, int] = {
     "error": 1,  # any command's failure under --json: {schema, error, hint, exit}
     "init": 1,
-    "init-from": 1,
-    "lock": 1,
-    "lock-check": 1,
+    # 2 (init-from, lock, lock-check): the lock file's path is "lock_file", no longer "lock"
+    "init-from": 2,
+    "lock": 2,
+    "lock-check": 2,
     "plan": 1,
     "apply": 1,
-    "check": 1,
+    # 2: the profile's lock id is "lock_id", no longer "lock"
+    "check": 2,
     "rollback": 1,
-    "rollback-container": 1,
-    "generations": 1,
-    "generations-container": 1,
+    "rollback-container": 1,  # "container" added: no change of meaning
+    # 2: a row's lock id is "lock_id", no longer "lock"
+    "generations": 2,
+    # 2: a snapshot's lock id is "lock_id", no longer "lock"; an unknown generation, lock id
+    # or time is null, no longer "none"/"unknown …"/""
+    "generations-container": 2,
     "gc": 1,
     "snapshot": 1,
     "diff": 1,
@@ -185,7 +190,9 @@ DOCUMENTS: dict[str, int] = {
     "remove": 1,
     # 2: a member's "generation" is the generation's name ("3-<lock id>"), as in every
     # single-target document, no longer its number.
-    "fleet": 2,
+    # 3: the summary's lock id is "lock_id" (was "lock") and a member's generation's lock id
+    # "generation_lock_id" (was "generation_lock"): one name per concept
+    "fleet": 3,
     # the snapshot file written into a checkpoint directory (envlock-snapshot.json)
     "snapshot-file": 1,
 }

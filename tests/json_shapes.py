@@ -47,7 +47,7 @@ MEMBER = {
     "result": schema.STR,
     "generation": schema.nullable(GENERATION),
     "generation_number": schema.nullable(schema.INT),
-    "generation_lock": schema.nullable(LOCK_ID),
+    "generation_lock_id": schema.nullable(LOCK_ID),
     "held": schema.BOOL,
     "drift_count": schema.nullable(schema.INT),
     "note": schema.nullable(schema.STR),
@@ -56,7 +56,7 @@ MEMBER = {
 }
 FLEET = {
     "profile": schema.STR,
-    "lock": LOCK_ID,
+    "lock_id": LOCK_ID,
     "members": schema.INT,
     "summary": schema.STR,
     "exit": schema.INT,
@@ -118,7 +118,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
     "init": ({"profile": schema.STR, "name": schema.STR, "target": schema.STR, "next": STRS}, {}),
     "lock": (
         {
-            "lock": schema.STR,
+            "lock_file": schema.STR,
             "changed": schema.BOOL,
             "lock_id": LOCK_ID,
             "sha256": schema.SHA256,
@@ -137,7 +137,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
     "check": (
         {
             "profile": schema.STR,
-            "lock": LOCK_ID,
+            "lock_id": LOCK_ID,
             "hold": schema.nullable(OBJ),
             "generation": schema.nullable(GENERATION),
             "deep": schema.BOOL,
@@ -166,8 +166,8 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
             "hold": schema.nullable(OBJ),
             "generations": schema.items(
                 schema.obj(
-                    {"number": schema.INT, "name": GENERATION, "lock": LOCK_ID},
-                    ("number", "name", "lock", "active", "held", "adopted_from"),
+                    {"number": schema.INT, "name": GENERATION, "lock_id": LOCK_ID},
+                    ("number", "name", "lock_id", "active", "held", "adopted_from"),
                 )
             ),
             "history": OBJS,
@@ -247,7 +247,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
     "remove": (PROPOSAL, PROPOSED),
     "lock-check": (
         {
-            "lock": schema.STR,
+            "lock_file": schema.STR,
             "lock_id": schema.nullable(LOCK_ID),
             "fresh": schema.BOOL,
             "reasons": STRS,
@@ -259,7 +259,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
             "profile": schema.STR,
             "from": schema.STR,
             "installed": schema.INT,
-            "lock": schema.nullable(schema.STR),  # the lock file's path, as in `lock --json`
+            "lock_file": schema.nullable(schema.STR),  # its path, as in `lock --json`
             "lock_error": schema.nullable(schema.STR),
             "comparison": schema.nullable(
                 schema.obj(
@@ -290,7 +290,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
         {"restored": schema.INT, "dir": schema.STR, "fingerprint": schema.STR},
         {},
     ),
-    "rollback-container": ({"container_snapshot": schema.STR}, {}),
+    "rollback-container": ({"container": schema.STR, "container_snapshot": schema.STR}, {}),
     "generations-container": (
         {
             "container": schema.STR,
@@ -298,12 +298,13 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
                 schema.obj(
                     {
                         "name": schema.STR,
-                        "taken": schema.STR,
-                        "generation": schema.STR,  # a generation's name, "none" or "unknown"
-                        "lock": schema.STR,  # its lock id, "" when unknown
+                        "taken": schema.nullable(schema.STR),  # UTC; null: PVE did not say
+                        # the generation active in it and its lock id; null when unknown
+                        "generation": schema.nullable(GENERATION),
+                        "lock_id": schema.nullable(LOCK_ID),
                         "ours": schema.BOOL,
                     },
-                    ("name", "taken", "generation", "lock", "ours"),
+                    ("name", "taken", "generation", "lock_id", "ours"),
                 )
             ),
         },

@@ -79,7 +79,7 @@ def test_adopt_keeps_the_pip_venv_as_generation_0_and_rollback_returns_to_it(
     # since pip installed it: the round trip below holds either way).
     assert made.returncode in (0, 1), made.stdout + made.stderr
     imported = json.loads(made.stdout)
-    assert imported["comparison"]["not_locked"] == {} and imported["lock"]
+    assert imported["comparison"]["not_locked"] == {} and imported["lock_file"]
     assert imported["next"][0].startswith("envlock apply --adopt ")
     prof = load_profile(profile)
     assert Path(prof.target.venv) == venv

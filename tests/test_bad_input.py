@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from envlock.schema import DOCUMENTS
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
 
@@ -195,7 +196,7 @@ def test_check_json_schema_is_stable(tmp_path: Path, wheelhouse: Path, envlock: 
     assert set(report) == {
         "schema",
         "profile",
-        "lock",
+        "lock_id",
         "hold",
         "generation",
         "deep",
@@ -205,6 +206,10 @@ def test_check_json_schema_is_stable(tmp_path: Path, wheelhouse: Path, envlock: 
         "warnings",
         "gpu",
     }
-    assert report["schema"] == 1 and report["hold"] is None and report["clean"] is False
+    assert (
+        report["schema"] == DOCUMENTS["check"]
+        and report["hold"] is None
+        and report["clean"] is False
+    )
     assert report["drift"][0]["kind"] == "no-environment"
     assert set(report["drift"][0]) == {"kind", "subject", "expected", "actual", "detail", "dist"}

@@ -215,7 +215,7 @@ def test_a_fleet_across_two_nodes(
     assert {v: result[v]["result"] for v in (a, b, c)} == dict.fromkeys((a, b, c), "applied")
     assert {result[v]["generation_number"] for v in (a, b, c)} == {2}
     assert json.loads(again.stdout)["fleet"]["exit"] == 3
-    new_lock = result[a]["generation_lock"]
+    new_lock = result[a]["generation_lock_id"]
 
     # One member rolled back: the fleet-wide check finds it; one ssh master per node.
     rolled = cli("rollback", "--on", str(c), profile)
@@ -226,7 +226,7 @@ def test_a_fleet_across_two_nodes(
         "check", "--on", "pve1", "--on", str(c), profile, env={"XDG_RUNTIME_DIR": str(runtime)}
     )
     assert checked.returncode == 0, checked.stderr
-    old_lock = members(cli("check", "--json", "--on", str(c), profile))[c]["generation_lock"]
+    old_lock = members(cli("check", "--json", "--on", str(c), profile))[c]["generation_lock_id"]
     assert checked.stdout.splitlines()[0] == (
         f"3 containers: 2 on lock {new_lock} (generation 2), "
         f"1 on lock {old_lock} (pve2/{c}, rolled back)"
@@ -276,7 +276,7 @@ def test_a_fleet_across_two_nodes(
     assert " applied: " in rows[str(a)] and " stopped: " in rows[str(STOPPED)]
     assert all(" not started: " in rows[str(v)] for v in (b, c))
     after = members(cli("generations", "--json", profile))
-    assert after[a]["generation_lock"] != after[b]["generation_lock"]
+    assert after[a]["generation_lock_id"] != after[b]["generation_lock_id"]
     assert cli("apply", "-y", profile).returncode == 3  # the rest converge; 150 is stopped
     final = members(cli("check", "--json", profile))
     assert {final[v]["exit"] for v in (a, b, c)} == {0}
@@ -471,7 +471,7 @@ def test_a_fleet_with_an_unreachable_node(
     for vmid in UNREACHABLE:
         assert (found[vmid]["result"], found[vmid]["exit"]) == ("failed", 3)
         assert found[vmid]["note"].startswith(refused_on)
-    first_lock = found[a]["generation_lock"]
+    first_lock = found[a]["generation_lock_id"]
     # Nothing left to do on the reachable members: no question asked.
     again = answered(profile, "n", "--on", reachable)
     assert again.returncode == 0, again.stderr
@@ -487,10 +487,12 @@ def test_a_fleet_with_an_unreachable_node(
     assert sorted(found) == [a, b]
     for vmid in (a, b):
         assert (found[vmid]["result"], found[vmid]["generation_number"]) == ("rolled back", 1)
-        assert (found[vmid]["generation_lock"], found[vmid]["held"]) == (first_lock, True)
+        assert (found[vmid]["generation_lock_id"], found[vmid]["held"]) == (first_lock, True)
     listed = cli("generations", profile)
     assert listed.returncode == 3, listed.stderr  # the unreachable node's members
-    new_lock = members(cli("generations", "--json", "--on", str(c), profile))[c]["generation_lock"]
+    new_lock = members(cli("generations", "--json", "--on", str(c), profile))[c][
+        "generation_lock_id"
+    ]
     assert listed.stdout.splitlines()[0] == (
         f"5 containers: 1 on lock {new_lock} (generation 2), "
         f"2 failed (pve3/{UNREACHABLE[0]}; pve3/{UNREACHABLE[1]}), "
@@ -504,7 +506,7 @@ def test_a_fleet_with_an_unreachable_node(
     found = members(back)
     assert [found[v]["result"] for v in (a, b, c)] == ["rolled back", "rolled back", "in sync"]
     assert found[c]["note"] == "generation 2 is already active"
-    assert {found[v]["generation_lock"] for v in (a, b, c)} == {new_lock}
+    assert {found[v]["generation_lock_id"] for v in (a, b, c)} == {new_lock}
     assert not any(found[v]["held"] for v in (a, b, c))
     assert {found[v]["result"] for v in UNREACHABLE} == {"failed"}
 

@@ -82,7 +82,7 @@ def test_init_from_a_pip_venv_writes_the_profile_locks_and_compares(
     assert prof.dependencies.find_links == (str(wheelhouse),)
     assert Path(prof.target.venv) != pip_venv  # the surveyed venv is left alone
     # The lock installs what is installed, the editable project and the venv's tooling aside.
-    locked = read_lock(Path(report["lock"])).versions()
+    locked = read_lock(Path(report["lock_file"])).versions()
     assert locked["torch"] == "2.11.0+cu128" and locked["tinydep"] == "1.0"
     assert "myproj" not in locked and "pip" not in locked
     assert tree_digest(pip_venv) == before, "the surveyed venv was changed"

@@ -285,3 +285,82 @@ def test_other_modes_documents_have_their_declared_shape(
     done = envlock(*filled(args, places, tmp_path))
     assert done.returncode == code, done.stderr
     conforms(kind, document(done))
+
+
+def field_checks(check: schema.Check) -> list[tuple[str, schema.Check]]:
+    """Every named field declared inside `check`, at any depth: the shapes are closures
+    (obj over its fields, nullable and items over their inner check), walked through."""
+    found: list[tuple[str, schema.Check]] = []
+    for cell in check.__closure__ or ():
+        value = cell.cell_contents
+        if isinstance(value, dict) and all(callable(v) for v in value.values()):
+            for name, inner in value.items():
+                found += [(name, inner), *field_checks(inner)]
+        elif callable(value) and value is not check:
+            found += field_checks(value)
+    return found
+
+
+def declared_fields(kind: str) -> list[tuple[str, schema.Check]]:
+    required, optional = SHAPES[kind]
+    fields = {**required, **optional}
+    return [
+        pair for name, inner in fields.items() for pair in [(name, inner), *field_checks(inner)]
+    ]
+
+
+def checks_lock_id(check: schema.Check) -> bool:
+    """`check` is LOCK_ID, or LOCK_ID made nullable."""
+    from tests.json_shapes import LOCK_ID
+
+    return check is LOCK_ID or any(c.cell_contents is LOCK_ID for c in check.__closure__ or ())
+
+
+# The snapshot file's "lock" is the lock itself (its text and sha256), neither its id nor
+# its path: a file format of its own, read by older envlocks.
+LOCK_ITSELF = {("snapshot-file", "lock")}
+
+
+def test_one_name_per_concept_in_every_declared_document() -> None:
+    """The 12-hex lock id is `lock_id` (`lock_id_before`, `generation_lock_id`: a lock id
+    qualified), the lock file's path `lock_file`; a bare `lock` names neither."""
+    for kind in SHAPES:
+        for name, check in declared_fields(kind):
+            assert name != "lock" or (kind, name) in LOCK_ITSELF, f"{kind}: a field `lock`"
+            if checks_lock_id(check):
+                assert (
+                    name == "lock_id" or name.startswith("lock_id_") or name.endswith("_lock_id")
+                ), f"{kind}: lock id field `{name}`"
+            if name.endswith("lock_id"):
+                assert checks_lock_id(check), f"{kind}: `{name}` is not checked as a lock id"
+
+
+def test_a_container_snapshot_s_unknowns_are_null() -> None:
+    """What a snapshot's description leaves unknown (no generation yet, the container was
+    stopped, a snapshot taken by hand) is null in `generations --container --json`, as in
+    every other document, never "none", "unknown …" or ""."""
+    from envlock.commands.generations import container_document
+    from envlock.proxmox.provision import listed, snapshot_description
+    from envlock.proxmox.snapshots import SnapshotInfo
+
+    lock_id = "0123456789ab"
+    described = {
+        "envlock-1-20261102123005": (f"1-{lock_id}", lock_id, 1793622605),
+        "envlock-none-20261102123006": ("none", "", 1793622606),
+        "envlock-unknown-20261102123007": (None, "", None),
+    }
+    infos = [
+        SnapshotInfo(name, snapshot_description(gen, lock, "fedcba987654"), time, None)
+        for name, (gen, lock, time) in described.items()
+    ]
+    infos.append(SnapshotInfo("by-hand", "taken by hand", None, None))
+    document = {"schema": schema.DOCUMENTS["generations-container"]}
+    document |= container_document("pve1/905", [listed(info) for info in infos])
+    conforms("generations-container", document)
+    rows = [(r["generation"], r["lock_id"], r["taken"] is None) for r in document["snapshots"]]
+    assert rows == [
+        (f"1-{lock_id}", lock_id, False),
+        (None, None, False),
+        (None, None, True),
+        (None, None, True),
+    ]

@@ -368,8 +368,8 @@ def test_every_changing_apply_snapshots_once_with_a_unique_name(
     conforms("generations-container", json.loads(listed.stdout))
     rows = json.loads(listed.stdout)["snapshots"]
     gen = next(g for g in current["generations"] if g["active"])
-    assert [(r["name"], r["generation"], r["lock"], r["ours"]) for r in rows] == [
-        (n, gen["name"], gen["lock"], True) for n in names
+    assert [(r["name"], r["generation"], r["lock_id"], r["ours"]) for r in rows] == [
+        (n, gen["name"], gen["lock_id"], True) for n in names
     ]
     table = cli("generations", "--container", profile)
     assert names[0] in table.stdout and gen["name"] in table.stdout

@@ -238,7 +238,7 @@ def test_the_summary_lists_the_members_that_differ_first_and_exits_with_the_wors
     assert rows == [(101, "drift", 1), (103, "stopped", 3), (102, "clean", 0)]
     assert document["fleet"] == {
         "profile": "fleet",
-        "lock": LOCK.short_hash,
+        "lock_id": LOCK.short_hash,
         "members": 3,
         "summary": document["fleet"]["summary"],
         "exit": 3,

@@ -184,7 +184,7 @@ def test_generations_rows_are_typed_and_both_renderers_read_them(
     assert set(document["generations"][0]) == {
         "number",
         "name",
-        "lock",
+        "lock_id",
         "complete",
         "active",
         "built",

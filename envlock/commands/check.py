@@ -73,7 +73,7 @@ class CheckResult:
         state = self.state
         return {
             "profile": self.profile,
-            "lock": self.lock,
+            "lock_id": self.lock,
             "hold": self.hold,
             "generation": state.current if state else None,
             "deep": self.deep,

@@ -14,6 +14,7 @@ from envlock.errors import UsageError
 from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, held_context
 from envlock.reconcile.state import Hold, State, Switch
+from envlock.targets.base import ContainerSnapshot
 
 KIND = "generations"
 
@@ -24,7 +25,7 @@ class GenerationRow:
 
     number: int
     name: str
-    lock: str  # the lock id it was built from
+    lock_id: str  # the lock id it was built from
     complete: bool
     active: bool
     built: str | None
@@ -105,7 +106,7 @@ def generations_member(
             raise UsageError("--container needs a proxmox-lxc target with a [container] table")
         snaps = ctx.provisioner.snapshots()
         return MemberResult(
-            0, f"{len(snaps)} snapshot(s)", data={"snapshots": [asdict(s) for s in snaps]}
+            0, f"{len(snaps)} snapshot(s)", data={"snapshots": [s.to_json() for s in snaps]}
         )
     result = generations_of(ctx)
     return result.member()
@@ -144,7 +145,7 @@ def render_text(result: GenerationsResult) -> None:
         table.add_row(
             "*" if row.active else "",
             str(row.number),
-            "-" if row.adopted_from else row.lock,
+            "-" if row.adopted_from else row.lock_id,
             str(row.built or ""),
             str(row.files or ""),
             ui.size(int(row.bytes)) if row.bytes else "",
@@ -161,10 +162,7 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
         raise UsageError("--container needs a proxmox-lxc target with a [container] table")
     snaps = provisioner.snapshots()
     if as_json:
-        ui.emit_json(
-            "generations-container",
-            {"container": provisioner.describe(), "snapshots": [asdict(s) for s in snaps]},
-        )
+        ui.emit_json("generations-container", container_document(provisioner.describe(), snaps))
         return
     if not snaps:
         ui.out.print(f"{provisioner.describe()} has no snapshots")
@@ -182,6 +180,11 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
             note,
         )
     ui.out.print(table)
+
+
+def container_document(container: str, snaps: list[ContainerSnapshot]) -> dict[str, Any]:
+    """`generations --container --json`: the container and its snapshots, unknowns null."""
+    return {"container": container, "snapshots": [s.to_json() for s in snaps]}
 
 
 def generation_rows(ctx: Context, state: State) -> tuple[GenerationRow, ...]:

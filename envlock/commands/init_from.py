@@ -49,7 +49,7 @@ class ImportResult:
             "profile": str(self.profile),
             "from": self.venv,
             "installed": len(self.survey.installed),
-            "lock": str(self.lock_path) if self.lock_path else None,
+            "lock_file": str(self.lock_path) if self.lock_path else None,
             "lock_error": self.failure or None,
             "comparison": comparison.to_json() if comparison else None,
             "left_out": self.found.left_out,

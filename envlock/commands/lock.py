@@ -51,7 +51,7 @@ class LockResult:
         if self.reasons is not None:
             reasons = list(self.reasons)
             return {
-                "lock": str(self.path),
+                "lock_file": str(self.path),
                 "lock_id": lock_id,
                 "fresh": not reasons,
                 "reasons": reasons,
@@ -59,7 +59,7 @@ class LockResult:
         assert lock is not None  # a lock was written
         torch = lock.packages.get("torch")
         return {
-            "lock": str(self.path),
+            "lock_file": str(self.path),
             "changed": self.changed,
             "lock_id": lock_id,
             "sha256": lock.sha256,

@@ -251,7 +251,9 @@ def rollback_container(ctx: Context, snapshot_name: str | None, as_json: bool) -
         raise UsageError("--container needs a proxmox-lxc target with a [container] table")
     name = provisioner.rollback(snapshot_name, None if as_json else ui.info)
     if as_json:
-        ui.emit_json("rollback-container", {"container_snapshot": name})
+        ui.emit_json(
+            "rollback-container", {"container": provisioner.describe(), "container_snapshot": name}
+        )
     else:
         ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
 

@@ -94,6 +94,23 @@ class ContainerSnapshot:
     lock: str  # that generation's lock ("" when unknown)
     ours: bool  # envlock's own (named envlock-…): the only ones keep-snapshots prunes
 
+    def to_json(self) -> dict[str, Any]:
+        """The row of `generations --container --json`: what is not known is null there, as
+        in every document, never the description's words ("none", "unknown …", "")."""
+        return {
+            "name": self.name,
+            "taken": self.taken or None,
+            "generation": known(self.generation),
+            "lock_id": known(self.lock),
+            "ours": self.ours,
+        }
+
+
+def known(said: str) -> str | None:
+    """A snapshot description's value, or None for the placeholders envlock writes there
+    (`generation: none` before any apply, `unknown (the container was stopped)`)."""
+    return None if said in ("", "none") or said.startswith("unknown") else said
+
 
 class Provisioner(Protocol):
     """The container (or machine) around an environment: checked, provisioned, rolled back."""
