@@ -12,6 +12,7 @@ from importlib import import_module
 from typing import Any
 
 from envlock import ui
+from envlock.commands import COMMANDS as COMMANDS  # the one list, read here too
 from envlock.errors import EXIT_INTERRUPTED
 
 # What cli_group.py defines, read through this module as before it was split off.

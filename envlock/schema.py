@@ -169,7 +169,7 @@ DOCUMENTS: dict[str, int] = {
     "lock-check": 2,
     "plan": 1,
     "apply": 1,
-    # 2: the profile's lock id is "lock_id", no longer "lock"
+    # 2: the profile's lock id is "lock_id", no longer "lock" (the hold's too)
     "check": 2,
     "rollback": 1,
     "rollback-container": 1,  # "container" added: no change of meaning

@@ -110,6 +110,16 @@ PROCESS = schema.obj(
     },
     ("argv", "rank", "local_rank", "world_size", "from"),
 )
+# A rollback's hold (reconcile/state.Hold); `check` adds the held generation's lock id.
+HOLD_FIELDS: dict[str, schema.Check] = {
+    "generation": GENERATION,
+    "from": schema.nullable(GENERATION),
+    "time": schema.STR,
+}
+HOLD = schema.obj(HOLD_FIELDS, tuple(HOLD_FIELDS))
+CHECK_HOLD = schema.obj(
+    {**HOLD_FIELDS, "lock_id": schema.nullable(LOCK_ID)}, (*HOLD_FIELDS, "lock_id")
+)
 SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
     "error": (
         {"error": schema.STR, "hint": schema.nullable(schema.STR), "exit": schema.INT},
@@ -138,7 +148,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
         {
             "profile": schema.STR,
             "lock_id": LOCK_ID,
-            "hold": schema.nullable(OBJ),
+            "hold": schema.nullable(CHECK_HOLD),
             "generation": schema.nullable(GENERATION),
             "deep": schema.BOOL,
             "files_checked": schema.INT,
@@ -163,7 +173,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
         {
             "generation": GENERATION,
             "current": GENERATION,
-            "hold": schema.nullable(OBJ),
+            "hold": schema.nullable(HOLD),
             "generations": schema.items(
                 schema.obj(
                     {"number": schema.INT, "name": GENERATION, "lock_id": LOCK_ID},

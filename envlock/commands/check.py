@@ -136,7 +136,7 @@ def check_of(
         judged_by="its manifest"
         if held and held.adopted
         else f"lock {(held or ctx).lock.short_hash}",
-        hold={**state.hold.to_json(), "lock": None if held.adopted else held.lock.short_hash}
+        hold={**state.hold.to_json(), "lock_id": None if held.adopted else held.lock.short_hash}
         if state.hold and held
         else None,
         notice=hold_notice(ctx, state),
