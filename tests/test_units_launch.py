@@ -2,13 +2,13 @@
 
 Driven through the scripted transport (tests/scripted.py): every command a test did not
 expect raises; the ones it lets through run for real on this machine (`locally`,
-`spawn_locally`): the launcher script, the agent's `run` (shipped as on a target, in an
-isolated interpreter), `sh`, `kill`. So each test pins what argv goes where (the
-environment's values on stdin, never in an argv), the env file's modes, the exit status
-and signals passed through, the state handed back when it was not the one judged, and a
-stopped container told from the command's own status. test_run_contract.py and
-test_run_one_call.py prove the same over real sshd and LXC containers.
-"""
+`spawn_here`): the launcher script as sent, the agent's `run` from this checkout's modules
+(as the other unit files run the agent in-process; it becomes the command, so in a process
+of its own), `sh`, `kill`. So each test pins what argv goes where (the environment's values
+on stdin, never in an argv), the env file's modes, the exit status and signals passed
+through, the state handed back when it was not the one judged, and a stopped container
+told from the command's own status. test_run_contract.py and test_run_one_call.py prove
+the same over real sshd and LXC containers, with the agent shipped."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+import envlock
 from envlock.agent import launch as agent_launch
 from envlock.errors import EXIT_USAGE, OperationError
 from envlock.pythons import own_python
@@ -77,10 +78,28 @@ def through(*allowed: str, seen: list[Call] | None = None) -> Callable[[Call], R
     return handle
 
 
+# The agent's `run` from this checkout's modules (imported, as the unit files run the agent
+# in-process), in a process of its own since it becomes the command. Shipped, the agent is
+# the same modules (agentcall.py packs them; test_run_one_call.py runs them shipped).
+AGENT_MAIN = "import sys; from envlock.agent import core, launch; sys.exit(core.main())"
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(envlock.__file__)))
+
+
+def spawn_here(call: Call, piped: bool) -> subprocess.Popen[bytes]:
+    """The launcher as sent; the agent's `run` as this checkout's modules."""
+    if call.agent is None:
+        return spawn_locally(call, piped)
+    assert call.agent == "run" and piped, call.argv[:8]
+    pipe = subprocess.PIPE
+    env = {**os.environ, "PYTHONPATH": SOURCE}
+    argv = [sys.executable, "-c", AGENT_MAIN, "run"]
+    return subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, env=env, cwd="/")
+
+
 def real(handler: Callable[[Call], Result] | None = None, name: str = "box") -> ScriptedTransport:
-    """A transport whose `sh`/`rm` commands and spawned programs run on this machine."""
+    """A transport whose `sh`/`rm` commands, launcher and agent run on this machine."""
     return ScriptedTransport(
-        handler or through("sh", "rm"), name=name, python=sys.executable, spawner=spawn_locally
+        handler or through("sh", "rm"), name=name, python=sys.executable, spawner=spawn_here
     )
 
 
@@ -219,7 +238,7 @@ class Box(ScriptedTransport):
 
     def __init__(self, stopped: bool, handler: Callable[[Call], Result] | None = None) -> None:
         super().__init__(handler or through("sh", "rm"), name="ct 101", python=sys.executable)
-        self.spawner = spawn_locally
+        self.spawner = spawn_here
         self.stopped = stopped
         self.asked: list[str] = []
 
@@ -613,7 +632,7 @@ def test_a_gate_that_fails_stops_the_agent_and_is_raised(tmp_path: Path) -> None
     procs: list[Any] = []
 
     def spawner(call: Call, piped: bool) -> Any:
-        procs.append(spawn_locally(call, piped))
+        procs.append(spawn_here(call, piped))
         return procs[-1]
 
     transport = ScriptedTransport(through(), python=sys.executable, spawner=spawner)
