@@ -169,23 +169,25 @@ def signal_when(marker: Path, signum: int) -> threading.Thread:
 
     def send() -> None:
         # Once envlock forwards it too: before that, a signal is envlock's own (its default).
-        deadline = time.monotonic() + 20
+        # Never unforwarded: the default would end pytest itself (the command then ends
+        # on its own, with a status no signal gives).
+        deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             if marker.exists() and isinstance(signal.getsignal(signum), Forwarder):
-                break
+                os.kill(os.getpid(), signum)
+                return
             time.sleep(0.01)
-        os.kill(os.getpid(), signum)
 
     thread = threading.Thread(target=send, daemon=True)
     thread.start()
     return thread
 
 
-# A command that says it started (its marker), then exits 40 + the number of the forwarded
-# signal it gets: INT 42, HUP 41, TERM 55.
+# A command that says it started (its marker), then exits by the forwarded signal it gets
+# (INT 42, HUP 41, TERM 55), or 99 after about ten seconds without one.
 TRAPPING = (
     "trap 'exit 42' INT; trap 'exit 41' HUP; trap 'exit 55' TERM; "
-    ': > "$1"; while :; do sleep 0.02; done'
+    ': > "$1"; i=0; while [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done; exit 99'
 )
 TRAPPED: dict[int, int] = {signal.SIGINT: 42, signal.SIGHUP: 41, signal.SIGTERM: 55}
 
