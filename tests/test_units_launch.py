@@ -85,15 +85,25 @@ AGENT_MAIN = "import sys; from envlock.agent import core, launch; sys.exit(core.
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(envlock.__file__)))
 
 
+def defaults() -> None:
+    # As sshd starts a login's command: the signals envlock forwards at their defaults, even
+    # where this process ignores them (mutmut's workers do; an ignored signal stays ignored
+    # across exec, and a shell cannot trap it).
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def spawn_here(call: Call, piped: bool) -> subprocess.Popen[bytes]:
     """The launcher as sent; the agent's `run` as this checkout's modules."""
-    if call.agent is None:
-        return spawn_locally(call, piped)
-    assert call.agent == "run" and piped, call.argv[:8]
-    pipe = subprocess.PIPE
-    env = {**os.environ, "PYTHONPATH": SOURCE}
-    argv = [sys.executable, "-c", AGENT_MAIN, "run"]
-    return subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, env=env, cwd="/")
+    pipe = subprocess.PIPE if piped else None
+    argv, env = list(call.argv), None
+    if call.agent is not None:
+        assert call.agent == "run" and piped, call.argv[:8]
+        argv = [sys.executable, "-c", AGENT_MAIN, "run"]
+        env = {**os.environ, "PYTHONPATH": SOURCE}
+    return subprocess.Popen(
+        argv, stdin=pipe, stdout=pipe, stderr=pipe, env=env, cwd="/", preexec_fn=defaults
+    )
 
 
 def real(handler: Callable[[Call], Result] | None = None, name: str = "box") -> ScriptedTransport:
@@ -417,7 +427,7 @@ def test_a_live_run_s_pid_is_never_swept(tmp_path: Path) -> None:
     marker = tmp_path / "started"
     argv = ["sh", "-c", TRAPPING, "sh", str(marker)]
     program = own_python(transport, launch.LAUNCHER, str(env_file), str(pid_file), *argv)
-    live = subprocess.Popen(program, stdin=subprocess.DEVNULL)
+    live = subprocess.Popen(program, stdin=subprocess.DEVNULL, preexec_fn=defaults)
     try:
         deadline = time.monotonic() + 20
         while not marker.exists() and time.monotonic() < deadline:
