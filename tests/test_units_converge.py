@@ -266,6 +266,7 @@ def test_converge_ends_a_rollback_s_hold_and_checks_the_generation_it_returns_to
     (repair,) = calls[3].request["actions"]
     assert repair["kind"] == "repair" and repair["name"] == GEN
     assert calls[3].request["assumed"] == {"current": GEN, "fingerprint": FINGERPRINT}
+    assert calls[4].request["deep"] is True  # nothing built: verified as deeply as asked
     assert done.current == GEN and done.applied
 
 
@@ -455,6 +456,7 @@ def snapshot_context(
     pinned: dict[str, str] | None = None,
     own_lock: bool = False,
     machine: str = "x86_64",
+    platform: str | None = None,
 ) -> tuple[Context, str]:
     """The context `apply --from-snapshot` makes (the snapshot's lock, pinning `pinned`
     scripts, or the profile's own when `pinned` is None) and the snapshot's directory."""
@@ -465,7 +467,10 @@ def snapshot_context(
     path.write_text(torch_profile_text("unit", torch=None, extra=SCRIPTS))
     profile = load_profile(path)
     scripts = profile.script_hashes() if pinned is None else pinned
-    lock = dataclasses.replace(LOCK, meta={**LOCK.meta, "scripts": scripts})
+    meta = {**LOCK.meta, "scripts": scripts}
+    if platform is not None:
+        meta["python-platform"] = platform
+    lock = dataclasses.replace(LOCK, meta=meta)
     ctx = Context(profile, lock, ScriptedTransport(script))
     if own_lock:
         profile.lock_path.write_text(LOCK.text)
@@ -491,6 +496,19 @@ def test_a_snapshot_from_another_platform_is_refused_before_any_change(tmp_path:
     )
     assert info.value.hint == "apply it on a target of the same platform"
     assert script.done()  # probed, nothing applied
+
+
+def test_every_reason_a_snapshot_cannot_be_rebuilt_is_said(tmp_path: Path) -> None:
+    script = Script(probe(empty_root(root_of(tmp_path)) | {"machine": "x86_64"}))
+    lock_platform = "aarch64-manylinux_2_28"
+    ctx, folder = snapshot_context(tmp_path, script, machine="aarch64", platform=lock_platform)
+    with pytest.raises(UsageError) as info:
+        converge(ctx, snapshot_dir=folder)
+    assert info.value.message == (
+        "cannot rebuild the snapshot's environment here: "
+        "the snapshot was taken on aarch64; this target is x86_64; "
+        f"the snapshot's lock is for {lock_platform}; this target is x86_64"
+    )
 
 
 def test_a_snapshot_s_lock_is_held_unless_it_is_the_profile_s_own(tmp_path: Path) -> None:
@@ -534,6 +552,24 @@ def test_scripts_that_differ_from_the_snapshot_s_are_not_deployed_nor_verified(
         "the scripts here differ from the snapshot's pinned hashes: not deploying them "
         "(check out the commit the snapshot records)"
     ) in " ".join(capsys.readouterr().err.split())
+
+
+def test_differing_scripts_go_unsaid_when_the_target_already_has_the_snapshot_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = root_of(tmp_path)
+    pinned = {"data.py": "d" * 64, "train.py": "t" * 64}
+    script = Script(
+        probe(
+            empty_root(root) | {"machine": "x86_64", "scripts": {"dest": "/w", "hashes": pinned}}
+        ),
+        ("apply", replied({"current": GEN})),
+        probe(deployed(root, pinned)),
+    )
+    ctx, folder = snapshot_context(tmp_path, script, pinned=pinned)
+    done = converge(ctx, snapshot_dir=folder)
+    assert script.done() and [a.kind for a in done.plan.actions] == FIRST_PLAN
+    assert "differ from the snapshot" not in capsys.readouterr().err  # nothing was left out
 
 
 def test_the_snapshot_s_own_scripts_are_deployed_and_verified(

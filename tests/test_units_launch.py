@@ -474,19 +474,34 @@ def test_the_forwarder_kills_the_named_group_or_the_one_in_the_pid_file() -> Non
 
 
 # -- exec_local ---------------------------------------------------------------------------------
-def test_a_local_command_replaces_envlock_with_exactly_the_environment_given() -> None:
+def test_a_local_command_replaces_envlock_with_exactly_the_environment_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "tool").write_text("")
+    # An exec that fails returns, here in this process: mutmut maps a function to the tests
+    # it sees call it, and a forked child's calls go unseen.
+    with pytest.raises(SystemExit):
+        exec_local([str(tmp_path / "tool")], {})
+    capsys.readouterr()
+
     def work() -> None:
-        sys.stdout.write("said before: ")  # buffered: flushed before the exec
+        sys.stdout.write("said before: ")  # buffered: both flushed before the exec
+        sys.stderr.write("warned before")
         env = {"ONLY": "a b", "PATH": os.environ["PATH"]}
         exec_local(["sh", "-c", 'printf "%s|%s" "$ONLY" "${HOME-unset}"; exit 7'], env)
 
-    assert in_child(work) == (7, "said before: a b|unset", "")
+    assert in_child(work) == (7, "said before: a b|unset", "warned before")
 
 
 def test_a_local_command_not_found_or_not_executable_exits_as_a_shell_does(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = {"PATH": str(tmp_path)}
+    # In this process too (an exec that fails returns): what runs in a forked child is not
+    # seen by mutmut's map of which test runs which function.
+    with pytest.raises(SystemExit) as info:
+        exec_local(["envlock-no-such-command"], env)
+    assert info.value.code == 127 and "command not found" in capsys.readouterr().err
     code, _, err = in_child(lambda: exec_local(["envlock-no-such-command"], env))
     assert code == launch.NOT_FOUND == 127
     assert err == (
