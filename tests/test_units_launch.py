@@ -101,9 +101,19 @@ def spawn_here(call: Call, piped: bool) -> subprocess.Popen[bytes]:
         assert call.agent == "run" and piped, call.argv[:8]
         argv = [sys.executable, "-c", AGENT_MAIN, "run"]
         env = {**os.environ, "PYTHONPATH": SOURCE}
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         argv, stdin=pipe, stdout=pipe, stderr=pipe, env=env, cwd="/", preexec_fn=defaults
     )
+    watchdog(proc)
+    return proc
+
+
+def watchdog(proc: subprocess.Popen[bytes], seconds: float = 15) -> None:
+    """Kill what a test started if it still runs after `seconds`: a broken dialogue (a
+    request never flushed, a stdin never fed) then fails its test, it does not hang it."""
+    timer = threading.Timer(seconds, lambda: proc.poll() is None and proc.kill())
+    timer.daemon = True
+    timer.start()
 
 
 def real(handler: Callable[[Call], Result] | None = None, name: str = "box") -> ScriptedTransport:
@@ -194,10 +204,10 @@ def signal_when(marker: Path, signum: int) -> threading.Thread:
 
 
 # A command that says it started (its marker), then exits by the forwarded signal it gets
-# (INT 42, HUP 41, TERM 55), or 99 after about ten seconds without one.
+# (INT 42, HUP 41, TERM 55), or 99 after five seconds or more without one.
 TRAPPING = (
     "trap 'exit 42' INT; trap 'exit 41' HUP; trap 'exit 55' TERM; "
-    ': > "$1"; i=0; while [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done; exit 99'
+    ': > "$1"; i=0; while [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done; exit 99'
 )
 TRAPPED: dict[int, int] = {signal.SIGINT: 42, signal.SIGHUP: 41, signal.SIGTERM: 55}
 
@@ -428,6 +438,7 @@ def test_a_live_run_s_pid_is_never_swept(tmp_path: Path) -> None:
     argv = ["sh", "-c", TRAPPING, "sh", str(marker)]
     program = own_python(transport, launch.LAUNCHER, str(env_file), str(pid_file), *argv)
     live = subprocess.Popen(program, stdin=subprocess.DEVNULL, preexec_fn=defaults)
+    watchdog(live)
     try:
         deadline = time.monotonic() + 20
         while not marker.exists() and time.monotonic() < deadline:
