@@ -636,6 +636,33 @@ def test_the_state_judged_starts_the_command_with_its_stdin_env_and_status(
     assert SECRET not in argv_text(transport)
 
 
+def test_the_command_s_output_is_relayed_as_it_comes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transport = real(through())
+    raw = the_state(tmp_path, transport)
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "stdout", open(out, "w"))  # noqa: SIM115 - closed below
+    marker = tmp_path / "seen"
+
+    def watch() -> None:  # the command waits until its first line has reached our stdout
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and out.read_text() != "first\n":
+            time.sleep(0.01)
+        marker.touch()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    script = 'echo first; while [ ! -e "$1" ]; do sleep 0.02; done; echo second'
+    request = launch_request(tmp_path, state_digest(raw), script, str(marker))
+    with stdin_of(b""):
+        outcome = call_run(transport, str(tmp_path / "root"), request)
+    watcher.join()
+    sys.stdout.close()
+    # Not killed by the watchdog: the first line came while the command still ran.
+    assert outcome == Started(0) and out.read_text() == "first\nsecond\n"
+
+
 def test_envlock_ends_with_the_command_even_while_its_stdin_stays_open(
     tmp_path: Path, streams: Callable[[], tuple[str, str]]
 ) -> None:
