@@ -780,6 +780,15 @@ def test_an_agent_that_ends_before_reading_is_heard_all_the_same(tmp_path: Path)
     assert call_run(early, "/r", big) == Changed({"a": 1})
 
 
+def test_an_agent_gone_after_ready_is_stopped_or_a_failure_not_an_error(tmp_path: Path) -> None:
+    # It stops reading, then says the state is as judged: the word finds no reader.
+    gone = "exec 0<&-; echo '{\"ready\": true}'"
+    request = launch_request(tmp_path, "0", "true")
+    assert call_run(scripted_agent(gone), "/r", request, lambda: False) == Stopped()
+    outcome = call_run(scripted_agent(gone), "/r", request, lambda: True)
+    assert isinstance(outcome, Failed) and outcome.result.exit_code == 0  # asked again
+
+
 def test_read_answer_takes_one_line_of_json() -> None:
     assert read_answer(io.BytesIO(b'{"run": {}}\nrest\n')) == ({"run": {}}, b'{"run": {}}\n')
     assert read_answer(io.BytesIO(b"  \n")) == (None, b"  \n")
