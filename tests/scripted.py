@@ -13,6 +13,7 @@ stderr (`call.say`), the controller's dialogue answers on stdin (`call.read_more
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import IO, Any
 from envlock.pythons import START
 from envlock.reconcile.agentcall import LOCKED_READY
 from envlock.targets.base import Result
+from envlock.targets.local import LocalTransport
 
 
 class Unscripted(AssertionError):
@@ -65,6 +67,8 @@ class Call:
 
 Handler = Callable[[Call], Result]
 Answer = Callable[[Call], Result]
+# Starts a spawned command (`piped`: stdio through pipes) and returns its process.
+Spawner = Callable[[Call, bool], "subprocess.Popen[bytes]"]
 
 
 def answer(call: Call, data: dict[str, Any], *, code: int = 0, stderr: str = "") -> Result:
@@ -80,8 +84,16 @@ def replied(data: dict[str, Any]) -> Answer:
 class ScriptedTransport:
     """A Transport whose commands are answered by `handler`; every call is recorded."""
 
-    def __init__(self, handler: Handler, *, name: str = "scripted", python: str = "python3"):
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        name: str = "scripted",
+        python: str = "python3",
+        spawner: Spawner | None = None,
+    ):
         self.handler = handler
+        self.spawner = spawner
         self.name = name
         self.system_python = python
         self.calls: list[Call] = []
@@ -106,8 +118,14 @@ class ScriptedTransport:
             stream.ended()  # as a real transport does once the command exited
         return result
 
-    def spawn(self, argv: list[str]) -> Any:
-        raise Unscripted(f"{self.name}: nothing scripted to spawn {argv!r}")
+    def spawn(self, argv: list[str], *, piped: bool = False) -> Any:
+        """A started command, by `spawner` (recorded as a call); without one it raises."""
+        if self.spawner is None:
+            raise Unscripted(f"{self.name}: nothing scripted to spawn {argv!r}")
+        call = Call(tuple(argv), b"", {})
+        with self.lock:
+            self.calls.append(call)
+        return self.spawner(call, piped)
 
     def agent_calls(self) -> list[str]:
         return [c.agent or "?" for c in self.calls]
@@ -159,3 +177,16 @@ def handshake(then: dict[str, Any]) -> Answer:
         return answer(call, {"error": {"kind": "refused", "message": "aborted"}})
 
     return apply
+
+
+def locally(call: Call) -> Result:
+    """Run the call for real on this machine (a scripted handler that lets a command through)."""
+    return LocalTransport().run(list(call.argv), stdin=call.stream or call.stdin or None)
+
+
+def spawn_locally(call: Call, piped: bool) -> subprocess.Popen[bytes]:
+    """Start the spawned command for real on this machine, as a target's sshd starts it:
+    signals at their defaults (the local transport's client ignores them; sshd's child
+    does not), stdio through pipes when `piped`."""
+    pipe = subprocess.PIPE if piped else None
+    return subprocess.Popen(list(call.argv), stdin=pipe, stdout=pipe, stderr=pipe)

@@ -26,6 +26,8 @@ from envlock.reconcile.converge import REPLANS, converge
 from envlock.reconcile.drift import compute_drift
 from envlock.reconcile.kinds import Drift
 from envlock.reconcile.state import parse_state
+from envlock.runs.snapshot import build_snapshot
+from envlock.runs.snapshot_file import write_snapshot
 from envlock.targets.base import ContainerCheck, Result
 from tests.projects import torch_profile_text
 from tests.scripted import (
@@ -222,7 +224,7 @@ def test_a_root_that_keeps_changing_stops_after_five_plans(tmp_path: Path) -> No
     with pytest.raises(OperationError, match=r"kept changing .*\(5 plans overtaken\)") as info:
         converge(context(tmp_path, script))
     assert script.done() and REPLANS + 1 == 5
-    assert "wait for the other envlock operations" in (info.value.hint or "")
+    assert info.value.hint == "wait for the other envlock operations on this root, then apply again"
 
 
 def test_drift_left_after_apply_is_an_error(tmp_path: Path) -> None:
@@ -264,6 +266,7 @@ def test_converge_ends_a_rollback_s_hold_and_checks_the_generation_it_returns_to
     (repair,) = calls[3].request["actions"]
     assert repair["kind"] == "repair" and repair["name"] == GEN
     assert calls[3].request["assumed"] == {"current": GEN, "fingerprint": FINGERPRINT}
+    assert calls[4].request["deep"] is True  # nothing built: verified as deeply as asked
     assert done.current == GEN and done.applied
 
 
@@ -370,7 +373,9 @@ def test_a_pending_restart_is_reported_unless_restart_is_asked(tmp_path: Path) -
     box = Provisioner(drifts=(pending,))
     script = Script(probe(in_sync(root)), probe(in_sync(root)))
     done = converge(context(tmp_path, script, box), restart=True)
-    assert ("provision", True) in box.calls and done.report[-1] == "container started"
+    assert ("provision", True) in box.calls
+    # Asked to restart: the change is made, not reported as waiting for the next start.
+    assert done.report == ("snapshot envlock-snap", "container started")
 
 
 def test_restart_without_a_container_is_a_usage_error(tmp_path: Path) -> None:
@@ -438,3 +443,245 @@ def test_a_replan_that_finds_nothing_left_says_so(tmp_path: Path) -> None:
     script = Script(probe(moved), ("apply", replied({"replan": True})), probe(in_sync(root)))
     done = converge(context(tmp_path, script))
     assert script.done() and not done.applied and done.replans == 1
+
+
+# -- apply --from-snapshot: the snapshot's lock, its platform, its scripts ----------------------
+SCRIPTS = '[scripts]\nsource = "src"\ndest = "/w"\nfiles = ["*.py"]\n'
+
+
+def snapshot_context(
+    tmp_path: Path,
+    script: Script,
+    *,
+    pinned: dict[str, str] | None = None,
+    own_lock: bool = False,
+    machine: str = "x86_64",
+    platform: str | None = None,
+) -> tuple[Context, str]:
+    """The context `apply --from-snapshot` makes (the snapshot's lock, pinning `pinned`
+    scripts, or the profile's own when `pinned` is None) and the snapshot's directory."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('train')\n")
+    (tmp_path / "src" / "data.py").write_text("print('data')\n")
+    path = tmp_path / "unit.toml"
+    path.write_text(torch_profile_text("unit", torch=None, extra=SCRIPTS))
+    profile = load_profile(path)
+    scripts = profile.script_hashes() if pinned is None else pinned
+    meta = {**LOCK.meta, "scripts": scripts}
+    if platform is not None:
+        meta["python-platform"] = platform
+    lock = dataclasses.replace(LOCK, meta=meta)
+    ctx = Context(profile, lock, ScriptedTransport(script))
+    if own_lock:
+        profile.lock_path.write_text(LOCK.text)
+    taken = parse_state(in_sync(root_of(tmp_path), machine=machine))
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    write_snapshot(str(folder), build_snapshot(ctx, taken, environ={}, command=["train"]))
+    return ctx, str(folder)
+
+
+def deployed(root: str, hashes: dict[str, str]) -> dict[str, Any]:
+    return in_sync(root, machine="x86_64", scripts={"dest": "/w", "hashes": hashes})
+
+
+def test_a_snapshot_from_another_platform_is_refused_before_any_change(tmp_path: Path) -> None:
+    script = Script(probe(empty_root(root_of(tmp_path)) | {"machine": "x86_64"}))
+    ctx, folder = snapshot_context(tmp_path, script, machine="aarch64")
+    with pytest.raises(UsageError) as info:
+        converge(ctx, snapshot_dir=folder)
+    assert info.value.message == (
+        "cannot rebuild the snapshot's environment here: "
+        "the snapshot was taken on aarch64; this target is x86_64"
+    )
+    assert info.value.hint == "apply it on a target of the same platform"
+    assert script.done()  # probed, nothing applied
+
+
+def test_every_reason_a_snapshot_cannot_be_rebuilt_is_said(tmp_path: Path) -> None:
+    script = Script(probe(empty_root(root_of(tmp_path)) | {"machine": "x86_64"}))
+    lock_platform = "aarch64-manylinux_2_28"
+    ctx, folder = snapshot_context(tmp_path, script, machine="aarch64", platform=lock_platform)
+    with pytest.raises(UsageError) as info:
+        converge(ctx, snapshot_dir=folder)
+    assert info.value.message == (
+        "cannot rebuild the snapshot's environment here: "
+        "the snapshot was taken on aarch64; this target is x86_64; "
+        f"the snapshot's lock is for {lock_platform}; this target is x86_64"
+    )
+
+
+def test_a_snapshot_s_lock_is_held_unless_it_is_the_profile_s_own(tmp_path: Path) -> None:
+    for own in (False, True):
+        work = tmp_path / str(own)
+        work.mkdir()
+        root = root_of(work)
+        hashes = {"data.py": "d", "train.py": "t"}
+        script = Script(
+            probe(empty_root(root) | {"machine": "x86_64"}),
+            ("apply", replied({"current": GEN})),
+            probe(deployed(root, hashes)),
+        )
+        ctx, folder = snapshot_context(work, script, own_lock=own)
+        hashes.update(ctx.scripts)  # the scripts deployed are the pinned ones
+        done = converge(ctx, snapshot_dir=folder)
+        assert script.done() and done.applied and done.current == GEN
+        apply = ctx.transport.calls[1]  # type: ignore[attr-defined]
+        switch = next(a for a in apply.request["actions"] if a["kind"] == "switch")
+        assert switch["why"] == ("apply" if own else "snapshot")
+        assert ("(held, as a rollback is" in switch["description"]) is not own
+
+
+def test_scripts_that_differ_from_the_snapshot_s_are_not_deployed_nor_verified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = root_of(tmp_path)
+    pinned = {"data.py": "d" * 64, "train.py": "t" * 64}
+    script = Script(
+        probe(empty_root(root) | {"machine": "x86_64"}),
+        ("apply", replied({"current": GEN})),
+        # One script deployed from another commit, one missing: the snapshot's are not here.
+        probe(deployed(root, {"train.py": "e" * 64})),
+    )
+    ctx, folder = snapshot_context(tmp_path, script, pinned=pinned)
+    done = converge(ctx, snapshot_dir=folder)
+    assert script.done() and done.applied
+    assert kinds(ctx.transport.calls[1]) == FIRST_PLAN  # type: ignore[attr-defined]
+    assert [a.kind for a in done.plan.actions] == FIRST_PLAN
+    assert (
+        "the scripts here differ from the snapshot's pinned hashes: not deploying them "
+        "(check out the commit the snapshot records)"
+    ) in " ".join(capsys.readouterr().err.split())
+
+
+def test_differing_scripts_go_unsaid_when_the_target_already_has_the_snapshot_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = root_of(tmp_path)
+    pinned = {"data.py": "d" * 64, "train.py": "t" * 64}
+    script = Script(
+        probe(
+            empty_root(root) | {"machine": "x86_64", "scripts": {"dest": "/w", "hashes": pinned}}
+        ),
+        ("apply", replied({"current": GEN})),
+        probe(deployed(root, pinned)),
+    )
+    ctx, folder = snapshot_context(tmp_path, script, pinned=pinned)
+    done = converge(ctx, snapshot_dir=folder)
+    assert script.done() and [a.kind for a in done.plan.actions] == FIRST_PLAN
+    assert "differ from the snapshot" not in capsys.readouterr().err  # nothing was left out
+
+
+def test_the_snapshot_s_own_scripts_are_deployed_and_verified(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = root_of(tmp_path)
+    script = Script(
+        probe(empty_root(root) | {"machine": "x86_64"}),
+        ("apply", replied({"current": GEN})),
+        probe(deployed(root, {"train.py": "e" * 64})),  # not what was deployed: drift
+    )
+    ctx, folder = snapshot_context(tmp_path, script)
+    with pytest.raises(OperationError, match="apply finished but the target still drifts"):
+        converge(ctx, snapshot_dir=folder)
+    apply = ctx.transport.calls[1]  # type: ignore[attr-defined]
+    (scripts,) = [a for a in apply.request["actions"] if a["kind"] == "scripts"]
+    assert sorted(scripts["files"]) == ["data.py", "train.py"] and scripts["dest"] == "/w"
+    assert "differ from the snapshot" not in capsys.readouterr().err
+
+
+# -- apply --adopt --------------------------------------------------------------------------------
+def real_venv(root: str) -> dict[str, Any]:
+    """A root with nothing applied and a real venv at the venv path."""
+    return empty_root(root) | {"venv_link": {"kind": "directory", "venv": True}}
+
+
+def test_adopt_keeps_a_real_venv_first_and_says_nothing_about_it(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    script = Script(
+        probe(real_venv(root)), ("apply", replied({"current": GEN})), probe(in_sync(root))
+    )
+    ctx = context(tmp_path, script)
+    said: list[str] = []
+    done = converge(ctx, adopt=True, progress=said.append)
+    assert script.done() and done.applied and said == []
+    assert kinds(ctx.transport.calls[1])[0] == "adopt"  # type: ignore[attr-defined]
+
+
+def test_adopt_without_a_venv_there_is_a_plain_apply_and_says_so(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    nothing = empty_root(root)
+    del nothing["venv_link"]  # the probe said nothing about the path: nothing there
+    script = Script(probe(nothing), ("apply", replied({"current": GEN})), probe(in_sync(root)))
+    ctx = context(tmp_path, script)
+    said: list[str] = []
+    converge(ctx, adopt=True, progress=said.append)
+    venv = ctx.profile.target.venv
+    assert said == [f"{venv} does not exist: nothing to adopt, a plain apply"]
+    assert kinds(ctx.transport.calls[1]) == FIRST_PLAN  # type: ignore[attr-defined]
+
+
+def test_adopt_refuses_a_venv_path_envlock_already_manages(tmp_path: Path) -> None:
+    script = Script(probe(empty_root(root_of(tmp_path)) | {"venv_link": {"kind": "symlink"}}))
+    with pytest.raises(UsageError, match="is already managed by envlock"):
+        converge(context(tmp_path, script), adopt=True)
+
+
+def test_adopt_planned_again_only_while_the_venv_is_still_a_directory(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    adopted_meanwhile = in_sync(root, root_fingerprint="fp-3")
+    script = Script(
+        probe(real_venv(root)),
+        ("apply", replied({"replan": True})),
+        probe(real_venv(root) | {"root_fingerprint": "fp-2"}),  # still a real venv
+        ("apply", replied({"replan": True})),
+        probe(adopted_meanwhile),  # another apply adopted it: a link now, nothing to do
+    )
+    ctx = context(tmp_path, script)
+    said: list[str] = []
+    done = converge(ctx, adopt=True, progress=said.append)
+    assert script.done() and done.replans == 2 and not done.applied
+    calls = ctx.transport.calls  # type: ignore[attr-defined]
+    assert kinds(calls[1])[0] == "adopt" and kinds(calls[3])[0] == "adopt"
+    assert "does not exist" not in " ".join(said)
+
+
+# -- after a switch: the generation returned to is repaired, as asked ----------------------------
+def test_the_repair_after_a_switch_reports_and_waits_as_asked(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    drifted = in_sync(root, packages={**LOCK.versions(), "numpy": "2.0.0"})
+    rebuilt = f"3-{HASH}"
+
+    def repaired(call: Call) -> Result:
+        call.say("envlock-progress: repairing generation 1")
+        return answer(call, {"current": rebuilt})
+
+    script = Script(
+        probe(held(root)),
+        ("apply", replied({"current": GEN})),
+        probe(drifted),
+        ("apply", repaired),
+        probe(in_sync(root)),
+    )
+    ctx = context(tmp_path, script)
+    said: list[str] = []
+    done = converge(ctx, no_wait=True, progress=said.append)
+    assert script.done() and said == ["repairing generation 1"]
+    calls = ctx.transport.calls  # type: ignore[attr-defined]
+    assert calls[3].request["wait"] is False
+    assert done.current == rebuilt  # the repair's answer names the generation now active
+    assert [a.kind for a in done.plan.actions] == ["cache-dir", "switch"]
+
+
+def test_a_repair_that_names_no_generation_leaves_the_switched_one(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    drifted = in_sync(root, packages={**LOCK.versions(), "numpy": "2.0.0"})
+    script = Script(
+        probe(held(root)),
+        ("apply", replied({"current": GEN})),
+        probe(drifted),
+        ("apply", replied({})),
+        probe(in_sync(root)),
+    )
+    done = converge(context(tmp_path, script))
+    assert script.done() and done.current == GEN
