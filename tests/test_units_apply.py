@@ -277,9 +277,18 @@ def test_uv_is_installed_only_with_its_hash(tmp_path: Path) -> None:
     tmp, final = tmp_path / "uv.upload", tmp_path / "uv"
     tmp.write_bytes(data)
     action = {"tmp": str(tmp), "path": str(final), "sha256": "0" * 64, "version": "0.13.0"}
-    with pytest.raises(AgentError, match="does not match its sha256") as info:
+    with pytest.raises(AgentError) as info:
         do_install_uv({}, action)
+    assert str(info.value) == "the uploaded uv binary does not match its sha256"
     assert info.value.kind == "integrity" and not tmp.exists() and not final.exists()
+    # An upload swapped for a link is never followed: the file it names is not installed.
+    planted = tmp_path / "planted"
+    planted.write_bytes(data)
+    tmp.symlink_to(planted)
+    with pytest.raises(OSError):
+        do_install_uv({}, {**action, "sha256": sha})
+    assert not final.exists() and tmp.is_symlink()
+    tmp.unlink()
     tmp.write_bytes(data)
     os.chmod(tmp, 0o600)
     do_install_uv({}, {**action, "sha256": sha})
