@@ -293,7 +293,9 @@ def test_uv_is_installed_only_with_its_hash(tmp_path: Path) -> None:
     os.chmod(tmp, 0o600)
     do_install_uv({}, {**action, "sha256": sha})
     assert final.read_bytes() == data and stat.S_IMODE(final.stat().st_mode) == 0o755
-    record = json.loads((tmp_path / "uv.json").read_text())
+    text = (tmp_path / "uv.json").read_text()
+    record = json.loads(text)
+    assert text == json.dumps(record, sort_keys=True)  # stable bytes: keys in order
     st = final.stat()
     assert record == {
         "version": "0.13.0",

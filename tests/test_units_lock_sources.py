@@ -95,6 +95,10 @@ def test_what_is_not_this_machine_s_is_left_alone(tmp_path: Path) -> None:
         'lock-version = "1.0"\n\n[[packages]]\nname = "x"\nversion = "1"\nurl = "file:///x"\n'
     )
     assert record_index_sources(no_wheels, tmp_path) == no_wheels
+    # The profile's own wheel beside a machine file in one package stays where it is.
+    mine = f"file://{tmp_path}/wheels/pkg-1.0-cp311-none-any.whl"
+    mixed = lock(wheel(f"file:///machine/{NAME}"), wheel(f"{INDEX}/{NAME}"), wheel(mine))
+    assert urls(record_index_sources(mixed, tmp_path)) == [(f"{INDEX}/{NAME}", SHA), (mine, SHA)]
 
 
 def test_two_local_copies_of_one_served_file_become_one_entry(tmp_path: Path) -> None:
