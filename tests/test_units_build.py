@@ -20,7 +20,7 @@ from envlock.agent import apply as agent_apply
 from envlock.agent.apply import apply, do_build, do_repair
 from envlock.agent.core import GENERATION, LOCK_COPY, MANIFEST, AgentError
 from envlock.errors import LockError
-from envlock.lock import parse_lock, read_lock
+from envlock.lock import Lock, lock_policy, parse_lock, read_lock
 from envlock.lock_resolve import ResolutionFailed, install_text_for, resolve, write_lock
 from envlock.profile import Profile, load_profile
 from envlock.uvbin import uv_path
@@ -107,6 +107,25 @@ def test_the_lock_names_the_wheel_by_its_path_beside_the_profile(
     wheel = profile.path.parent.resolve() / "wheels" / "tinypkg-1.0-py3-none-any.whl"
     assert f'path = "{wheel}"' in installed
     assert lock.meta["profile"] == "tiny" and lock.machine_paths() == []
+
+
+def test_a_lock_is_offered_before_it_is_written_and_read_as_the_profile_s(
+    tiny: tuple[Profile, str],
+) -> None:
+    profile, _ = tiny
+    offered: list[Lock] = []
+    lock, changed = write_lock(profile, accept=offered.append)
+    assert not changed and offered == [lock]
+    assert lock.policy == lock_policy(profile) and lock.policy.origin == "profile"
+
+    def refuse(lock: Lock) -> None:
+        raise LockError("not portable")
+
+    profile.lock_path.write_text(profile.lock_path.read_text() + "# edited\n")
+    with pytest.raises(LockError, match="not portable"):
+        write_lock(profile, accept=refuse)
+    assert profile.lock_path.read_text().endswith("# edited\n")  # nothing written
+    assert write_lock(profile)[1] and "# edited" not in profile.lock_path.read_text()
 
 
 def test_resolution_failures_say_what_uv_said_and_what_to_do(tmp_path: Path) -> None:
