@@ -23,6 +23,7 @@ from envlock.lock import (
     changed_inputs,
     input_digests,
     load_fresh_lock,
+    lock_policy,
     parse_lock,
     read_lock,
     resolution_inputs,
@@ -218,7 +219,7 @@ def test_reading_a_lock_and_its_identity(tmp_path: Path) -> None:
     text = with_wheels(LOCK_TEXT)
     with pytest.raises(LockError, match="no lock") as info:
         read_lock(tmp_path / "pylock.x.toml")
-    assert "envlock lock PROFILE" in (info.value.hint or "")
+    assert info.value.hint == "run `envlock lock PROFILE` first"
     (tmp_path / "pylock.x.toml").write_bytes(b"\xff\xfe")
     with pytest.raises(LockError, match="cannot read the lock"):
         read_lock(tmp_path / "pylock.x.toml")
@@ -251,7 +252,9 @@ def test_a_lock_s_machine_paths_and_its_install_text(tmp_path: Path) -> None:
     assert lock.install_text() == text.replace('"wheels/a.whl"', f'"{tmp_path}/wheels/a.whl"')
 
 
-def test_a_stale_lock_is_refused_with_what_to_do(tmp_path: Path) -> None:
+def test_a_stale_lock_is_refused_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = seed(tmp_path)
     profile = load_profile(path)
     body = with_wheels(LOCK_TEXT).split("[tool.envlock]")[0]
@@ -263,6 +266,30 @@ def test_a_stale_lock_is_refused_with_what_to_do(tmp_path: Path) -> None:
     ) as info:
         load_fresh_lock(load_profile(path))
     assert "to refresh it" in (info.value.hint or "") and "envlock lock" in (info.value.hint or "")
+    # Every reason is said, the profile named as the user would type it from here.
+    (tmp_path / "scripts" / "train.py").write_text("changed\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LockError) as info:
+        load_fresh_lock(load_profile(path))
+    assert info.value.message.endswith(
+        "stale lock: seed.toml: [torch] backend changed since the lock was written; "
+        "script train.py changed"
+    )
+    assert info.value.hint == "run `envlock lock seed.toml` to refresh it"
+
+
+def test_the_profile_s_lock_is_read_under_the_profile_s_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = seed(tmp_path)
+    profile = load_profile(path)
+    body = with_wheels(LOCK_TEXT).split("[tool.envlock]")[0]
+    profile.lock_path.write_text(body + envlock_table(profile))
+    assert load_fresh_lock(profile).policy == lock_policy(profile)
+    fix = "run `envlock lock {}` to write it again (envlock writes locks)"
+    assert lock_policy(profile).fix == fix.format(path)  # outside the working directory
+    monkeypatch.chdir(tmp_path)
+    assert lock_policy(profile).fix == fix.format("seed.toml")
 
 
 def test_a_refused_lock_names_its_file_and_where_it_came_from(tmp_path: Path) -> None:
