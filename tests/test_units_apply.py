@@ -243,31 +243,37 @@ def test_the_cache_dir_of_a_torch_build_is_made_in_a_trusted_place(tmp_path: Pat
     (made,) = cache.iterdir()
     assert made.name.startswith("torch-2.11.0+cpu-")
     assert sorted(p.name for p in made.iterdir()) == ["inductor", "triton"]
+    (made / "inductor" / "kept").write_text("warm")  # made again: what is there stays
+    do_cache_dir({"root": str(root), "cache_dir": str(cache)}, {"generation": A})
+    assert (made / "inductor" / "kept").read_text() == "warm"
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
-    with pytest.raises(AgentError, match="the compile-cache dir"):
+    with pytest.raises(AgentError, match=f"^refusing the compile-cache dir {shared}: "):
         do_cache_dir({"root": str(root), "cache_dir": str(shared)}, {"generation": A})
     (info / "METADATA").write_text("Name: numpy\nVersion: 2\n")  # no torch: no cache dir
     do_cache_dir({"root": str(root), "cache_dir": str(shared)}, {"generation": A})
 
 
 def test_cleanup_removes_only_inactive_generations_and_counts_what_it_frees(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = make_root(tmp_path, A, B)
+    c = "3-" + "c" * 12
+    root = make_root(tmp_path, A, B, c)
     (root / "current").symlink_to(f"generations/{A}")
     (root / "generations" / B / "own").write_bytes(b"x" * 100)
     (root / "generations" / B / "shared").write_bytes(b"y" * 1000)
     os.link(root / "generations" / B / "shared", tmp_path / "cache-copy")
     (root / "generations" / "not-a-generation").mkdir()
     agent_apply.FREED.clear()
-    names = [A, B, "not-a-generation", "9-" + "e" * 12]
+    names = [A, B, c, "not-a-generation", "9-" + "e" * 12]
     ACTIONS["cleanup"]({"root": str(root)}, {"names": names})
     assert sorted(p.name for p in (root / "generations").iterdir()) == [A, "not-a-generation"]
-    # Its own file and generation.json; the hardlinked file stays with its other link.
+    said = capsys.readouterr().err
+    assert f"removing generation {B}" in said and f"removing generation {c}" in said
+    # Their own files and generation.json; the hardlinked file stays with its other link.
     freed = agent_apply.FREED
-    assert freed == [100 + len(json.dumps({"number": 2}))]
+    assert freed == [100 + len(json.dumps({"number": 2})) + len(json.dumps({"number": 3}))]
     assert unshared_bytes(str(tmp_path / "none")) == 0
 
 
