@@ -467,10 +467,10 @@ def test_each_kind_of_drift_says_what_to_do() -> None:
     kinds = {"file": "a regular file", "directory": "a directory", "block": "a block device"}
     kinds |= {"other": "not a device", "socket": "socket"}
     devices = tuple(f"/dev/nvidia{i}" for i in range(len(kinds) + 1))
-    facts = node(gpus=0, devices=dict(zip(devices, kinds)), usable=0)
+    facts = node(gpus=0, devices=dict(zip(devices[:-1], kinds, strict=True)), usable=0)
     drifts = gpu_drift(facts, CU128, devices)
     assert [(d.subject, d.actual) for d in drifts[:-1]] == [
-        *zip(devices, kinds.values()),
+        *zip(devices[:-1], kinds.values(), strict=True),
         (devices[-1], "missing"),
     ]
     assert drifts[0].detail == (

@@ -8,6 +8,7 @@ only the table `envlock lock` writes, so these use a directory name for the find
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from envlock.lock_resolve import (
     build_options,
     clean_damaged_cache,
     envlock_table,
+    install_text_for,
     refuse_undeclared,
     relative_to_profile,
     resolver_input,
@@ -286,6 +288,13 @@ def test_the_profile_s_lock_is_read_under_the_profile_s_policy(
     body = with_wheels(LOCK_TEXT).split("[tool.envlock]")[0]
     profile.lock_path.write_text(body + envlock_table(profile))
     assert load_fresh_lock(profile).policy == lock_policy(profile)
+    assert read_lock(profile.lock_path, lock_policy(profile)).policy == lock_policy(profile)
+    # Installed on this machine, an index's wheel whose very file lies in the profile's
+    # find-links is taken from there.
+    (tmp_path / "wheels" / "numpy-2.1.0-py3-none-any.whl").write_bytes(b"numpy==2.1.0")
+    lock = read_lock(profile.lock_path)
+    local = tmp_path / "wheels" / "numpy-2.1.0-py3-none-any.whl"
+    assert f"path = {json.dumps(str(local))}" in install_text_for(lock, profile)
     fix = "run `envlock lock {}` to write it again (envlock writes locks)"
     assert lock_policy(profile).fix == fix.format(path)  # outside the working directory
     monkeypatch.chdir(tmp_path)

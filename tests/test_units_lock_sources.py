@@ -127,6 +127,23 @@ def test_a_local_copy_of_the_same_bytes_stands_in_at_install(tmp_path: Path) -> 
     assert with_local_copies(machine, [str(links)]) == machine  # already a file
     unrelated = lock(wheel(f"{INDEX}/zzz-1.0-py3-none-any.whl", sha), name="zzz")
     assert with_local_copies(unrelated, [str(links)]) == unrelated
+    # A directory of that one wheel; a file entry before the index's; another package
+    # with no local copy and one with an sdist alone: each left as it is.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / NAME).write_bytes(data)
+    mixed = (
+        lock(wheel("file:///m/pkg-1.0-cp311-none-any.whl", sha), wheel(f"{INDEX}/{NAME}", sha))
+        + unrelated.split("\n\n", 1)[1]
+        + '\n[[packages]]\nname = "src"\nversion = "1"\n'
+        + 'sdist = { url = "https://x.test/s.tar.gz" }\n'
+    )
+    packages = tomllib.loads(with_local_copies(mixed, [str(alone)]))["packages"]
+    assert [[w.get("url") or w["path"] for w in p.get("wheels", [])] for p in packages] == [
+        ["file:///m/pkg-1.0-cp311-none-any.whl", str(alone / NAME)],
+        [f"{INDEX}/zzz-1.0-py3-none-any.whl"],
+        [],
+    ]
     # Of two directories, the one holding the very bytes is taken.
     second = tmp_path / "second"
     second.mkdir()
