@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import stat
 import sys
 import threading
@@ -199,6 +200,7 @@ def test_a_hold_is_written_or_ended(tmp_path: Path) -> None:
     ACTIONS["hold"](req, {"name": A, "held": True})
     hold = json.loads((root / HOLD).read_text())
     assert (hold["generation"], hold["from"], hold["why"]) == (A, None, "snapshot")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", hold["time"])  # since when
     ACTIONS["hold"](req, {"name": A, "held": False})
     assert not (root / HOLD).exists()
 
