@@ -201,6 +201,7 @@ def test_a_hold_is_written_or_ended(tmp_path: Path) -> None:
     hold = json.loads((root / HOLD).read_text())
     assert (hold["generation"], hold["from"], hold["why"]) == (A, None, "snapshot")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", hold["time"])  # since when
+    assert (root / HOLD).read_text() == json.dumps(hold, sort_keys=True)  # stable bytes
     ACTIONS["hold"](req, {"name": A, "held": False})
     assert not (root / HOLD).exists()
 
