@@ -12,10 +12,11 @@ import hashlib
 import io
 import json
 import os
-import re
 import stat
 import sys
 import threading
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -193,14 +194,21 @@ def test_a_switch_refuses_an_incomplete_generation_and_holds_or_releases(tmp_pat
     assert history(root)[-1]["action"] == "switch"
 
 
-def test_a_hold_is_written_or_ended(tmp_path: Path) -> None:
+def test_a_hold_is_written_or_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_root(tmp_path, A)
     req = {"root": str(root)}
     ACTIONS["hold"](req, {"name": A, "held": False})  # nothing held: nothing to end
-    ACTIONS["hold"](req, {"name": A, "held": True})
+    monkeypatch.setenv("TZ", "UTC-9")  # the target's local time is never written
+    time.tzset()
+    try:
+        ACTIONS["hold"](req, {"name": A, "held": True})
+    finally:
+        monkeypatch.undo()
+        time.tzset()
     hold = json.loads((root / HOLD).read_text())
     assert (hold["generation"], hold["from"], hold["why"]) == (A, None, "snapshot")
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", hold["time"])  # since when
+    since = datetime.strptime(hold["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert abs(datetime.now(UTC) - since) < timedelta(minutes=5)  # since when, in UTC
     assert (root / HOLD).read_text() == json.dumps(hold, sort_keys=True)  # stable bytes
     ACTIONS["hold"](req, {"name": A, "held": False})
     assert not (root / HOLD).exists()

@@ -113,6 +113,19 @@ def test_scripts_format_and_an_older_lock_s_inputs_are_reasons(tmp_path: Path) -
     ]
 
 
+def test_a_lock_with_only_what_the_validator_requires_gives_every_reason(
+    tmp_path: Path,
+) -> None:
+    profile = load_profile(seed(tmp_path))
+    head = with_wheels(LOCK_TEXT).split("[[packages]]")[0]
+    bare = parse_lock(profile.lock_path, head + '[tool.envlock]\npython-version = "3.11"\n')
+    assert stale_reasons(profile, bare) == [
+        f"lock format None, this envlock writes {LOCK_FORMAT}",
+        "seed.toml: what the lock is resolved from changed since it was written",
+        "script train.py added",
+    ]
+
+
 def test_what_never_stales_a_lock(tmp_path: Path) -> None:
     path = seed(tmp_path, env={"A": "1"})
     lock = recorded(load_profile(path))
