@@ -361,6 +361,7 @@ def test_what_to_do_when_resolution_fails(tmp_path: Path, monkeypatch: pytest.Mo
     assert _clean_uv_error("  x /tmp/e/pyproject.toml: envlock-resolve fails\n", "/tmp/e") == (
         "  x pyproject.toml: the profile fails"
     )
+    assert _clean_uv_error("error: a\n  b\n", "/tmp/e") == "  error: a\n    b"
 
 
 def test_a_wheel_from_outside_the_profile_s_sources_is_refused(tmp_path: Path) -> None:
