@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,6 +243,43 @@ def test_a_repair_re_syncs_the_generation_to_its_lock(
     meta = json.loads((gen / GENERATION).read_text())
     assert meta["number"] == 1 and meta["repaired"]
     assert "generation 1" in (gen / "bin" / "pip").read_text()
+
+
+def test_a_damaged_uv_cache_is_cleaned_once_and_the_sync_retried(
+    tiny: tuple[Profile, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, text = tiny
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "cache"))  # this test's alone
+    root = tmp_path / "root"
+    do_build(request(root, text), build("1-" + "a" * 12))
+    # What a crash leaves: uv's pointer to the unpacked wheel cut short.
+    cut = list((tmp_path / "cache").rglob("*.rev"))
+    assert cut
+    for pointer in cut:
+        pointer.write_bytes(b"")
+    capsys.readouterr()
+    do_build(request(root, text), build("2-" + "b" * 12))
+    module = root / "generations" / ("2-" + "b" * 12) / SITE / "tinypkg" / "__init__.py"
+    assert module.read_text() == "VALUE = 1\n"
+    assert (
+        "uv's cache holds damaged entries (tinypkg; after a crash?): cleaning 1 package(s) "
+        "and retrying"
+    ) in capsys.readouterr().err
+    # Damage that cleaning does not cure is said whole, with what to do.
+    (sha,) = re.findall(r"hashes = { sha256 = \"([0-9a-f]{64})\"", text)
+    with pytest.raises(AgentError) as info:
+        do_build(request(root, text.replace(sha, "0" * 64)), build("3-" + "c" * 12))
+    assert info.value.kind == "uv-cache"
+    said = str(info.value)
+    assert said.startswith(
+        "uv's cache is still damaged after cleaning tinypkg: clean it whole on the target "
+        "(`uv cache clean`) and apply again\nuv pip sync failed (exit "
+    )
+    assert "Computed:" in said  # uv's own words follow
+    assert not (root / "generations" / ("3-" + "c" * 12)).exists()
 
 
 def test_a_lock_file_that_cannot_be_read_is_refused(tmp_path: Path) -> None:
