@@ -218,9 +218,13 @@ def test_the_venv_link_never_replaces_a_real_directory(tmp_path: Path) -> None:
     root = make_root(tmp_path, A)
     venv = tmp_path / "venv"
     venv.mkdir()
-    with pytest.raises(AgentError, match="exists and is not a symlink") as info:
+    with pytest.raises(AgentError) as info:
         do_link_venv({"root": str(root), "venv": str(venv) + "/"}, {})
     assert info.value.kind == "state"
+    assert str(info.value) == (
+        f"{venv}/ exists and is not a symlink; envlock will not replace a real directory or "
+        "file (`envlock apply --adopt` keeps a venv there as generation 0)"
+    )
     venv.rmdir()
     venv.symlink_to("/old")
     do_link_venv({"root": str(root), "venv": str(venv)}, {})

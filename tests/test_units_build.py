@@ -22,7 +22,13 @@ from envlock.agent.apply import apply, do_build, do_repair
 from envlock.agent.core import GENERATION, LOCK_COPY, MANIFEST, AgentError
 from envlock.errors import LockError
 from envlock.lock import Lock, lock_policy, parse_lock, read_lock
-from envlock.lock_resolve import ResolutionFailed, install_text_for, resolve, write_lock
+from envlock.lock_resolve import (
+    ResolutionFailed,
+    clean_damaged_cache,
+    install_text_for,
+    resolve,
+    write_lock,
+)
 from envlock.profile import Profile, load_profile
 from envlock.uvbin import uv_path
 from tests.projects import toml_list
@@ -280,6 +286,20 @@ def test_a_damaged_uv_cache_is_cleaned_once_and_the_sync_retried(
     )
     assert "Computed:" in said  # uv's own words follow
     assert not (root / "generations" / ("3-" + "c" * 12)).exists()
+
+
+def test_the_resolver_cleans_what_uv_blames_from_its_cache(
+    tiny: tuple[Profile, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profile, _ = tiny
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("UV_CACHE_DIR", str(cache))  # this test's alone
+    resolve(profile)
+    assert any("tinypkg" in p.name for p in cache.rglob("*"))
+    assert clean_damaged_cache(
+        profile, "Failed to read `tinypkg==1.0`: failed to fill whole buffer"
+    )
+    assert not any("tinypkg" in p.name for p in cache.rglob("*"))
 
 
 def test_a_lock_file_that_cannot_be_read_is_refused(tmp_path: Path) -> None:

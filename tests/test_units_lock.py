@@ -348,16 +348,17 @@ def test_what_to_do_when_resolution_fails(tmp_path: Path, monkeypatch: pytest.Mo
     (wheels / "torch-2.11.0+cu128-py3-none-any.whl").write_bytes(b"")
     generic = "check the package names and versions; is the index reachable?"
     assert _resolve_hint(offline, [str(wheels)]) == generic  # torch is here: not the index
-    monkeypatch.setenv("PIP_FIND_LINKS", "/machine/wheels")
+    monkeypatch.setenv("PIP_FIND_LINKS", "/machine/wheels /machine/more")
     assert _resolve_hint(offline, [str(wheels)]) == generic + (
-        "; the find-links this machine's pip or uv is configured with (/machine/wheels) are "
+        "; the find-links this machine's pip or uv is configured with (/machine/wheels, "
+        "/machine/more) are "
         "not used for a remote target or an offline profile: list a directory the target "
         "also has in [dependencies] find-links"
     )
     path.write_text(path.read_text().replace("offline = true", "offline = false"))
     online = load_profile(path)
     assert _resolve_hint(online, [str(wheels)]) == generic  # this machine's are used: not said
-    assert _resolve_hint(online, ["/machine/wheels"]) == torch_hint
+    assert _resolve_hint(online, ["/machine/wheels", "/machine/more"]) == torch_hint
     assert _clean_uv_error("  x /tmp/e/pyproject.toml: envlock-resolve fails\n", "/tmp/e") == (
         "  x pyproject.toml: the profile fails"
     )
@@ -380,17 +381,26 @@ def test_a_wheel_from_outside_the_profile_s_sources_is_refused(tmp_path: Path) -
 
 
 def test_a_damaged_uv_cache_is_cleaned_for_what_it_blames(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     profile = load_profile(seed(tmp_path))
     assert clean_damaged_cache(profile, "error: no solution found") is False
     blamed = (
-        "error: Failed to read `envlock-test-nothing==1.0`\n  Failed to deserialize cache entry"
+        "error: Failed to read `envlock-test-b==1.0`\n  Failed to read `envlock-test-a==1.0`\n"
+        "  Failed to deserialize cache entry"
     )
     assert clean_damaged_cache(profile, blamed) is True
-    said = capsys.readouterr().err
-    assert "uv's cache holds damaged entries (envlock-test-nothing; after a crash?)" in said
-    assert "cleaning 1 package(s) and resolving again" in said
+    out, err = capfd.readouterr()  # uv's own words are not passed on
+    assert out == "" and " ".join(err.split()) == (
+        "uv's cache holds damaged entries (envlock-test-a, envlock-test-b; after a crash?): "
+        "cleaning 2 package(s) and resolving again"
+    )
+    # With the old lock's packages (uv blames one at a time); blaming none, those alone.
+    profile.lock_path.write_text(with_wheels(LOCK_TEXT))
+    assert clean_damaged_cache(profile, blamed) is True
+    assert "cleaning 5 package(s)" in capfd.readouterr().err
+    assert clean_damaged_cache(profile, "Failed to deserialize cache entry") is True
+    assert "entries (unnamed; after a crash?): cleaning 3 package(s)" in capfd.readouterr().err
 
 
 def test_the_torch_index_is_asked_only_for_the_torch_family(tmp_path: Path) -> None:
