@@ -222,7 +222,7 @@ def test_startup_code_a_lock_may_not_install_removes_the_generation(
 
 
 def test_a_repair_re_syncs_the_generation_to_its_lock(
-    tiny: tuple[Profile, str], tmp_path: Path
+    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, text = tiny
     root = tmp_path / "root"
@@ -243,8 +243,15 @@ def test_a_repair_re_syncs_the_generation_to_its_lock(
         "remove": [f"{SITE}/stray.py", "../../../outside.txt"],
         "clean_cache": ["tinypkg"],  # as planned when a hardlinked file was edited
     }
-    do_repair(request(root, text), action)
+    capsys.readouterr()
+    # uv runs in the environment the request gives it: here, a cache of the repair's own.
+    own = {"UV_CACHE_DIR": str(tmp_path / "repair-cache")}
+    do_repair(request(root, text, uv_env=own), action)
     assert module.read_text() == "VALUE = 1\n"
+    assert any("tinypkg" in p.name for p in (tmp_path / "repair-cache").rglob("*"))
+    said = capsys.readouterr().err
+    assert "dropping tinypkg from uv's cache (a hardlinked file was edited)" in said
+    assert f"re-syncing generation {name} to its lock" in said
     assert not (gen / SITE / "stray.py").exists() and outside.read_text() == "kept"
     meta = json.loads((gen / GENERATION).read_text())
     assert meta["number"] == 1 and meta["repaired"]
