@@ -252,6 +252,10 @@ def test_a_repair_re_syncs_the_generation_to_its_lock(
     said = capsys.readouterr().err
     assert "dropping tinypkg from uv's cache (a hardlinked file was edited)" in said
     assert f"re-syncing generation {name} to its lock" in said
+    # The cache is cleaned in that environment too.
+    only_clean = {"name": name, "reinstall": [], "remove": [], "clean_cache": ["tinypkg"]}
+    do_repair(request(root, text, uv_env=own), only_clean)
+    assert not any("tinypkg" in p.name for p in (tmp_path / "repair-cache").rglob("*"))
     assert not (gen / SITE / "stray.py").exists() and outside.read_text() == "kept"
     meta = json.loads((gen / GENERATION).read_text())
     assert meta["number"] == 1 and meta["repaired"]
