@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,7 @@ def test_resolution_failures_say_what_uv_said_and_what_to_do(tmp_path: Path) -> 
 
 
 def test_a_generation_is_built_switched_to_and_linked(
-    tiny: tuple[Profile, str], tmp_path: Path
+    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, text = tiny
     root = tmp_path / "root"
@@ -169,7 +170,19 @@ def test_a_generation_is_built_switched_to_and_linked(
     gen = root / "generations" / name
     meta = json.loads((gen / GENERATION).read_text())
     assert (meta["number"], meta["lock_sha256"], meta["python_version"]) == (1, "f" * 64, "3.11")
-    assert meta["files"] > 0 and meta["bytes"] >= meta["own_bytes"] > 0 and meta["built"]
+    assert meta["files"] > 0 and meta["bytes"] >= meta["own_bytes"] > 0
+    built = datetime.strptime(meta["built"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert abs(datetime.now(UTC) - built) < timedelta(minutes=5)
+    assert (gen / GENERATION).read_text() == json.dumps(meta, sort_keys=True)  # stable bytes
+    said = capsys.readouterr().err.splitlines()
+    assert [line.removeprefix("envlock-progress: ") for line in said] == [
+        f"build {name}",
+        "creating venv for Python 3.11",
+        "installing 1 packages from the lock",
+        "writing the manifest",
+        "switch",
+        "link",
+    ]
     assert (gen / LOCK_COPY).read_text() == text and (gen / MANIFEST).is_file()
     assert (gen / SITE / "tinypkg" / "__init__.py").read_text() == "VALUE = 1\n"
     assert "generation 1" in (gen / "bin" / "pip").read_text()
@@ -178,6 +191,7 @@ def test_a_generation_is_built_switched_to_and_linked(
     before = (gen / GENERATION).read_text()
     do_build(request(root, text), build(name))
     assert (gen / GENERATION).read_text() == before
+    assert capsys.readouterr().err == f"envlock-progress: generation {name} already built\n"
 
 
 def test_a_half_built_generation_never_stays(tiny: tuple[Profile, str], tmp_path: Path) -> None:
@@ -258,7 +272,11 @@ def test_a_repair_re_syncs_the_generation_to_its_lock(
     assert not any("tinypkg" in p.name for p in (tmp_path / "repair-cache").rglob("*"))
     assert not (gen / SITE / "stray.py").exists() and outside.read_text() == "kept"
     meta = json.loads((gen / GENERATION).read_text())
-    assert meta["number"] == 1 and meta["repaired"]
+    assert meta["number"] == 1 and (gen / GENERATION).read_text() == json.dumps(
+        meta, sort_keys=True
+    )
+    repaired = datetime.strptime(meta["repaired"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert abs(datetime.now(UTC) - repaired) < timedelta(minutes=5)
     assert "generation 1" in (gen / "bin" / "pip").read_text()
 
 
