@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 
 from envlock.agent import apply as agent_apply
 from envlock.agent.apply import apply, do_build, do_repair
@@ -24,6 +25,7 @@ from envlock.agent.core import GENERATION, LOCK_COPY, MANIFEST, AgentError
 from envlock.errors import LockError
 from envlock.lock import Lock, lock_policy, parse_lock, read_lock
 from envlock.lock_resolve import (
+    NeedsBuild,
     ResolutionFailed,
     clean_damaged_cache,
     install_text_for,
@@ -33,7 +35,7 @@ from envlock.lock_resolve import (
 from envlock.profile import Profile, load_profile
 from envlock.uvbin import uv_path
 from tests.projects import toml_list
-from tests.wheelhouse import build_wheel
+from tests.wheelhouse import build_sdist, build_wheel
 
 SITE = "lib/python3.11/site-packages"
 
@@ -148,6 +150,23 @@ def test_resolution_failures_say_what_uv_said_and_what_to_do(tmp_path: Path) -> 
         "check the package names and versions; is the index reachable?"
     )
     assert not profile.lock_path.exists()
+
+
+def test_what_only_an_sdist_satisfies_needs_the_profile_changed(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    canary = tmp_path / "built"
+    build_sdist(wheels, "slowpkg", "1.0", canary)
+    build_wheel(wheels, "toppkg", "1.0", ["tinypkg==1.0"])
+    build_wheel(wheels, "tinypkg", "1.0")
+    with pytest.raises(NeedsBuild) as info:
+        resolve(write_profile(tmp_path, wheels, ["slowpkg==1.0"]))
+    assert info.value.exit_code == 2 and "slowpkg" in info.value.reason
+    assert (info.value.hint or "").startswith("slowpkg has no wheel here and envlock builds")
+    assert not canary.exists()  # its code never ran
+    # What `envlock add` asks of uv goes to it as it is.
+    body = resolve(write_profile(tmp_path, wheels, ["toppkg==1.0"]), extra_args=("--no-deps",))
+    assert [p["name"] for p in tomllib.loads(body)["packages"]] == ["toppkg"]
 
 
 def test_a_generation_is_built_switched_to_and_linked(
