@@ -145,6 +145,7 @@ def test_resolution_failures_say_what_uv_said_and_what_to_do(tmp_path: Path) -> 
     with pytest.raises(ResolutionFailed) as info:
         resolve(profile)
     assert "uv could not resolve tiny.toml:" in info.value.message
+    assert type(info.value) is ResolutionFailed and info.value.exit_code == 3  # not the profile's
     assert "nosuchpkg" in info.value.reason and "envlock-resolve" not in info.value.reason
     assert (info.value.hint or "").startswith(
         "check the package names and versions; is the index reachable?"
