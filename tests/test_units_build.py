@@ -234,11 +234,21 @@ def test_a_missing_python_is_said_with_what_to_do(
     with pytest.raises(AgentError, match=r"no Python 3\.99 on the target: install") as info:
         do_build(request(root, text, python_version="3.99"), build("1-" + "c" * 12))
     assert info.value.kind == "python"
-    assert "set [python] download = true" in str(info.value) and "uv says:" in str(info.value)
+    head, uv_says = str(info.value).split("\n", 1)
+    assert head == (
+        "no Python 3.99 on the target: install Python 3.99 on the target (e.g. `uv python "
+        "install 3.99` or the OS package python3.99), or set [python] download = true to let "
+        "uv fetch a managed CPython; uv says:"
+    )
+    # uv's own words, each line indented, four at most.
+    lines = uv_says.split("\n")
+    assert 0 < len(lines) <= 4 and all(line.startswith("  ") and line.strip() for line in lines)
+    assert "3.99" in uv_says and "uv venv failed" not in uv_says
     allowed = request(root, text, python_version="3.99", python_downloads=True, offline=False)
     with pytest.raises(AgentError) as info:
         do_build(allowed, build("1-" + "c" * 12))
     assert "download = true" not in str(info.value)
+    assert str(info.value).startswith("no Python 3.99 on the target: install Python 3.99")
 
 
 def test_startup_code_a_lock_may_not_install_removes_the_generation(
