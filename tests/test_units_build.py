@@ -184,9 +184,13 @@ def test_a_generation_is_built_switched_to_and_linked(
             build(name),
             {"kind": "switch", "description": "switch", "name": name, "why": "apply"},
             {"kind": "link-venv", "description": "link"},
+            # uv runs in the environment the request gives it (an index's credentials
+            # travel there): here, a cache of the build's own.
+            uv_env={"UV_CACHE_DIR": str(tmp_path / "build-cache")},
         )
     )
     assert answer["done"] == ["build", "switch", "link-venv"] and answer["current"] == name
+    assert any("tinypkg" in p.name for p in (tmp_path / "build-cache").rglob("*"))
     gen = root / "generations" / name
     meta = json.loads((gen / GENERATION).read_text())
     assert (meta["number"], meta["lock_sha256"], meta["python_version"]) == (1, "f" * 64, "3.11")
