@@ -287,7 +287,7 @@ def test_a_repair_re_syncs_the_generation_to_its_lock(
     action = {
         "kind": "repair",
         "name": name,
-        "reinstall": ["tinypkg"],
+        "reinstall": ["tinypkg", "notinthelock"],
         "remove": [f"{SITE}/stray.py", "../../../outside.txt"],
         "clean_cache": ["tinypkg"],  # as planned when a hardlinked file was edited
     }
@@ -297,9 +297,11 @@ def test_a_repair_re_syncs_the_generation_to_its_lock(
     do_repair(request(root, text, uv_env=own), action)
     assert module.read_text() == "VALUE = 1\n"
     assert any("tinypkg" in p.name for p in (tmp_path / "repair-cache").rglob("*"))
-    said = capsys.readouterr().err
-    assert "dropping tinypkg from uv's cache (a hardlinked file was edited)" in said
-    assert f"re-syncing generation {name} to its lock" in said
+    said = [line.removeprefix("envlock-progress: ") for line in capsys.readouterr().err.split("\n")]
+    assert said[:2] == [
+        "dropping tinypkg from uv's cache (a hardlinked file was edited)",
+        f"re-syncing generation {name} to its lock",
+    ]
     # The cache is cleaned in that environment too.
     only_clean = {"name": name, "reinstall": [], "remove": [], "clean_cache": ["tinypkg"]}
     do_repair(request(root, text, uv_env=own), only_clean)
