@@ -313,41 +313,45 @@ def test_a_repair_re_syncs_the_generation_to_its_lock(
     )
     repaired = datetime.strptime(meta["repaired"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert abs(datetime.now(UTC) - repaired) < timedelta(minutes=5)
-    assert "generation 1" in (gen / "bin" / "pip").read_text()
+    assert "(profile tiny.toml, generation 1). To add" in (gen / "bin" / "pip").read_text()
 
 
 def test_a_damaged_uv_cache_is_cleaned_once_and_the_sync_retried(
-    tiny: tuple[Profile, str],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _, text = tiny
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "cache"))  # this test's alone
+    profile, _ = tiny
+    wheels = profile.path.parent / "wheels"
+    build_wheel(tmp_path, "toppkg", "1.0", ["tinypkg==1.0"])
+    shutil.copy(wheels / "tinypkg-1.0-py3-none-any.whl", tmp_path)
+    two = write_profile(tmp_path, tmp_path, ["toppkg==1.0"])
+    text = parse_lock(two.lock_path, resolve(two)).install_text()
+    cache = tmp_path / "cache"  # this test's alone, given to uv as the request says
     root = tmp_path / "root"
-    do_build(request(root, text), build("1-" + "a" * 12))
-    # What a crash leaves: uv's pointer to the unpacked wheel cut short.
-    cut = list((tmp_path / "cache").rglob("*.rev"))
-    assert cut
-    for pointer in cut:
-        pointer.write_bytes(b"")
+    do_build(request(root, text, uv_env={"UV_CACHE_DIR": str(cache)}), build("1-" + "a" * 12))
+    # What a crash leaves: uv's pointer to one unpacked wheel cut short.
+    (cut,) = [p for p in cache.rglob("*.rev") if "toppkg" in str(p)]
+    cut.write_bytes(b"")
     capsys.readouterr()
-    do_build(request(root, text), build("2-" + "b" * 12))
-    module = root / "generations" / ("2-" + "b" * 12) / SITE / "tinypkg" / "__init__.py"
-    assert module.read_text() == "VALUE = 1\n"
+    damaged = request(root, text, uv_env={"UV_CACHE_DIR": str(cache)})
+    do_build(damaged, build("2-" + "b" * 12))
+    module = root / "generations" / ("2-" + "b" * 12) / SITE / "toppkg" / "__init__.py"
+    assert module.is_file()
+    # uv blames one package at a time: every package the lock names is cleaned.
     assert (
-        "uv's cache holds damaged entries (tinypkg; after a crash?): cleaning 1 package(s) "
+        "uv's cache holds damaged entries (toppkg; after a crash?): cleaning 2 package(s) "
         "and retrying"
     ) in capsys.readouterr().err
     # Damage that cleaning does not cure is said whole, with what to do.
-    (sha,) = re.findall(r"hashes = { sha256 = \"([0-9a-f]{64})\"", text)
+    sha = re.search(r'toppkg-1.0-py3-none-any.whl", hashes = { sha256 = "([0-9a-f]{64})"', text)
+    assert sha is not None
     with pytest.raises(AgentError) as info:
-        do_build(request(root, text.replace(sha, "0" * 64)), build("3-" + "c" * 12))
+        bad = request(root, text.replace(sha.group(1), "0" * 64), uv_env=damaged["uv_env"])
+        do_build(bad, build("3-" + "c" * 12))
     assert info.value.kind == "uv-cache"
     said = str(info.value)
     assert said.startswith(
-        "uv's cache is still damaged after cleaning tinypkg: clean it whole on the target "
-        "(`uv cache clean`) and apply again\nuv pip sync failed (exit "
+        "uv's cache is still damaged after cleaning tinypkg, toppkg: clean it whole on the "
+        "target (`uv cache clean`) and apply again\nuv pip sync failed (exit "
     )
     assert "Computed:" in said  # uv's own words follow
     assert not (root / "generations" / ("3-" + "c" * 12)).exists()
