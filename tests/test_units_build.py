@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -77,6 +78,16 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Profile, st
     lock, changed = write_lock(profile)
     assert changed and not write_lock(profile)[1]  # the same inputs: the same bytes
     yield profile, install_text_for(lock, profile)
+
+
+@pytest.fixture
+def far_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The target's local time nine hours off UTC: what envlock records stays UTC."""
+    monkeypatch.setenv("TZ", "UTC-9")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 def request(root: Path, lock_text: str, *actions: dict[str, Any], **more: Any) -> dict[str, Any]:
@@ -171,7 +182,7 @@ def test_what_only_an_sdist_satisfies_needs_the_profile_changed(tmp_path: Path) 
 
 
 def test_a_generation_is_built_switched_to_and_linked(
-    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], far_zone: None
 ) -> None:
     _, text = tiny
     root = tmp_path / "root"
@@ -270,7 +281,7 @@ def test_startup_code_a_lock_may_not_install_removes_the_generation(
 
 
 def test_a_repair_re_syncs_the_generation_to_its_lock(
-    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], far_zone: None
 ) -> None:
     _, text = tiny
     root = tmp_path / "root"
