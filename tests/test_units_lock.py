@@ -377,7 +377,15 @@ def test_a_wheel_from_outside_the_profile_s_sources_is_refused(tmp_path: Path) -
         "/machine/w/p0-1-py3-none-any.whl, /machine/w/p1-1-py3-none-any.whl, "
         "/machine/w/p2-1-py3-none-any.whl …"
     )
-    assert "add that directory there if the target has it too" in (info.value.hint or "")
+    assert info.value.hint == (
+        "a remote or offline profile resolves from its own [dependencies] find-links and "
+        "indexes: add that directory there if the target has it too, or remove it from this "
+        "machine's uv configuration"
+    )
+    three = "".join(outside.splitlines(keepends=True)[:3])
+    with pytest.raises(LockError) as info:
+        refuse_undeclared(profile, three)
+    assert info.value.message.endswith("/machine/w/p2-1-py3-none-any.whl")  # all: no "…"
 
 
 def test_a_damaged_uv_cache_is_cleaned_for_what_it_blames(
