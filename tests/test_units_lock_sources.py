@@ -46,6 +46,10 @@ def test_a_machine_file_is_replaced_by_the_index_s_copy_of_the_same_bytes(tmp_pa
     recorded = record_index_sources(text, tmp_path)
     assert urls(recorded) == [(f"{INDEX}/{NAME}", SHA)]
     assert "wheels = [{" in recorded  # one wheel: on one line, as uv writes it
+    # Another file of the index listed first: kept, and the machine's file still replaced.
+    other = f"{INDEX}/pkg-1.0-cp311-none-any.whl"
+    text = lock(wheel(other), wheel(f"file:///machine/{NAME}"), wheel(f"{INDEX}/{NAME}"))
+    assert urls(record_index_sources(text, tmp_path)) == [(other, SHA), (f"{INDEX}/{NAME}", SHA)]
 
 
 def test_an_index_copy_with_other_bytes_is_dropped_and_the_lock_stays_tied(
