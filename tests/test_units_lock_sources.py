@@ -50,6 +50,14 @@ def test_a_machine_file_is_replaced_by_the_index_s_copy_of_the_same_bytes(tmp_pa
     other = f"{INDEX}/pkg-1.0-cp311-none-any.whl"
     text = lock(wheel(other), wheel(f"file:///machine/{NAME}"), wheel(f"{INDEX}/{NAME}"))
     assert urls(record_index_sources(text, tmp_path)) == [(other, SHA), (f"{INDEX}/{NAME}", SHA)]
+    # A package of the index's alone before it changes nothing of the next one.
+    first = lock(wheel(f"{INDEX}/zzz-1.0-py3-none-any.whl"), name="zzz")
+    both = first + text.split("\n\n", 1)[1]
+    packages = tomllib.loads(record_index_sources(both, tmp_path))["packages"]
+    assert [[w["url"] for w in p["wheels"]] for p in packages] == [
+        [f"{INDEX}/zzz-1.0-py3-none-any.whl"],
+        [other, f"{INDEX}/{NAME}"],
+    ]
 
 
 def test_an_index_copy_with_other_bytes_is_dropped_and_the_lock_stays_tied(
