@@ -167,6 +167,13 @@ def test_builds_are_renumbered_when_another_apply_took_their_number(tmp_path: Pa
     same = [{"kind": "build", "number": 1, "name": A}, {"kind": "build", "number": 5, "name": B}]
     number_builds(str(root), same)
     assert [(a["number"], a["name"]) for a in same] == [(1, A), (5, B)]
+    # A build after another action (a cleanup first) is renumbered too.
+    later: list[dict[str, Any]] = [
+        {"kind": "cleanup", "names": []},
+        {"kind": "build", "number": 1, "name": other},
+    ]
+    number_builds(str(root), later)
+    assert (later[1]["number"], later[1]["name"]) == (2, new)
 
 
 # -- each action ------------------------------------------------------------------------------
