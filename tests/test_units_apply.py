@@ -131,6 +131,13 @@ def test_one_operation_per_root_at_a_time(tmp_path: Path) -> None:
         with pytest.raises(AgentError, match=r"another envlock operation holds .*\(pid ") as info:
             apply(request(root, switch(A)))
         assert info.value.kind == "busy"
+        # Whatever the holder left there is said, undecodable bytes included.
+        (root / ".envlock.lock").write_bytes(b"pid 1 on \xff")
+        with pytest.raises(AgentError) as info:
+            apply(request(root, switch(A)))
+        assert str(info.value) == (
+            f"another envlock operation holds {root}/.envlock.lock (pid 1 on \ufffd)"
+        )
     (root / ".envlock.lock").unlink()
     (root / ".envlock.lock").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OSError):  # never through a link: it would be truncated
@@ -149,7 +156,9 @@ def test_a_root_another_user_may_write_is_refused_before_anything_is_made(
     assert not (root / "generations").exists()
 
 
-def test_builds_are_renumbered_when_another_apply_took_their_number(tmp_path: Path) -> None:
+def test_builds_are_renumbered_when_another_apply_took_their_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = make_root(tmp_path, A)
     other = "1-" + "c" * 12
     actions: list[dict[str, Any]] = [
@@ -160,6 +169,10 @@ def test_builds_are_renumbered_when_another_apply_took_their_number(tmp_path: Pa
     ]
     number_builds(str(root), actions)
     new = "2-" + "c" * 12
+    said = capsys.readouterr().err
+    assert (
+        said == f"envlock-progress: generation {other} was taken by another apply: building {new}\n"
+    )
     assert actions[0] == {"kind": "build", "number": 2, "name": new}
     assert actions[1]["generation"] == new and actions[2]["name"] == new
     assert actions[3]["name"] == A
