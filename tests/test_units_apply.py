@@ -157,6 +157,14 @@ def test_a_root_another_user_may_write_is_refused_before_anything_is_made(
     with pytest.raises(AgentError, match=f"^refusing the root {root}: "):
         apply(request(root, switch(A)))
     assert not (root / "generations").exists()
+    # Made by this apply under a umask that lets others write it: refused all the same.
+    fresh = tmp_path / "fresh"
+    old = os.umask(0)
+    try:
+        with pytest.raises(AgentError, match=f"^refusing the root {fresh}: "):
+            apply(request(fresh, switch(A)))
+    finally:
+        os.umask(old)
 
 
 def test_builds_are_renumbered_when_another_apply_took_their_number(
