@@ -88,7 +88,9 @@ def test_apply_carries_out_the_actions_and_says_what_it_did(tmp_path: Path) -> N
         )
     )
     assert answer["done"] == ["switch", "link-venv", "cleanup"]
-    assert len(answer["seconds"]) == 3 and all(s >= 0 for s in answer["seconds"])
+    # Each action's own time, in seconds to the microsecond (ms here, under a loaded machine).
+    assert len(answer["seconds"]) == 3
+    assert all(isinstance(s, float) and 0 <= s < 5 for s in answer["seconds"])
     # What removing B gave back: its one file (generation.json), linked nowhere else.
     assert answer["current"] == A and answer["freed"] == len(json.dumps({"number": 2}))
     assert os.readlink(root / "current") == f"generations/{A}"
@@ -463,4 +465,6 @@ def test_a_replan_is_said_and_a_fresh_root_gets_its_generations_dir(
     assumed = {"current": None, "fingerprint": "stale"}
     assert apply(request(root, assumed=assumed))["replan"] is True
     assert (root / "generations").is_dir()
-    assert "the root changed since this plan was made: planning again" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "envlock-progress: the root changed since this plan was made: planning again\n"
+    )
