@@ -45,6 +45,7 @@ from envlock.lock_resolve import (
     unbuilt,
     uv_compile_argv,
 )
+from envlock.lock_schema import profile_policy
 from envlock.profile import Profile, load_profile
 from tests.index_server import IndexServer
 from tests.projects import write_seed_project
@@ -318,6 +319,19 @@ def test_a_refused_lock_names_its_file_and_where_it_came_from(tmp_path: Path) ->
     with pytest.raises(LockError) as info:
         parse_lock(Path("pylock.x.toml"), "bad = [", where="snap.json")
     assert "pylock.x.toml" in info.value.message and "snap.json" in info.value.message
+    with pytest.raises(LockError) as info:
+        parse_lock(Path("pylock.x.toml"), "bad = [")
+    assert info.value.message == (
+        "pylock.x.toml: not a valid TOML lock: Invalid value (at end of document)"
+    )
+    # A package the profile builds: its sdist is read, and is part of what installs.
+    head, table = with_wheels(LOCK_TEXT).split("[tool.envlock]")
+    sdist = '{ url = "https://files.test/slowpkg-1.0.tar.gz", hashes = { sha256 = "' + "c" * 64
+    built = head + f'[[packages]]\nname = "slowpkg"\nversion = "1.0"\nsdist = {sdist}" }} }}\n\n'
+    lock = parse_lock(
+        Path("p.toml"), built + "[tool.envlock]" + table, profile_policy(("slowpkg",), "p")
+    )
+    assert lock.build == {"slowpkg"} and lock.packages["slowpkg"].sha256s == {"c" * 64}
     head = with_wheels(LOCK_TEXT).split("[[packages]]")[0]
     empty = parse_lock(Path("p.toml"), head + '[tool.envlock]\npython-version = "3.11"\n')
     assert empty.packages == {} and empty.meta == {"python-version": "3.11"}
