@@ -206,8 +206,9 @@ def test_builds_are_renumbered_when_another_apply_took_their_number(
 def test_a_switch_refuses_an_incomplete_generation_and_holds_or_releases(tmp_path: Path) -> None:
     root = make_root(tmp_path, A, B, incomplete=("3-" + "d" * 12,))
     req = {"root": str(root)}
-    with pytest.raises(AgentError, match="is not complete; refusing to switch") as info:
+    with pytest.raises(AgentError) as info:
         do_switch(req, switch("3-" + "d" * 12))
+    assert str(info.value) == f"generation 3-{'d' * 12} is not complete; refusing to switch to it"
     assert info.value.kind == "state"
     do_switch(req, switch(A))
     do_switch(req, switch(B, "rollback"))
