@@ -128,6 +128,7 @@ def test_the_lock_names_the_wheel_by_its_path_beside_the_profile(
     wheel = profile.path.parent.resolve() / "wheels" / "tinypkg-1.0-py3-none-any.whl"
     assert f'path = "{wheel}"' in installed
     assert lock.meta["profile"] == "tiny" and lock.machine_paths() == []
+    assert (lock.meta["torch-backend"], lock.meta["torch"]) == ("", "")  # no [torch]
 
 
 def test_a_lock_is_offered_before_it_is_written_and_read_as_the_profile_s(
