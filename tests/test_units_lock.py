@@ -33,6 +33,7 @@ from envlock.lock import (
 from envlock.lock_resolve import (
     _clean_uv_error,
     _resolve_hint,
+    _toml_value,
     build_options,
     clean_damaged_cache,
     envlock_table,
@@ -174,6 +175,15 @@ def test_the_table_a_lock_records(tmp_path: Path) -> None:
     assert table["inputs"] == input_digests(profile) and len(table["inputs"]) == 11
     assert all(len(d) == 12 for d in table["inputs"].values())
     assert set(table["scripts"]) == {"train.py"} and "build" not in table
+
+
+def test_a_table_value_is_plain_ascii_toml() -> None:
+    # A script's name may hold any character: written as ASCII escapes, DEL included
+    # (TOML refuses it raw, where JSON would let it through).
+    written = _toml_value("a\x7f\u00e9.py")
+    assert written == '"a\\u007f\\u00e9.py"'
+    assert tomllib.loads(f"k = {written}")["k"] == "a\x7f\u00e9.py"
+    assert _toml_value(2) == "2"
 
 
 def test_the_uv_command_line(tmp_path: Path) -> None:
