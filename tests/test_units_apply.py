@@ -13,6 +13,7 @@ import io
 import json
 import os
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -416,6 +417,14 @@ def test_the_pip_shim_is_written_unless_a_real_pip_is_there(tmp_path: Path) -> N
     (gen / "bin" / "pip").unlink()
     write_pip_shims(req, str(gen), 1)
     assert "(profile PROFILE, generation 1)" in (gen / "bin" / "pip").read_text()
+    # What `pip install` says, whole, from the shim itself.
+    said = subprocess.run([gen / "bin" / "pip", "install", "x"], capture_output=True, text=True)
+    assert said.returncode == 1 and said.stderr == (
+        "this environment is managed by envlock (profile PROFILE, generation 1). To add "
+        "packages: `envlock add PROFILE REQ…` — it shows what would change and keeps the "
+        "current generation for rollback. To install anyway (check will report drift): "
+        "`ENVLOCK_ALLOW_PIP=1 pip install …`\n"
+    )
 
 
 def test_startup_code_from_a_stranger_s_lock_is_refused(tmp_path: Path) -> None:
