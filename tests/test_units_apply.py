@@ -415,8 +415,10 @@ def test_the_pip_shim_is_written_unless_a_real_pip_is_there(tmp_path: Path) -> N
     write_pip_shims(req, str(gen), 1)
     assert "profile PROFILE" not in (gen / "bin" / "pip").read_text()  # never rewritten
     (gen / "bin" / "pip").unlink()
+    (gen / "bin" / "pip3").unlink()
     write_pip_shims(req, str(gen), 1)
     assert "(profile PROFILE, generation 1)" in (gen / "bin" / "pip").read_text()
+    assert (gen / "bin" / "pip3").read_text() == (gen / "bin" / "pip").read_text()
     # What `pip install` says, whole, from the shim itself.
     said = subprocess.run([gen / "bin" / "pip", "install", "x"], capture_output=True, text=True)
     assert said.returncode == 1 and said.stderr == (
