@@ -383,6 +383,25 @@ def test_the_resolver_cleans_what_uv_blames_from_its_cache(
     assert not any("tinypkg" in p.name for p in cache.rglob("*"))
 
 
+def test_a_resolution_on_a_damaged_cache_cleans_it_and_resolves_again(
+    tiny: tuple[Profile, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    profile, _ = tiny
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("UV_CACHE_DIR", str(cache))  # this test's alone
+    first = resolve(profile)
+    cut = [p for p in cache.rglob("*") if p.is_file() and "tinypkg" in str(p)]
+    assert cut
+    for entry in cut:
+        entry.write_bytes(b"")
+    capsys.readouterr()
+    assert resolve(profile) == first
+    assert "resolving again" in capsys.readouterr().err
+
+
 def test_a_lock_file_that_cannot_be_read_is_refused(tmp_path: Path) -> None:
     (tmp_path / "pylock.x.toml").mkdir()
     with pytest.raises(LockError, match="cannot read the lock"):
