@@ -221,6 +221,9 @@ def test_the_resolver_input_takes_torch_from_its_index_unless_offline(tmp_path: 
     assert '[tool.uv.sources]\ntorch = { index = "torch-backend" }' in text
     assert 'name = "torch-backend"\nurl = "https://download.pytorch.org/whl/cu128"' in text
     assert text.endswith("explicit = true\n")
+    # The pinned wheel in find-links: the label pin alone picks the build, no index source.
+    (tmp_path / "wheels" / "torch-2.11.0+cu128-py3-none-any.whl").write_bytes(b"")
+    assert "tool.uv" not in resolver_input(online, [str(tmp_path / "wheels")])
 
 
 def test_wheels_under_the_profile_are_recorded_relative_to_it(tmp_path: Path) -> None:
