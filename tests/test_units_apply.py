@@ -451,6 +451,15 @@ def test_startup_code_from_a_stranger_s_lock_is_refused(tmp_path: Path) -> None:
     assert "runs: evil-pkg (evil.pth, sitecustomize.py);" in str(info.value)
     assert str(info.value).endswith("apply again with --allow-pth evil-pkg")
     assert "good" not in str(info.value).split("runs: ")[1].split(";")[0]
+    # Several at once: each named, each with its flag.
+    with pytest.raises(AgentError) as info:
+        refuse_pth({"pth_allowed": []}, str(gen))
+    assert str(info.value) == (
+        "the snapshot's lock installs startup code (.pth, sitecustomize.py), which every "
+        "Python of the environment runs: evil-pkg (evil.pth, sitecustomize.py), good "
+        "(good.pth); the generation was removed, nothing ran. If you trust them, apply again "
+        "with --allow-pth evil-pkg --allow-pth good"
+    )
 
 
 def test_apply_waits_for_the_root_s_lock_by_default_and_says_so(
