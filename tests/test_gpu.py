@@ -302,6 +302,51 @@ RULES: list[tuple[str, GpuFacts, TorchBuild | None, tuple[str, ...], int | None,
         ],
     ),
     (
+        # Stale copies lower nothing: CUDA runs on the kernel module's driver.
+        "stale container libraries under a new enough module",
+        node(libraries=libs("570.172.08")),
+        CU130,
+        (),
+        None,
+        [
+            ("gpu-library", f"{LIB}/libcuda.so.570.172.08", "580.159.04", "570.172.08"),
+            ("gpu-library", f"{LIB}/libnvidia-ml.so.570.172.08", "580.159.04", "570.172.08"),
+        ],
+    ),
+    (
+        "one stale library after one in order",
+        node(libraries=(libs("580.159.04")[0], libs("570.172.08")[1])),
+        CU128,
+        (),
+        None,
+        [("gpu-library", f"{LIB}/libnvidia-ml.so.570.172.08", "580.159.04", "570.172.08")],
+    ),
+    (
+        # Only libcuda carries forward compatibility: a newer NVML under compat/ is no driver.
+        "a newer libnvidia-ml under compat/ raises no driver",
+        node(
+            "570.172.08",
+            libraries=(
+                GpuLibrary("libcuda", f"{LIB}/libcuda.so.570.172.08", "570.172.08"),
+                GpuLibrary(
+                    "libnvidia-ml", "/usr/local/cuda/compat/libnvidia-ml.so.580.65.06", "580.65.06"
+                ),
+            ),
+        ),
+        CU130,
+        (),
+        None,
+        [("gpu-driver", "NVIDIA driver", "≥ 580.65.06", "570.172.08")],
+    ),
+    (
+        "no environment yet, a count declared",
+        node(gpus=1),
+        None,
+        (),
+        2,
+        [("gpu-count", "GPUs", "2", "1")],
+    ),
+    (
         "no user-space driver at all",
         node(libraries=()),
         CU128,
@@ -402,6 +447,43 @@ def test_the_messages_say_what_to_do() -> None:
     ]
     assert details(node(None), CU130, 1)[-1] == (
         "[gpu] count expects 1; no NVIDIA driver is loaded, so no GPU is visible"
+    )
+
+
+def test_each_kind_of_drift_says_what_to_do() -> None:
+    assert details(node(None), CU128, 1)[0] == (
+        "torch 2.11.0+cu128 needs an NVIDIA driver ≥ 525.60.13; no NVIDIA kernel module is "
+        "loaded: install the driver on the host"
+    )
+    assert details(node(libraries=()), CU128) == [
+        "the loader finds no libcuda.so.1: install the user-space driver 580.159.04 (the "
+        "host's installer with `--no-kernel-module` in a container)"
+    ]
+    # A driver too old for every CUDA major in the table suggests no other build.
+    assert details(node("418.39"), CU128) == [
+        "torch 2.11.0+cu128 needs an NVIDIA driver ≥ 525.60.13; the node has 418.39 — "
+        "upgrade the host driver"
+    ]
+    kinds = {"file": "a regular file", "directory": "a directory", "block": "a block device"}
+    kinds |= {"other": "not a device", "socket": "socket"}
+    devices = tuple(f"/dev/nvidia{i}" for i in range(len(kinds) + 1))
+    facts = node(gpus=0, devices=dict(zip(devices[:-1], kinds, strict=True)), usable=0)
+    drifts = gpu_drift(facts, CU128, devices)
+    assert [(d.subject, d.actual) for d in drifts[:-1]] == [
+        *zip(devices[:-1], kinds.values(), strict=True),
+        (devices[-1], "missing"),
+    ]
+    assert drifts[0].detail == (
+        "the path exists but is no device: something created it in the container before the "
+        "node was passed through; remove it and restart the container"
+    )
+    assert drifts[-2].detail == (
+        "[container] devices lists it, but the container has no such node: check that the "
+        "node has it and restart the container"
+    )
+    assert drifts[-1].detail == (
+        f"the /dev/nvidiaN in [container] devices expects {len(devices)}; the driver lists 0 "
+        "GPU(s), 0 with their /dev/nvidiaN here"
     )
 
 

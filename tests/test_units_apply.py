@@ -13,8 +13,11 @@ import io
 import json
 import os
 import stat
+import subprocess
 import sys
 import threading
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +89,9 @@ def test_apply_carries_out_the_actions_and_says_what_it_did(tmp_path: Path) -> N
         )
     )
     assert answer["done"] == ["switch", "link-venv", "cleanup"]
-    assert len(answer["seconds"]) == 3 and all(s >= 0 for s in answer["seconds"])
+    # Each action's own time, in seconds to the microsecond (ms here, under a loaded machine).
+    assert len(answer["seconds"]) == 3
+    assert all(isinstance(s, float) and 0 <= s < 5 for s in answer["seconds"])
     # What removing B gave back: its one file (generation.json), linked nowhere else.
     assert answer["current"] == A and answer["freed"] == len(json.dumps({"number": 2}))
     assert os.readlink(root / "current") == f"generations/{A}"
@@ -129,6 +134,16 @@ def test_one_operation_per_root_at_a_time(tmp_path: Path) -> None:
         with pytest.raises(AgentError, match=r"another envlock operation holds .*\(pid ") as info:
             apply(request(root, switch(A)))
         assert info.value.kind == "busy"
+        # Whatever the holder left there is said, undecodable bytes included.
+        (root / ".envlock.lock").write_bytes(b"pid 1 on \xff")
+        with pytest.raises(AgentError) as info:
+            apply(request(root, switch(A)))
+        assert str(info.value) == (
+            f"another envlock operation holds {root}/.envlock.lock (pid 1 on \ufffd)"
+        )
+        (root / ".envlock.lock").write_bytes(b"")  # a holder that wrote nothing yet
+        with pytest.raises(AgentError, match=r"\.envlock\.lock \(unknown\)$"):
+            apply(request(root, switch(A)))
     (root / ".envlock.lock").unlink()
     (root / ".envlock.lock").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OSError):  # never through a link: it would be truncated
@@ -142,12 +157,22 @@ def test_a_root_another_user_may_write_is_refused_before_anything_is_made(
     root = tmp_path / "shared"
     root.mkdir(mode=0o777)
     os.chmod(root, 0o777)
-    with pytest.raises(AgentError, match="the root"):
+    with pytest.raises(AgentError, match=f"^refusing the root {root}: "):
         apply(request(root, switch(A)))
     assert not (root / "generations").exists()
+    # Made by this apply under a umask that lets others write it: refused all the same.
+    fresh = tmp_path / "fresh"
+    old = os.umask(0)
+    try:
+        with pytest.raises(AgentError, match=f"^refusing the root {fresh}: "):
+            apply(request(fresh, switch(A)))
+    finally:
+        os.umask(old)
 
 
-def test_builds_are_renumbered_when_another_apply_took_their_number(tmp_path: Path) -> None:
+def test_builds_are_renumbered_when_another_apply_took_their_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = make_root(tmp_path, A)
     other = "1-" + "c" * 12
     actions: list[dict[str, Any]] = [
@@ -158,6 +183,10 @@ def test_builds_are_renumbered_when_another_apply_took_their_number(tmp_path: Pa
     ]
     number_builds(str(root), actions)
     new = "2-" + "c" * 12
+    said = capsys.readouterr().err
+    assert (
+        said == f"envlock-progress: generation {other} was taken by another apply: building {new}\n"
+    )
     assert actions[0] == {"kind": "build", "number": 2, "name": new}
     assert actions[1]["generation"] == new and actions[2]["name"] == new
     assert actions[3]["name"] == A
@@ -165,14 +194,22 @@ def test_builds_are_renumbered_when_another_apply_took_their_number(tmp_path: Pa
     same = [{"kind": "build", "number": 1, "name": A}, {"kind": "build", "number": 5, "name": B}]
     number_builds(str(root), same)
     assert [(a["number"], a["name"]) for a in same] == [(1, A), (5, B)]
+    # A build after another action (a cleanup first) is renumbered too.
+    later: list[dict[str, Any]] = [
+        {"kind": "cleanup", "names": []},
+        {"kind": "build", "number": 1, "name": other},
+    ]
+    number_builds(str(root), later)
+    assert (later[1]["number"], later[1]["name"]) == (2, new)
 
 
 # -- each action ------------------------------------------------------------------------------
 def test_a_switch_refuses_an_incomplete_generation_and_holds_or_releases(tmp_path: Path) -> None:
     root = make_root(tmp_path, A, B, incomplete=("3-" + "d" * 12,))
     req = {"root": str(root)}
-    with pytest.raises(AgentError, match="is not complete; refusing to switch") as info:
+    with pytest.raises(AgentError) as info:
         do_switch(req, switch("3-" + "d" * 12))
+    assert str(info.value) == f"generation 3-{'d' * 12} is not complete; refusing to switch to it"
     assert info.value.kind == "state"
     do_switch(req, switch(A))
     do_switch(req, switch(B, "rollback"))
@@ -192,13 +229,22 @@ def test_a_switch_refuses_an_incomplete_generation_and_holds_or_releases(tmp_pat
     assert history(root)[-1]["action"] == "switch"
 
 
-def test_a_hold_is_written_or_ended(tmp_path: Path) -> None:
+def test_a_hold_is_written_or_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_root(tmp_path, A)
     req = {"root": str(root)}
     ACTIONS["hold"](req, {"name": A, "held": False})  # nothing held: nothing to end
-    ACTIONS["hold"](req, {"name": A, "held": True})
+    monkeypatch.setenv("TZ", "UTC-9")  # the target's local time is never written
+    time.tzset()
+    try:
+        ACTIONS["hold"](req, {"name": A, "held": True})
+    finally:
+        monkeypatch.undo()
+        time.tzset()
     hold = json.loads((root / HOLD).read_text())
     assert (hold["generation"], hold["from"], hold["why"]) == (A, None, "snapshot")
+    since = datetime.strptime(hold["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert abs(datetime.now(UTC) - since) < timedelta(minutes=5)  # since when, in UTC
+    assert (root / HOLD).read_text() == json.dumps(hold, sort_keys=True)  # stable bytes
     ACTIONS["hold"](req, {"name": A, "held": False})
     assert not (root / HOLD).exists()
 
@@ -207,9 +253,13 @@ def test_the_venv_link_never_replaces_a_real_directory(tmp_path: Path) -> None:
     root = make_root(tmp_path, A)
     venv = tmp_path / "venv"
     venv.mkdir()
-    with pytest.raises(AgentError, match="exists and is not a symlink") as info:
+    with pytest.raises(AgentError) as info:
         do_link_venv({"root": str(root), "venv": str(venv) + "/"}, {})
     assert info.value.kind == "state"
+    assert str(info.value) == (
+        f"{venv}/ exists and is not a symlink; envlock will not replace a real directory or "
+        "file (`envlock apply --adopt` keeps a venv there as generation 0)"
+    )
     venv.rmdir()
     venv.symlink_to("/old")
     do_link_venv({"root": str(root), "venv": str(venv)}, {})
@@ -243,31 +293,37 @@ def test_the_cache_dir_of_a_torch_build_is_made_in_a_trusted_place(tmp_path: Pat
     (made,) = cache.iterdir()
     assert made.name.startswith("torch-2.11.0+cpu-")
     assert sorted(p.name for p in made.iterdir()) == ["inductor", "triton"]
+    (made / "inductor" / "kept").write_text("warm")  # made again: what is there stays
+    do_cache_dir({"root": str(root), "cache_dir": str(cache)}, {"generation": A})
+    assert (made / "inductor" / "kept").read_text() == "warm"
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
-    with pytest.raises(AgentError, match="the compile-cache dir"):
+    with pytest.raises(AgentError, match=f"^refusing the compile-cache dir {shared}: "):
         do_cache_dir({"root": str(root), "cache_dir": str(shared)}, {"generation": A})
     (info / "METADATA").write_text("Name: numpy\nVersion: 2\n")  # no torch: no cache dir
     do_cache_dir({"root": str(root), "cache_dir": str(shared)}, {"generation": A})
 
 
 def test_cleanup_removes_only_inactive_generations_and_counts_what_it_frees(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = make_root(tmp_path, A, B)
+    c = "3-" + "c" * 12
+    root = make_root(tmp_path, A, B, c)
     (root / "current").symlink_to(f"generations/{A}")
     (root / "generations" / B / "own").write_bytes(b"x" * 100)
     (root / "generations" / B / "shared").write_bytes(b"y" * 1000)
     os.link(root / "generations" / B / "shared", tmp_path / "cache-copy")
     (root / "generations" / "not-a-generation").mkdir()
     agent_apply.FREED.clear()
-    names = [A, B, "not-a-generation", "9-" + "e" * 12]
+    names = [A, B, c, "not-a-generation", "9-" + "e" * 12]
     ACTIONS["cleanup"]({"root": str(root)}, {"names": names})
     assert sorted(p.name for p in (root / "generations").iterdir()) == [A, "not-a-generation"]
-    # Its own file and generation.json; the hardlinked file stays with its other link.
+    said = capsys.readouterr().err
+    assert f"removing generation {B}" in said and f"removing generation {c}" in said
+    # Their own files and generation.json; the hardlinked file stays with its other link.
     freed = agent_apply.FREED
-    assert freed == [100 + len(json.dumps({"number": 2}))]
+    assert freed == [100 + len(json.dumps({"number": 2})) + len(json.dumps({"number": 3}))]
     assert unshared_bytes(str(tmp_path / "none")) == 0
 
 
@@ -277,14 +333,25 @@ def test_uv_is_installed_only_with_its_hash(tmp_path: Path) -> None:
     tmp, final = tmp_path / "uv.upload", tmp_path / "uv"
     tmp.write_bytes(data)
     action = {"tmp": str(tmp), "path": str(final), "sha256": "0" * 64, "version": "0.13.0"}
-    with pytest.raises(AgentError, match="does not match its sha256") as info:
+    with pytest.raises(AgentError) as info:
         do_install_uv({}, action)
+    assert str(info.value) == "the uploaded uv binary does not match its sha256"
     assert info.value.kind == "integrity" and not tmp.exists() and not final.exists()
+    # An upload swapped for a link is never followed: the file it names is not installed.
+    planted = tmp_path / "planted"
+    planted.write_bytes(data)
+    tmp.symlink_to(planted)
+    with pytest.raises(OSError):
+        do_install_uv({}, {**action, "sha256": sha})
+    assert not final.exists() and tmp.is_symlink()
+    tmp.unlink()
     tmp.write_bytes(data)
     os.chmod(tmp, 0o600)
     do_install_uv({}, {**action, "sha256": sha})
     assert final.read_bytes() == data and stat.S_IMODE(final.stat().st_mode) == 0o755
-    record = json.loads((tmp_path / "uv.json").read_text())
+    text = (tmp_path / "uv.json").read_text()
+    record = json.loads(text)
+    assert text == json.dumps(record, sort_keys=True)  # stable bytes: keys in order
     st = final.stat()
     assert record == {
         "version": "0.13.0",
@@ -348,8 +415,18 @@ def test_the_pip_shim_is_written_unless_a_real_pip_is_there(tmp_path: Path) -> N
     write_pip_shims(req, str(gen), 1)
     assert "profile PROFILE" not in (gen / "bin" / "pip").read_text()  # never rewritten
     (gen / "bin" / "pip").unlink()
+    (gen / "bin" / "pip3").unlink()
     write_pip_shims(req, str(gen), 1)
     assert "(profile PROFILE, generation 1)" in (gen / "bin" / "pip").read_text()
+    assert (gen / "bin" / "pip3").read_text() == (gen / "bin" / "pip").read_text()
+    # What `pip install` says, whole, from the shim itself.
+    said = subprocess.run([gen / "bin" / "pip", "install", "x"], capture_output=True, text=True)
+    assert said.returncode == 1 and said.stderr == (
+        "this environment is managed by envlock (profile PROFILE, generation 1). To add "
+        "packages: `envlock add PROFILE REQ…` — it shows what would change and keeps the "
+        "current generation for rollback. To install anyway (check will report drift): "
+        "`ENVLOCK_ALLOW_PIP=1 pip install …`\n"
+    )
 
 
 def test_startup_code_from_a_stranger_s_lock_is_refused(tmp_path: Path) -> None:
@@ -374,6 +451,15 @@ def test_startup_code_from_a_stranger_s_lock_is_refused(tmp_path: Path) -> None:
     assert "runs: evil-pkg (evil.pth, sitecustomize.py);" in str(info.value)
     assert str(info.value).endswith("apply again with --allow-pth evil-pkg")
     assert "good" not in str(info.value).split("runs: ")[1].split(";")[0]
+    # Several at once: each named, each with its flag.
+    with pytest.raises(AgentError) as info:
+        refuse_pth({"pth_allowed": []}, str(gen))
+    assert str(info.value) == (
+        "the snapshot's lock installs startup code (.pth, sitecustomize.py), which every "
+        "Python of the environment runs: evil-pkg (evil.pth, sitecustomize.py), good "
+        "(good.pth); the generation was removed, nothing ran. If you trust them, apply again "
+        "with --allow-pth evil-pkg --allow-pth good"
+    )
 
 
 def test_apply_waits_for_the_root_s_lock_by_default_and_says_so(
@@ -400,4 +486,6 @@ def test_a_replan_is_said_and_a_fresh_root_gets_its_generations_dir(
     assumed = {"current": None, "fingerprint": "stale"}
     assert apply(request(root, assumed=assumed))["replan"] is True
     assert (root / "generations").is_dir()
-    assert "the root changed since this plan was made: planning again" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "envlock-progress: the root changed since this plan was made: planning again\n"
+    )

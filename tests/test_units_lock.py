@@ -8,6 +8,7 @@ only the table `envlock lock` writes, so these use a directory name for the find
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from envlock.lock import (
     changed_inputs,
     input_digests,
     load_fresh_lock,
+    lock_policy,
     parse_lock,
     read_lock,
     resolution_inputs,
@@ -31,9 +33,11 @@ from envlock.lock import (
 from envlock.lock_resolve import (
     _clean_uv_error,
     _resolve_hint,
+    _toml_value,
     build_options,
     clean_damaged_cache,
     envlock_table,
+    install_text_for,
     refuse_undeclared,
     relative_to_profile,
     resolver_input,
@@ -42,6 +46,7 @@ from envlock.lock_resolve import (
     unbuilt,
     uv_compile_argv,
 )
+from envlock.lock_schema import profile_policy
 from envlock.profile import Profile, load_profile
 from tests.index_server import IndexServer
 from tests.projects import write_seed_project
@@ -110,6 +115,19 @@ def test_scripts_format_and_an_older_lock_s_inputs_are_reasons(tmp_path: Path) -
     ]
 
 
+def test_a_lock_with_only_what_the_validator_requires_gives_every_reason(
+    tmp_path: Path,
+) -> None:
+    profile = load_profile(seed(tmp_path))
+    head = with_wheels(LOCK_TEXT).split("[[packages]]")[0]
+    bare = parse_lock(profile.lock_path, head + '[tool.envlock]\npython-version = "3.11"\n')
+    assert stale_reasons(profile, bare) == [
+        f"lock format None, this envlock writes {LOCK_FORMAT}",
+        "seed.toml: what the lock is resolved from changed since it was written",
+        "script train.py added",
+    ]
+
+
 def test_what_never_stales_a_lock(tmp_path: Path) -> None:
     path = seed(tmp_path, env={"A": "1"})
     lock = recorded(load_profile(path))
@@ -159,6 +177,15 @@ def test_the_table_a_lock_records(tmp_path: Path) -> None:
     assert set(table["scripts"]) == {"train.py"} and "build" not in table
 
 
+def test_a_table_value_is_plain_ascii_toml() -> None:
+    # A script's name may hold any character: written as ASCII escapes, DEL included
+    # (TOML refuses it raw, where JSON would let it through).
+    written = _toml_value("a\x7f\u00e9.py")
+    assert written == '"a\\u007f\\u00e9.py"'
+    assert tomllib.loads(f"k = {written}")["k"] == "a\x7f\u00e9.py"
+    assert _toml_value(2) == "2"
+
+
 def test_the_uv_command_line(tmp_path: Path) -> None:
     profile = load_profile(seed(tmp_path))
     argv = uv_compile_argv(profile, Path("in.toml"), Path("out.toml"), ["/w1", "/w2"])
@@ -194,6 +221,9 @@ def test_the_resolver_input_takes_torch_from_its_index_unless_offline(tmp_path: 
     assert '[tool.uv.sources]\ntorch = { index = "torch-backend" }' in text
     assert 'name = "torch-backend"\nurl = "https://download.pytorch.org/whl/cu128"' in text
     assert text.endswith("explicit = true\n")
+    # The pinned wheel in find-links: the label pin alone picks the build, no index source.
+    (tmp_path / "wheels" / "torch-2.11.0+cu128-py3-none-any.whl").write_bytes(b"")
+    assert "tool.uv" not in resolver_input(online, [str(tmp_path / "wheels")])
 
 
 def test_wheels_under_the_profile_are_recorded_relative_to_it(tmp_path: Path) -> None:
@@ -218,7 +248,7 @@ def test_reading_a_lock_and_its_identity(tmp_path: Path) -> None:
     text = with_wheels(LOCK_TEXT)
     with pytest.raises(LockError, match="no lock") as info:
         read_lock(tmp_path / "pylock.x.toml")
-    assert "envlock lock PROFILE" in (info.value.hint or "")
+    assert info.value.hint == "run `envlock lock PROFILE` first"
     (tmp_path / "pylock.x.toml").write_bytes(b"\xff\xfe")
     with pytest.raises(LockError, match="cannot read the lock"):
         read_lock(tmp_path / "pylock.x.toml")
@@ -251,7 +281,9 @@ def test_a_lock_s_machine_paths_and_its_install_text(tmp_path: Path) -> None:
     assert lock.install_text() == text.replace('"wheels/a.whl"', f'"{tmp_path}/wheels/a.whl"')
 
 
-def test_a_stale_lock_is_refused_with_what_to_do(tmp_path: Path) -> None:
+def test_a_stale_lock_is_refused_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = seed(tmp_path)
     profile = load_profile(path)
     body = with_wheels(LOCK_TEXT).split("[tool.envlock]")[0]
@@ -263,12 +295,56 @@ def test_a_stale_lock_is_refused_with_what_to_do(tmp_path: Path) -> None:
     ) as info:
         load_fresh_lock(load_profile(path))
     assert "to refresh it" in (info.value.hint or "") and "envlock lock" in (info.value.hint or "")
+    # Every reason is said, the profile named as the user would type it from here.
+    (tmp_path / "scripts" / "train.py").write_text("changed\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LockError) as info:
+        load_fresh_lock(load_profile(path))
+    assert info.value.message.endswith(
+        "stale lock: seed.toml: [torch] backend changed since the lock was written; "
+        "script train.py changed"
+    )
+    assert info.value.hint == "run `envlock lock seed.toml` to refresh it"
+
+
+def test_the_profile_s_lock_is_read_under_the_profile_s_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = seed(tmp_path)
+    profile = load_profile(path)
+    body = with_wheels(LOCK_TEXT).split("[tool.envlock]")[0]
+    profile.lock_path.write_text(body + envlock_table(profile))
+    assert load_fresh_lock(profile).policy == lock_policy(profile)
+    assert read_lock(profile.lock_path, lock_policy(profile)).policy == lock_policy(profile)
+    # Installed on this machine, an index's wheel whose very file lies in the profile's
+    # find-links is taken from there.
+    (tmp_path / "wheels" / "numpy-2.1.0-py3-none-any.whl").write_bytes(b"numpy==2.1.0")
+    lock = read_lock(profile.lock_path)
+    local = tmp_path / "wheels" / "numpy-2.1.0-py3-none-any.whl"
+    assert f"path = {json.dumps(str(local))}" in install_text_for(lock, profile)
+    fix = "run `envlock lock {}` to write it again (envlock writes locks)"
+    assert lock_policy(profile).fix == fix.format(path)  # outside the working directory
+    monkeypatch.chdir(tmp_path)
+    assert lock_policy(profile).fix == fix.format("seed.toml")
 
 
 def test_a_refused_lock_names_its_file_and_where_it_came_from(tmp_path: Path) -> None:
     with pytest.raises(LockError) as info:
         parse_lock(Path("pylock.x.toml"), "bad = [", where="snap.json")
     assert "pylock.x.toml" in info.value.message and "snap.json" in info.value.message
+    with pytest.raises(LockError) as info:
+        parse_lock(Path("pylock.x.toml"), "bad = [")
+    assert info.value.message == (
+        "pylock.x.toml: not a valid TOML lock: Invalid value (at end of document)"
+    )
+    # A package the profile builds: its sdist is read, and is part of what installs.
+    head, table = with_wheels(LOCK_TEXT).split("[tool.envlock]")
+    sdist = '{ url = "https://files.test/slowpkg-1.0.tar.gz", hashes = { sha256 = "' + "c" * 64
+    built = head + f'[[packages]]\nname = "slowpkg"\nversion = "1.0"\nsdist = {sdist}" }} }}\n\n'
+    lock = parse_lock(
+        Path("p.toml"), built + "[tool.envlock]" + table, profile_policy(("slowpkg",), "p")
+    )
+    assert lock.build == {"slowpkg"} and lock.packages["slowpkg"].sha256s == {"c" * 64}
     head = with_wheels(LOCK_TEXT).split("[[packages]]")[0]
     empty = parse_lock(Path("p.toml"), head + '[tool.envlock]\npython-version = "3.11"\n')
     assert empty.packages == {} and empty.meta == {"python-version": "3.11"}
@@ -299,19 +375,21 @@ def test_what_to_do_when_resolution_fails(tmp_path: Path, monkeypatch: pytest.Mo
     (wheels / "torch-2.11.0+cu128-py3-none-any.whl").write_bytes(b"")
     generic = "check the package names and versions; is the index reachable?"
     assert _resolve_hint(offline, [str(wheels)]) == generic  # torch is here: not the index
-    monkeypatch.setenv("PIP_FIND_LINKS", "/machine/wheels")
+    monkeypatch.setenv("PIP_FIND_LINKS", "/machine/wheels /machine/more")
     assert _resolve_hint(offline, [str(wheels)]) == generic + (
-        "; the find-links this machine's pip or uv is configured with (/machine/wheels) are "
+        "; the find-links this machine's pip or uv is configured with (/machine/wheels, "
+        "/machine/more) are "
         "not used for a remote target or an offline profile: list a directory the target "
         "also has in [dependencies] find-links"
     )
     path.write_text(path.read_text().replace("offline = true", "offline = false"))
     online = load_profile(path)
     assert _resolve_hint(online, [str(wheels)]) == generic  # this machine's are used: not said
-    assert _resolve_hint(online, ["/machine/wheels"]) == torch_hint
+    assert _resolve_hint(online, ["/machine/wheels", "/machine/more"]) == torch_hint
     assert _clean_uv_error("  x /tmp/e/pyproject.toml: envlock-resolve fails\n", "/tmp/e") == (
         "  x pyproject.toml: the profile fails"
     )
+    assert _clean_uv_error("error: a\n  b\n", "/tmp/e") == "  error: a\n    b"
 
 
 def test_a_wheel_from_outside_the_profile_s_sources_is_refused(tmp_path: Path) -> None:
@@ -326,21 +404,38 @@ def test_a_wheel_from_outside_the_profile_s_sources_is_refused(tmp_path: Path) -
         "/machine/w/p0-1-py3-none-any.whl, /machine/w/p1-1-py3-none-any.whl, "
         "/machine/w/p2-1-py3-none-any.whl …"
     )
-    assert "add that directory there if the target has it too" in (info.value.hint or "")
+    assert info.value.hint == (
+        "a remote or offline profile resolves from its own [dependencies] find-links and "
+        "indexes: add that directory there if the target has it too, or remove it from this "
+        "machine's uv configuration"
+    )
+    three = "".join(outside.splitlines(keepends=True)[:3])
+    with pytest.raises(LockError) as info:
+        refuse_undeclared(profile, three)
+    assert info.value.message.endswith("/machine/w/p2-1-py3-none-any.whl")  # all: no "…"
 
 
 def test_a_damaged_uv_cache_is_cleaned_for_what_it_blames(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     profile = load_profile(seed(tmp_path))
     assert clean_damaged_cache(profile, "error: no solution found") is False
     blamed = (
-        "error: Failed to read `envlock-test-nothing==1.0`\n  Failed to deserialize cache entry"
+        "error: Failed to read `envlock-test-b==1.0`\n  Failed to read `envlock-test-a==1.0`\n"
+        "  Failed to deserialize cache entry"
     )
     assert clean_damaged_cache(profile, blamed) is True
-    said = capsys.readouterr().err
-    assert "uv's cache holds damaged entries (envlock-test-nothing; after a crash?)" in said
-    assert "cleaning 1 package(s) and resolving again" in said
+    out, err = capfd.readouterr()  # uv's own words are not passed on
+    assert out == "" and " ".join(err.split()) == (
+        "uv's cache holds damaged entries (envlock-test-a, envlock-test-b; after a crash?): "
+        "cleaning 2 package(s) and resolving again"
+    )
+    # With the old lock's packages (uv blames one at a time); blaming none, those alone.
+    profile.lock_path.write_text(with_wheels(LOCK_TEXT))
+    assert clean_damaged_cache(profile, blamed) is True
+    assert "cleaning 5 package(s)" in capfd.readouterr().err
+    assert clean_damaged_cache(profile, "Failed to deserialize cache entry") is True
+    assert "entries (unnamed; after a crash?): cleaning 3 package(s)" in capfd.readouterr().err
 
 
 def test_the_torch_index_is_asked_only_for_the_torch_family(tmp_path: Path) -> None:

@@ -46,6 +46,18 @@ def test_a_machine_file_is_replaced_by_the_index_s_copy_of_the_same_bytes(tmp_pa
     recorded = record_index_sources(text, tmp_path)
     assert urls(recorded) == [(f"{INDEX}/{NAME}", SHA)]
     assert "wheels = [{" in recorded  # one wheel: on one line, as uv writes it
+    # Another file of the index listed first: kept, and the machine's file still replaced.
+    other = f"{INDEX}/pkg-1.0-cp311-none-any.whl"
+    text = lock(wheel(other), wheel(f"file:///machine/{NAME}"), wheel(f"{INDEX}/{NAME}"))
+    assert urls(record_index_sources(text, tmp_path)) == [(other, SHA), (f"{INDEX}/{NAME}", SHA)]
+    # A package of the index's alone before it changes nothing of the next one.
+    first = lock(wheel(f"{INDEX}/zzz-1.0-py3-none-any.whl"), name="zzz")
+    both = first + text.split("\n\n", 1)[1]
+    packages = tomllib.loads(record_index_sources(both, tmp_path))["packages"]
+    assert [[w["url"] for w in p["wheels"]] for p in packages] == [
+        [f"{INDEX}/zzz-1.0-py3-none-any.whl"],
+        [other, f"{INDEX}/{NAME}"],
+    ]
 
 
 def test_an_index_copy_with_other_bytes_is_dropped_and_the_lock_stays_tied(
@@ -95,6 +107,10 @@ def test_what_is_not_this_machine_s_is_left_alone(tmp_path: Path) -> None:
         'lock-version = "1.0"\n\n[[packages]]\nname = "x"\nversion = "1"\nurl = "file:///x"\n'
     )
     assert record_index_sources(no_wheels, tmp_path) == no_wheels
+    # The profile's own wheel beside a machine file in one package stays where it is.
+    mine = f"file://{tmp_path}/wheels/pkg-1.0-cp311-none-any.whl"
+    mixed = lock(wheel(f"file:///machine/{NAME}"), wheel(f"{INDEX}/{NAME}"), wheel(mine))
+    assert urls(record_index_sources(mixed, tmp_path)) == [(f"{INDEX}/{NAME}", SHA), (mine, SHA)]
 
 
 def test_two_local_copies_of_one_served_file_become_one_entry(tmp_path: Path) -> None:
@@ -123,6 +139,23 @@ def test_a_local_copy_of_the_same_bytes_stands_in_at_install(tmp_path: Path) -> 
     assert with_local_copies(machine, [str(links)]) == machine  # already a file
     unrelated = lock(wheel(f"{INDEX}/zzz-1.0-py3-none-any.whl", sha), name="zzz")
     assert with_local_copies(unrelated, [str(links)]) == unrelated
+    # A directory of that one wheel; a file entry before the index's; another package
+    # with no local copy and one with an sdist alone: each left as it is.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / NAME).write_bytes(data)
+    mixed = (
+        lock(wheel("file:///m/pkg-1.0-cp311-none-any.whl", sha), wheel(f"{INDEX}/{NAME}", sha))
+        + unrelated.split("\n\n", 1)[1]
+        + '\n[[packages]]\nname = "src"\nversion = "1"\n'
+        + 'sdist = { url = "https://x.test/s.tar.gz" }\n'
+    )
+    packages = tomllib.loads(with_local_copies(mixed, [str(alone)]))["packages"]
+    assert [[w.get("url") or w["path"] for w in p.get("wheels", [])] for p in packages] == [
+        ["file:///m/pkg-1.0-cp311-none-any.whl", str(alone / NAME)],
+        [f"{INDEX}/zzz-1.0-py3-none-any.whl"],
+        [],
+    ]
     # Of two directories, the one holding the very bytes is taken.
     second = tmp_path / "second"
     second.mkdir()
