@@ -3,6 +3,11 @@ from one tiny wheel: `lock.resolve`/`write_lock` and the agent's build, re-sync 
 failures (no Python of that version, a wheel gone, startup code refused). About a second a
 test: a venv of one pure-Python wheel. test_reconcile.py and test_converge.py prove the same
 through the CLI with the suite's wheelhouse.
+
+The build tests start from locks checked in under tests/build_locks/ (made by its
+make_locks.py, kept true by test_the_checked_in_locks_are_what_resolution_writes): they run
+`uv pip sync` and never uv's resolver, so mutation testing gives the resolver's functions
+only the resolution tests here and in test_units_lock*.py, not every slow build.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from envlock.agent import apply as agent_apply
 from envlock.agent.apply import apply, do_build, do_repair
 from envlock.agent.core import GENERATION, LOCK_COPY, MANIFEST, AgentError
 from envlock.errors import LockError
-from envlock.lock import Lock, lock_policy, parse_lock, read_lock
+from envlock.lock import Lock, lock_policy, read_lock
 from envlock.lock_resolve import (
     NeedsBuild,
     ResolutionFailed,
@@ -39,6 +44,18 @@ from tests.projects import toml_list
 from tests.wheelhouse import build_sdist, build_wheel
 
 SITE = "lib/python3.11/site-packages"
+LOCKS = Path(__file__).parent / "build_locks"
+# The checked-in locks: pylock.<name>.toml resolves these requirements from `build_wheels`.
+PROFILES = {"tiny": ["tinypkg==1.0"], "startup": ["startup==1.0"], "two": ["toppkg==1.0"]}
+
+
+def build_wheels(dest: Path) -> None:
+    """The wheels every lock here names: byte-identical from run to run, so the hashes in
+    the checked-in locks hold."""
+    dest.mkdir()
+    build_wheel(dest, "tinypkg", "1.0", files={"tinypkg/__init__.py": "VALUE = 1\n"})
+    build_wheel(dest, "startup", "1.0", files={"startup.pth": "import os\n"})
+    build_wheel(dest, "toppkg", "1.0", ["tinypkg==1.0"])
 
 
 def write_profile(base: Path, wheels: Path, packages: list[str]) -> Profile:
@@ -71,13 +88,25 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Profile, st
     agent gets it as the target installs it: paths made absolute)."""
     base = tmp_path_factory.mktemp("tiny")
     wheels = base / "wheels"
-    wheels.mkdir()
-    build_wheel(wheels, "tinypkg", "1.0", files={"tinypkg/__init__.py": "VALUE = 1\n"})
-    build_wheel(wheels, "startup", "1.0", files={"startup.pth": "import os\n"})
+    build_wheels(wheels)
     profile = write_profile(base, wheels, ["tinypkg==1.0"])
     lock, changed = write_lock(profile)
     assert changed and not write_lock(profile)[1]  # the same inputs: the same bytes
     yield profile, install_text_for(lock, profile)
+
+
+@pytest.fixture(scope="module")
+def locks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The checked-in locks as the target installs them (`Lock.install_text`: the paths
+    relative to the lock made absolute), naming wheels built here: no resolution."""
+    base = tmp_path_factory.mktemp("locks").resolve()
+    build_wheels(base / "wheels")
+    texts = {name: (LOCKS / f"pylock.{name}.toml").read_text() for name in PROFILES}
+    assert all(text.count('path = "wheels/') >= 1 for text in texts.values())
+    return {
+        name: text.replace('path = "wheels/', f'path = "{base}/wheels/')
+        for name, text in texts.items()
+    }
 
 
 @pytest.fixture
@@ -182,10 +211,31 @@ def test_what_only_an_sdist_satisfies_needs_the_profile_changed(tmp_path: Path) 
     assert [p["name"] for p in tomllib.loads(body)["packages"]] == ["toppkg"]
 
 
-def test_a_generation_is_built_switched_to_and_linked(
-    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], far_zone: None
+def test_the_checked_in_locks_are_what_resolution_writes(
+    tiny: tuple[Profile, str], tmp_path: Path
 ) -> None:
-    _, text = tiny
+    """The build tests' locks stay the locks `envlock lock` writes today: on a change of
+    format or wheels, regenerate them (`python -m tests.build_locks.make_locks`)."""
+    profile, _ = tiny
+    (tmp_path / "wheels").symlink_to(profile.path.parent / "wheels")
+
+    def essence(text: str) -> dict[str, Any]:
+        # Only the find-links directory's hash, and so the inputs' whole one, is this run's.
+        data = tomllib.loads(text)
+        envlock = data["tool"]["envlock"]
+        del envlock["inputs-sha256"], envlock["inputs"]["[dependencies] find-links"]
+        return data
+
+    for name, packages in PROFILES.items():
+        made = write_lock(write_profile(tmp_path, tmp_path / "wheels", packages))[0].text
+        kept = (LOCKS / f"pylock.{name}.toml").read_text()
+        assert essence(made) == essence(kept), f"pylock.{name}.toml: regenerate it"
+
+
+def test_a_generation_is_built_switched_to_and_linked(
+    locks: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], far_zone: None
+) -> None:
+    text = locks["tiny"]
     root = tmp_path / "root"
     name = "1-" + "a" * 12
     agent_apply.FREED.clear()
@@ -230,8 +280,8 @@ def test_a_generation_is_built_switched_to_and_linked(
     assert capsys.readouterr().err == f"envlock-progress: generation {name} already built\n"
 
 
-def test_a_half_built_generation_never_stays(tiny: tuple[Profile, str], tmp_path: Path) -> None:
-    _, text = tiny
+def test_a_half_built_generation_never_stays(locks: dict[str, str], tmp_path: Path) -> None:
+    text = locks["tiny"]
     root = tmp_path / "root"
     name = "1-" + "b" * 12
     (root / "generations" / name / "leftover").mkdir(parents=True)  # a killed build's
@@ -242,10 +292,8 @@ def test_a_half_built_generation_never_stays(tiny: tuple[Profile, str], tmp_path
     assert not (root / "generations" / name).exists()
 
 
-def test_a_missing_python_is_said_with_what_to_do(
-    tiny: tuple[Profile, str], tmp_path: Path
-) -> None:
-    _, text = tiny
+def test_a_missing_python_is_said_with_what_to_do(locks: dict[str, str], tmp_path: Path) -> None:
+    text = locks["tiny"]
     root = tmp_path / "root"
     with pytest.raises(AgentError, match=r"no Python 3\.99 on the target: install") as info:
         do_build(request(root, text, python_version="3.99"), build("1-" + "c" * 12))
@@ -268,12 +316,9 @@ def test_a_missing_python_is_said_with_what_to_do(
 
 
 def test_startup_code_a_lock_may_not_install_removes_the_generation(
-    tiny: tuple[Profile, str], tmp_path: Path
+    locks: dict[str, str], tmp_path: Path
 ) -> None:
-    profile, _ = tiny
-    startup = write_profile(tmp_path, profile.path.parent / "wheels", ["startup==1.0"])
-    (tmp_path / "wheels").symlink_to(profile.path.parent / "wheels")
-    text = parse_lock(startup.lock_path, resolve(startup)).install_text()
+    text = locks["startup"]
     root = tmp_path / "root"
     name = "1-" + "d" * 12
     with pytest.raises(AgentError, match=r"startup \(startup\.pth\)") as info:
@@ -282,9 +327,9 @@ def test_startup_code_a_lock_may_not_install_removes_the_generation(
 
 
 def test_a_repair_re_syncs_the_generation_to_its_lock(
-    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], far_zone: None
+    locks: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], far_zone: None
 ) -> None:
-    _, text = tiny
+    text = locks["tiny"]
     root = tmp_path / "root"
     name = "1-" + "e" * 12
     do_build(request(root, text), build(name))
@@ -329,14 +374,9 @@ def test_a_repair_re_syncs_the_generation_to_its_lock(
 
 
 def test_a_damaged_uv_cache_is_cleaned_once_and_the_sync_retried(
-    tiny: tuple[Profile, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    locks: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    profile, _ = tiny
-    wheels = profile.path.parent / "wheels"
-    build_wheel(tmp_path, "toppkg", "1.0", ["tinypkg==1.0"])
-    shutil.copy(wheels / "tinypkg-1.0-py3-none-any.whl", tmp_path)
-    two = write_profile(tmp_path, tmp_path, ["toppkg==1.0"])
-    text = parse_lock(two.lock_path, resolve(two)).install_text()
+    text = locks["two"]  # toppkg and the tinypkg it requires
     cache = tmp_path / "cache"  # this test's alone, given to uv as the request says
     root = tmp_path / "root"
     do_build(request(root, text, uv_env={"UV_CACHE_DIR": str(cache)}), build("1-" + "a" * 12))
