@@ -56,6 +56,17 @@ def write_entry(kind: str, key: object, data: object) -> None:
     if path is None:
         return
     with contextlib.suppress(OSError, EnvlockError):
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        make_private_dirs(os.path.dirname(path))
         if untrusted(os.path.dirname(path)) is None:
             write_atomic(path, json.dumps(data).encode(), 0o600)
+
+
+def make_private_dirs(kind_dir: str) -> None:
+    """`envlock/` and `envlock/<kind>/` made 0700 (makedirs' mode reaches only the last one;
+    the target's agent-code cache shares `envlock/` and wants it private too); `~/.cache`
+    itself is made as the user's tools make it."""
+    envlock_dir = os.path.dirname(kind_dir)
+    os.makedirs(os.path.dirname(envlock_dir), exist_ok=True)
+    for directory in (envlock_dir, kind_dir):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)

@@ -28,7 +28,7 @@ def test_the_first_call_keeps_the_compiled_agent_in_a_private_directory(
     tmp_path: Path, cache_home: Path
 ) -> None:
     assert probe(tmp_path)["root_exists"] is True
-    (cached,) = cache_home.iterdir()
+    (cached,) = compiled(cache_home)
     assert cached.name.startswith("agent-")
     assert (cache_home.stat().st_mode & 0o777) == 0o700
     assert isinstance(marshal.loads(cached.read_bytes()), list)
@@ -37,11 +37,17 @@ def test_the_first_call_keeps_the_compiled_agent_in_a_private_directory(
 
 def test_a_damaged_cache_file_is_compiled_again(tmp_path: Path, cache_home: Path) -> None:
     probe(tmp_path)
-    (cached,) = cache_home.iterdir()
+    (cached,) = compiled(cache_home)
     for damage in (b"", b"\x00garbage", cached.read_bytes()[:100]):
         cached.write_bytes(damage)
         assert probe(tmp_path)["root_exists"] is True
     assert isinstance(marshal.loads(cached.read_bytes()), list)  # rewritten whole
+
+
+def compiled(cache_home: Path) -> list[Path]:
+    """The compiled agent kept on the target. A local target shares the cache home with the
+    controller, whose own entries (the packed agent, usercache.py) are directories."""
+    return [p for p in cache_home.iterdir() if p.is_file() and p.name.startswith("agent-")]
 
 
 def planted(marker: Path) -> bytes:
@@ -55,7 +61,7 @@ def test_a_cache_directory_others_may_write_is_never_read(
     tmp_path: Path, cache_home: Path, mode: int
 ) -> None:
     probe(tmp_path)
-    (cached,) = cache_home.iterdir()
+    (cached,) = compiled(cache_home)
     marker = tmp_path / "planted-code-ran"
     cached.write_bytes(planted(marker))
     os.chmod(cache_home, mode)

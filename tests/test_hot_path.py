@@ -244,6 +244,8 @@ def test_the_kept_verdict_is_read_only_when_it_is_this_users_alone(
     assert profile_cache.cached_names(TEXTS) == NAMES
     path = Path(str(profile_cache.entry_path(TEXTS)))
     assert path.stat().st_mode & 0o777 == 0o600
+    # Its directory and envlock's own under the cache home are private, both of them.
+    assert [d.stat().st_mode & 0o777 for d in (path.parent, path.parent.parent)] == [0o700] * 2
     # Another list (even one text more) is another entry: a miss.
     assert profile_cache.cached_names([*TEXTS, "torch"]) is None
     # A file others may write (or in a directory they may) is not trusted: a miss.
