@@ -265,7 +265,7 @@ def test_on_a_target_the_launcher_unsets_the_targets_own_interpreter_variables(
             "-c",
             LAUNCHER,
             str(spec_file),
-            str(tmp_path / "pid"),
+            str(tmp_path / "run.pid"),  # the .env's twin, as run_remote names them
             "/usr/bin/env",
         ],
         env=target_env,
