@@ -85,15 +85,13 @@ class LocalPython:
 def start_interpreter(path: str) -> None:
     """A local profile's probe interpreter, started before the profile's code loads: it
     loads its own code and waits for the request (start_probe writes it). Read here with
-    tomllib alone, as profile.py reads [target] root: a root read otherwise only makes a
+    tomlread alone, as profile.py reads [target] root: a root read otherwise only makes a
     command line nobody asks for, and that process is stopped unread at exit."""
-    import tomllib
-
     from envlock.pythons import own_python
     from envlock.reconcile.agentcode import agent_bootstrap
+    from envlock.tomlread import load_toml  # TOML is parsed there alone (test_trust_lock)
 
-    with open(path, "rb") as handle:
-        data = tomllib.load(handle)
+    data = load_toml(Path(path))
     target, profile = data.get("target"), data.get("profile")
     if not isinstance(target, dict) or target.get("type") != "local":
         return
