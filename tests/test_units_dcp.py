@@ -166,7 +166,7 @@ def test_a_name_that_is_not_a_string_is_refused(tmp_path: Path) -> None:
 
 
 def test_shapes_past_torch_s_bounds_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(Refused, match="65 dims"):
+    with pytest.raises(Refused, match="a tensor shape of 65 dims"):
         read_dcp(dcp(tmp_path, metadata({"w": tensor_meta(*([1] * 65))})))
     with pytest.raises(Refused, match="element count"):
         read_dcp(dcp(tmp_path, metadata({"w": tensor_meta(2**40, 2**40)})))
