@@ -168,6 +168,9 @@ def test_a_name_that_is_not_a_string_is_refused(tmp_path: Path) -> None:
 def test_shapes_past_torch_s_bounds_are_refused(tmp_path: Path) -> None:
     with pytest.raises(Refused, match="a tensor shape of 65 dims"):
         read_dcp(dcp(tmp_path, metadata({"w": tensor_meta(*([1] * 65))})))
+    # A plain tuple (no torch.Size, whose reduce bounds it when unpickled) is bounded alike.
+    with pytest.raises(Refused, match="a tensor shape of 65 dims"):
+        read_dcp(dcp(tmp_path, metadata({"w": tensor_meta(shape=ints(*([1] * 65)))})))
     with pytest.raises(Refused, match="element count"):
         read_dcp(dcp(tmp_path, metadata({"w": tensor_meta(2**40, 2**40)})))
 
