@@ -359,6 +359,7 @@ def test_a_whole_probe_of_a_root(tmp_path: Path) -> None:
 
 def test_a_root_another_user_may_write_is_not_read(tmp_path: Path) -> None:
     root = make_root(tmp_path)
+    (root / HOLD).write_text(json.dumps({"generation": f"1-{HASH}"}))  # not read either
     os.chmod(root, 0o777)
     state = probe({"root": str(root)})
     assert state["trust"]["root"] and "writable" in state["trust"]["root"]
@@ -402,6 +403,7 @@ def test_a_probe_inside_the_active_generation_reads_it(
     }
     (cache / key).mkdir(parents=True)
     (cache / key / "f").write_text("x")
+    assert "bytes" not in probe({**request, "verify": False})["cache"]  # counted only if asked
     warm = probe({**request, "warmth": True, "verify": False})
     assert "files" not in warm and warm["cache"]["files"] == 1 and warm["cache"]["bytes"] == 1
     assert json.loads((root / "cache-seen.json").read_text()).keys() == {key}
@@ -462,3 +464,37 @@ def test_under_dash_s_the_environment_is_found_from_the_interpreter_s_path(
     (gen / "pyvenv.cfg").unlink()
     (gen / "bin" / "pyvenv.cfg").write_text("home = /usr/bin\n")  # beside the executable
     assert interpreter_facts(str(tmp_path))["prefix"] == str(gen)
+
+
+def test_what_the_probe_is_asked_changes_what_it_reports(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    (root / "history.jsonl").write_text(
+        "".join(json.dumps({"to": f"{n}-{HASH}"}) + "\n" for n in range(25))
+    )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chmod(cache, 0o777)  # another user may write it: said, as the root's trust is
+    startup = tmp_path / "startup"
+    startup.mkdir()
+    device = tmp_path / "dev-accel0"
+    device.write_text("")
+    uv = {"path": str(tmp_path / "uv"), "version": "0.0.1"}
+    request = {
+        "root": str(root),
+        "cache_dir": str(cache),
+        "startup": str(startup),
+        "devices": [str(device)],
+        "uv": uv,
+    }
+    state = probe(request)
+    assert state["machine"] == os.uname().machine
+    assert state["libc"] == os.confstr("CS_GNU_LIBC_VERSION") and state["libc"]
+    assert state["container"] == agent_probe.container_kind()
+    assert [h["to"] for h in state["history"]] == [f"{n}-{HASH}" for n in range(5, 25)]
+    assert state["trust"]["cache_dir"] and "writable" in state["trust"]["cache_dir"]
+    assert str(device) in json.dumps(state["hardware"])
+    assert state["uv"] == uv_state(uv)
+    assert state["startup_ready"] is False
+    (startup / ".complete").write_text("")
+    assert probe(request)["startup_ready"] is True
+    assert "startup_ready" not in probe({"root": str(root)})
