@@ -154,6 +154,12 @@ def test_torch_s_label_from_its_version_or_from_version_py(tmp_path: Path) -> No
         (["nvidia-cudnn-cu12 ; platform_system == 'Linux'"], {"12"}),
         (["Nvidia_Cudnn_Cu12"], {"12"}),
         (["numpy>=2", "!!"], set()),
+        # one requirement skipped, the next still read
+        (["nvidia-cudnn-cu13 ; extra == 'x'", "nvidia-cudnn-cu12"], {"12"}),
+        (["!!", "nvidia-cudnn-cu12"], {"12"}),
+        (["nvidia-cutlass-dsl-libs-cu13", "nvidia-cudnn-cu12"], {"12"}),
+        (["nvidia-cudnn-cu12", "cuda-bindings<14", "nvidia-cublas==13.1"], {"12", "13"}),
+        (["foobar-cublas==13.1"], set()),  # not nvidia's
     ],
 )
 def test_required_cuda_majors(requires: list[str], majors: set[str]) -> None:
