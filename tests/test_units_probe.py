@@ -104,10 +104,13 @@ def test_installed_distributions_by_canonical_name(tmp_path: Path) -> None:
     dist(site, "Foo_Bar", "1.0", "numpy>=2")
     dist(site, "torch", "2.11.0+cu128")
     (site / "nameless-1.0.dist-info").mkdir()
+    (site / "unversioned-1.0.dist-info").mkdir()
+    (site / "unversioned-1.0.dist-info" / "METADATA").write_text("Name: unversioned\n")
     (site / "pkg").mkdir()
     found = installed_distributions(site)
     assert found == {
         "foo-bar": {"version": "1.0", "requires": ["numpy>=2"]},
+        "unversioned": {"version": "", "requires": []},
         "torch": {"version": "2.11.0+cu128", "requires": []},
     }
     assert installed_distributions(tmp_path / "none") == {}
