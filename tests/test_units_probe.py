@@ -8,6 +8,7 @@ the remote suites); here the same functions are called directly, so each rule is
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -182,10 +183,13 @@ def test_the_cache_key_names_torch_triton_cuda_and_gpus() -> None:
         "gpus": ["H200 sm90"],
     }
     assert key["id"].startswith("torch-2.11.0+cu128-") and len(key["id"]) == 29
+    # The id names cache dirs already on disk: its hash is of the parts in sorted order.
+    text = json.dumps(dict(sorted(key["parts"].items())))
+    assert key["id"] == "torch-2.11.0+cu128-" + hashlib.sha256(text.encode()).hexdigest()[:10]
     rocm = cache_fingerprint(
-        {"version": "2.1 x/y", "hip": "6.2"}, {"pytorch-triton": {"version": "1"}}, {}
+        {"version": "2.1 X/y", "hip": "6.2"}, {"pytorch-triton": {"version": "1"}}, {}
     )
-    assert rocm is not None and rocm["id"].startswith("torch-2.1_x_y-")
+    assert rocm is not None and rocm["id"].startswith("torch-2.1_X_y-")
     assert (rocm["parts"]["cuda"], rocm["parts"]["triton"]) == ("6.2", "1")
     other = cache_fingerprint(torch, {"triton": {"version": "3.3"}}, gpus)
     assert other is not None and other["id"] != key["id"]
