@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -205,6 +206,12 @@ def test_the_cache_dir_its_warmth_and_what_was_seen(tmp_path: Path) -> None:
     }
     (tmp_path / "torch-x" / "sub").mkdir(parents=True)
     assert cache_state(str(tmp_path), key)["files"] == 0  # type: ignore[index]
+    empty = cache_state(str(tmp_path), key, full=True)
+    assert empty is not None and (empty["files"], empty["bytes"], empty["last_used"]) == (
+        0,
+        0,
+        None,
+    )
     (tmp_path / "torch-x" / "sub" / "a").write_bytes(b"12345")
     (tmp_path / "torch-x" / "b").write_bytes(b"12")
     os.utime(tmp_path / "torch-x" / "b", (100, 100))
@@ -228,6 +235,11 @@ def test_the_cache_dir_its_warmth_and_what_was_seen(tmp_path: Path) -> None:
     cache = {"fingerprint": {"id": "torch-y"}, "files": 0}
     remember_warmth(str(root), cache)
     assert cache["was_warm"] is False  # another build's cache: never warm
+    remember_warmth(str(root), {"fingerprint": {"id": "torch-a"}, "files": 3})
+    text = (root / "cache-seen.json").read_text()
+    seen = json.loads(text)
+    assert list(seen) == ["torch-a", "torch-x"] and text.index("torch-a") < text.index("torch-x")
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", t) for t in seen.values())
 
 
 # -- links, uv, scripts, the hold ----------------------------------------------------------------
