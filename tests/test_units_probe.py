@@ -372,6 +372,7 @@ def test_a_whole_probe_of_a_root(tmp_path: Path) -> None:
     assert state["scripts"] == {"dest": str(tmp_path), "hashes": {}}
     assert state["python"]["version"] == "{}.{}.{}".format(*sys.version_info[:3])
     assert state["python"]["in_venv"] == (sys.prefix != sys.base_prefix)
+    assert state["python"]["refused"] is None  # pytest's python is not inside the root
     assert state["root_fingerprint"] and state["hostname"] == os.uname().nodename
     # Asked for (or held), the active generation's own lock comes back.
     asked = probe({"root": str(root), "active_lock": True})
