@@ -6,23 +6,28 @@ opening a profile's context. Seconds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from envlock import started
 from envlock.errors import LockError, OperationError
 from envlock.lock import parse_lock
 from envlock.lock_resolve import envlock_table
 from envlock.profile import load_profile
 from envlock.reconcile.context import (
+    Context,
     active_lock,
     check,
     check_all,
     gather_state,
     held_context,
     hold_notice,
+    is_fleet,
+    judge,
     open_context,
     own_context,
     probe_request,
@@ -102,6 +107,7 @@ def test_a_hold_is_judged_by_the_held_generation_s_own_lock(tmp_path: Path) -> N
     ctx = context(tmp_path, Script(probe(held_state), probe(held_state)))
     state, drifts = check(ctx)  # judged by its own lock: in sync
     assert drifts == []
+    assert judge(ctx, state) == []  # by default too
     judged = held_context(ctx, state)
     assert judged is not None and judged.lock.short_hash == other_hash and judged.stale == ()
     assert judged.lock.path == Path(root) / "current" / ".envlock" / "pylock.toml"
@@ -129,7 +135,7 @@ def test_no_hold_or_the_profile_s_own_lock_needs_no_other_context(tmp_path: Path
     same = dataclasses.replace(state, active_lock=LOCK.text)
     assert own_context(ctx, same) is ctx  # the same lock: no other context
     on_own = dataclasses.replace(same, hold=held_hold())
-    assert held_context(ctx, on_own) is None
+    assert held_context(ctx, on_own) is None and hold_notice(ctx, on_own) is None
 
 
 def held_hold() -> Hold:
@@ -227,3 +233,64 @@ def test_the_expectation_and_request_carry_the_profile_s_venv_gpus_and_scripts(
     )
     assert expect.scripts == {"b.py": "1", "a.py": "2"}
     assert probe_request(ctx)["scripts"] == {"dest": "/w", "files": ["a.py", "b.py"]}
+
+
+def test_startup_and_meanwhile_reach_the_probe_through_every_path(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    for box in (None, Provisioner()):
+        ctx = context(tmp_path, Script(*[probe(in_sync(root))] * 4), box)
+        ran: list[str] = []
+        check_all(ctx, startup="s1", meanwhile=functools.partial(ran.append, "ui"))
+        check(ctx, startup="s2")
+        gather_state(ctx, startup="s3")
+        check_all(ctx)
+        asked = [c.request for c in ctx.transport.calls]  # type: ignore[attr-defined]
+        assert [r.get("startup", "-") for r in asked] == ["s1", "s2", "s3", "-"]
+        assert ran == ["ui"]
+
+
+def test_an_adopted_generation_held_is_judged_by_its_manifest(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    raw = held(root)
+    raw["generations"][1]["meta"] = {"adopted_from": "/opt/old-venv"}
+    ctx = context(tmp_path, Script(probe(raw)))
+    ctx = dataclasses.replace(ctx, stale=("unit.toml: changed",))
+    state, _ = check(ctx)
+    judged = held_context(ctx, state)
+    assert judged is not None and judged.adopted is True and judged.stale == ()
+    assert judged.lock is ctx.lock and judged.expectation().adopted is True
+    assert ctx.expectation().adopted is False
+    assert hold_notice(ctx, state) == (
+        "rolled back: generation 2 (adopted from /opt/old-venv, judged by its manifest) is "
+        f"active; the profile's lock is {HASH} — `envlock apply` returns to it"
+    )
+
+
+def test_another_lock_s_context_is_not_stale(tmp_path: Path) -> None:
+    ctx = context(tmp_path, Script(probe(in_sync(root_of(tmp_path)))))
+    ctx = dataclasses.replace(ctx, stale=("unit.toml: changed",))
+    state, _ = check(ctx)
+    other = own_context(ctx, dataclasses.replace(state, active_lock=OTHER_LOCK_TEXT))
+    assert other is not ctx and other.stale == () and other.lock.short_hash != HASH
+
+
+def test_a_fleet_is_told_by_its_target_s_settings(tmp_path: Path) -> None:
+    ctx = context(tmp_path, Script())
+    assert not is_fleet(ctx)
+    target = dataclasses.replace(ctx.profile.target, settings=SimpleNamespace(fleet=["a"]))
+    fleet = dataclasses.replace(ctx, profile=dataclasses.replace(ctx.profile, target=target))
+    assert is_fleet(fleet)
+    target = dataclasses.replace(target, settings=SimpleNamespace(fleet=None))
+    assert not is_fleet(
+        dataclasses.replace(fleet, profile=dataclasses.replace(ctx.profile, target=target))
+    )
+
+
+def test_a_context_read_ahead_is_taken_once(tmp_path: Path) -> None:
+    ctx = context(tmp_path, Script())
+    path = tmp_path / "nowhere.toml"  # never read: the context read ahead answers
+    started.keep("context", (str(path), True), ctx)
+    assert open_context(path, allow_stale=True) is ctx
+    assert isinstance(ctx, Context)
+    with pytest.raises(Exception, match="nowhere"):  # taken once: now the file is read
+        open_context(path, allow_stale=True)

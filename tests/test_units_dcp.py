@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from envlock.checkpoint import dcp as dcp_module
-from envlock.checkpoint.dcp import is_dcp_dir, read_dcp, with_optimizer_nested
+from envlock.checkpoint.dcp import by_first_name, is_dcp_dir, read_dcp, with_optimizer_nested
 from envlock.checkpoint.inert import Storage, TensorInfo
 from envlock.checkpoint.limits import BUDGET, Refused, command_budget
 from envlock.errors import OperationError
@@ -166,8 +166,11 @@ def test_a_name_that_is_not_a_string_is_refused(tmp_path: Path) -> None:
 
 
 def test_shapes_past_torch_s_bounds_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(Refused, match="65 dims"):
+    with pytest.raises(Refused, match="a tensor shape of 65 dims"):
         read_dcp(dcp(tmp_path, metadata({"w": tensor_meta(*([1] * 65))})))
+    # A plain tuple (no torch.Size, whose reduce bounds it when unpickled) is bounded alike.
+    with pytest.raises(Refused, match="a tensor shape of 65 dims"):
+        read_dcp(dcp(tmp_path, metadata({"w": tensor_meta(shape=ints(*([1] * 65)))})))
     with pytest.raises(Refused, match="element count"):
         read_dcp(dcp(tmp_path, metadata({"w": tensor_meta(2**40, 2**40)})))
 
@@ -273,3 +276,32 @@ def test_an_optimizer_key_that_is_a_value_is_kept() -> None:
         "optimizer": 5,
         "optimizer.state.x": 1,
     }
+
+
+def test_a_section_s_entries_are_put_under_their_first_name() -> None:
+    flat = {
+        "model.layers.0.weight": 1,
+        "model.bias": 2,
+        "step": 3,
+        "optimizer.state.w": 4,
+        "optim.param_groups.g": 5,
+        "head.w": 6,
+        "head": 7,
+        "tail.": 8,
+        "enc.a.b": 9,
+        "loose.x.": 10,
+    }
+    # model's entries are its section; an optimizer stays flat (with_optimizer_nested owns
+    # it); a name that is itself an entry, one without a dot, or ending in one stays put.
+    assert by_first_name(flat) == {
+        "model": {"layers.0.weight": 1, "bias": 2},
+        "step": 3,
+        "optimizer.state.w": 4,
+        "optim.param_groups.g": 5,
+        "head.w": 6,
+        "head": 7,
+        "tail.": 8,
+        "enc": {"a.b": 9},
+        "loose": {"x.": 10},
+    }
+    assert list(by_first_name({"a.x": 1, "b": 2, "a.y": 3})) == ["a", "b"]

@@ -8,8 +8,10 @@ the remote suites); here the same functions are called directly, so each rule is
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -104,10 +106,13 @@ def test_installed_distributions_by_canonical_name(tmp_path: Path) -> None:
     dist(site, "Foo_Bar", "1.0", "numpy>=2")
     dist(site, "torch", "2.11.0+cu128")
     (site / "nameless-1.0.dist-info").mkdir()
+    (site / "unversioned-1.0.dist-info").mkdir()
+    (site / "unversioned-1.0.dist-info" / "METADATA").write_text("Name: unversioned\n")
     (site / "pkg").mkdir()
     found = installed_distributions(site)
     assert found == {
         "foo-bar": {"version": "1.0", "requires": ["numpy>=2"]},
+        "unversioned": {"version": "", "requires": []},
         "torch": {"version": "2.11.0+cu128", "requires": []},
     }
     assert installed_distributions(tmp_path / "none") == {}
@@ -154,6 +159,12 @@ def test_torch_s_label_from_its_version_or_from_version_py(tmp_path: Path) -> No
         (["nvidia-cudnn-cu12 ; platform_system == 'Linux'"], {"12"}),
         (["Nvidia_Cudnn_Cu12"], {"12"}),
         (["numpy>=2", "!!"], set()),
+        # one requirement skipped, the next still read
+        (["nvidia-cudnn-cu13 ; extra == 'x'", "nvidia-cudnn-cu12"], {"12"}),
+        (["!!", "nvidia-cudnn-cu12"], {"12"}),
+        (["nvidia-cutlass-dsl-libs-cu13", "nvidia-cudnn-cu12"], {"12"}),
+        (["nvidia-cudnn-cu12", "cuda-bindings<14", "nvidia-cublas==13.1"], {"12", "13"}),
+        (["foobar-cublas==13.1"], set()),  # not nvidia's
     ],
 )
 def test_required_cuda_majors(requires: list[str], majors: set[str]) -> None:
@@ -173,10 +184,13 @@ def test_the_cache_key_names_torch_triton_cuda_and_gpus() -> None:
         "gpus": ["H200 sm90"],
     }
     assert key["id"].startswith("torch-2.11.0+cu128-") and len(key["id"]) == 29
+    # The id names cache dirs already on disk: its hash is of the parts in sorted order.
+    text = json.dumps(dict(sorted(key["parts"].items())))
+    assert key["id"] == "torch-2.11.0+cu128-" + hashlib.sha256(text.encode()).hexdigest()[:10]
     rocm = cache_fingerprint(
-        {"version": "2.1 x/y", "hip": "6.2"}, {"pytorch-triton": {"version": "1"}}, {}
+        {"version": "2.1 X/y", "hip": "6.2"}, {"pytorch-triton": {"version": "1"}}, {}
     )
-    assert rocm is not None and rocm["id"].startswith("torch-2.1_x_y-")
+    assert rocm is not None and rocm["id"].startswith("torch-2.1_X_y-")
     assert (rocm["parts"]["cuda"], rocm["parts"]["triton"]) == ("6.2", "1")
     other = cache_fingerprint(torch, {"triton": {"version": "3.3"}}, gpus)
     assert other is not None and other["id"] != key["id"]
@@ -192,6 +206,12 @@ def test_the_cache_dir_its_warmth_and_what_was_seen(tmp_path: Path) -> None:
     }
     (tmp_path / "torch-x" / "sub").mkdir(parents=True)
     assert cache_state(str(tmp_path), key)["files"] == 0  # type: ignore[index]
+    empty = cache_state(str(tmp_path), key, full=True)
+    assert empty is not None and (empty["files"], empty["bytes"], empty["last_used"]) == (
+        0,
+        0,
+        None,
+    )
     (tmp_path / "torch-x" / "sub" / "a").write_bytes(b"12345")
     (tmp_path / "torch-x" / "b").write_bytes(b"12")
     os.utime(tmp_path / "torch-x" / "b", (100, 100))
@@ -215,6 +235,11 @@ def test_the_cache_dir_its_warmth_and_what_was_seen(tmp_path: Path) -> None:
     cache = {"fingerprint": {"id": "torch-y"}, "files": 0}
     remember_warmth(str(root), cache)
     assert cache["was_warm"] is False  # another build's cache: never warm
+    remember_warmth(str(root), {"fingerprint": {"id": "torch-a"}, "files": 3})
+    text = (root / "cache-seen.json").read_text()
+    seen = json.loads(text)
+    assert list(seen) == ["torch-a", "torch-x"] and text.index("torch-a") < text.index("torch-x")
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", t) for t in seen.values())
 
 
 # -- links, uv, scripts, the hold ----------------------------------------------------------------
@@ -347,6 +372,7 @@ def test_a_whole_probe_of_a_root(tmp_path: Path) -> None:
     assert state["scripts"] == {"dest": str(tmp_path), "hashes": {}}
     assert state["python"]["version"] == "{}.{}.{}".format(*sys.version_info[:3])
     assert state["python"]["in_venv"] == (sys.prefix != sys.base_prefix)
+    assert state["python"]["refused"] is None  # pytest's python is not inside the root
     assert state["root_fingerprint"] and state["hostname"] == os.uname().nodename
     # Asked for (or held), the active generation's own lock comes back.
     asked = probe({"root": str(root), "active_lock": True})
@@ -359,6 +385,7 @@ def test_a_whole_probe_of_a_root(tmp_path: Path) -> None:
 
 def test_a_root_another_user_may_write_is_not_read(tmp_path: Path) -> None:
     root = make_root(tmp_path)
+    (root / HOLD).write_text(json.dumps({"generation": f"1-{HASH}"}))  # not read either
     os.chmod(root, 0o777)
     state = probe({"root": str(root)})
     assert state["trust"]["root"] and "writable" in state["trust"]["root"]
@@ -402,6 +429,7 @@ def test_a_probe_inside_the_active_generation_reads_it(
     }
     (cache / key).mkdir(parents=True)
     (cache / key / "f").write_text("x")
+    assert "bytes" not in probe({**request, "verify": False})["cache"]  # counted only if asked
     warm = probe({**request, "warmth": True, "verify": False})
     assert "files" not in warm and warm["cache"]["files"] == 1 and warm["cache"]["bytes"] == 1
     assert json.loads((root / "cache-seen.json").read_text()).keys() == {key}
@@ -462,3 +490,37 @@ def test_under_dash_s_the_environment_is_found_from_the_interpreter_s_path(
     (gen / "pyvenv.cfg").unlink()
     (gen / "bin" / "pyvenv.cfg").write_text("home = /usr/bin\n")  # beside the executable
     assert interpreter_facts(str(tmp_path))["prefix"] == str(gen)
+
+
+def test_what_the_probe_is_asked_changes_what_it_reports(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    (root / "history.jsonl").write_text(
+        "".join(json.dumps({"to": f"{n}-{HASH}"}) + "\n" for n in range(25))
+    )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chmod(cache, 0o777)  # another user may write it: said, as the root's trust is
+    startup = tmp_path / "startup"
+    startup.mkdir()
+    device = tmp_path / "dev-accel0"
+    device.write_text("")
+    uv = {"path": str(tmp_path / "uv"), "version": "0.0.1"}
+    request = {
+        "root": str(root),
+        "cache_dir": str(cache),
+        "startup": str(startup),
+        "devices": [str(device)],
+        "uv": uv,
+    }
+    state = probe(request)
+    assert state["machine"] == os.uname().machine
+    assert state["libc"] == os.confstr("CS_GNU_LIBC_VERSION") and state["libc"]
+    assert state["container"] == agent_probe.container_kind()
+    assert [h["to"] for h in state["history"]] == [f"{n}-{HASH}" for n in range(5, 25)]
+    assert state["trust"]["cache_dir"] and "writable" in state["trust"]["cache_dir"]
+    assert str(device) in json.dumps(state["hardware"])
+    assert state["uv"] == uv_state(uv)
+    assert state["startup_ready"] is False
+    (startup / ".complete").write_text("")
+    assert probe(request)["startup_ready"] is True
+    assert "startup_ready" not in probe({"root": str(root)})

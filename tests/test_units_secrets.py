@@ -36,6 +36,7 @@ from envlock.runs.secrets import (
     redact_argv,
     redact_config,
     redact_env,
+    redact_text,
     snake,
 )
 from envlock.targets.ssh import SshSettings
@@ -119,6 +120,11 @@ def test_a_401_names_the_login_and_where_the_secret_came_from() -> None:
         "GOOGLE_APPLICATION_CREDENTIALS",
         "AUTH",
         "token",
+        # holder words after the secret word, down to the secret word alone
+        "HF_TOKEN_VALUE",
+        "TOKEN_VALUE",
+        # a special token's name exempts a token only
+        "pad_secret",
     ],
 )
 def test_secret_names(name: str) -> None:
@@ -127,7 +133,17 @@ def test_secret_names(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["max_tokens", "MAX_TOKENS", "TOKENIZERS_PARALLELISM", "tokenizer", "KEYBOARD", "lr", "PATH"],
+    [
+        "max_tokens",
+        "MAX_TOKENS",
+        "TOKENIZERS_PARALLELISM",
+        "tokenizer",
+        "KEYBOARD",
+        "lr",
+        "PATH",
+        "bos_token",
+        "PAD_TOKEN",
+    ],
 )
 def test_hyperparameters_are_not_secret_names(name: str) -> None:
     assert not is_secret_name(name)
@@ -559,3 +575,34 @@ def test_a_tls_failure_without_target_settings() -> None:
 def test_snake_strips_only_leading_dashes_and_redact_takes_any_value() -> None:
     assert snake("--Xray-token") == "XRAY_TOKEN"
     assert redact(Path("/x")) == hashed(json.dumps("PosixPath('/x')"))
+
+
+def in_url(text: str) -> str:
+    return f"<redacted-sha256:{hashlib.sha256(text.encode()).hexdigest()[:8]}>"
+
+
+@pytest.mark.parametrize(
+    ("text", "recorded"),
+    [
+        ("https://user:pw@host/x", f"https://user:{in_url('pw')}@host/x"),
+        ("git+https://u:p@a@host/x", f"git+https://u:{in_url('p@a')}@host/x"),
+        # a token in the user's place over HTTP(S) only; ssh's user is a login name
+        ("HTTPS://ghp_abc@github.com/x", f"HTTPS://{in_url('ghp_abc')}@github.com/x"),
+        ("http://tok@h", f"http://{in_url('tok')}@h"),
+        ("ssh://git@host/x", "ssh://git@host/x"),
+        ("ftp://anon@host", "ftp://anon@host"),
+        ("https://@host", "https://@host"),
+        (f"https://{in_url('t')}@h", f"https://{in_url('t')}@h"),
+        # secret query parameters, after `?`, `&` or `;`, with or without a URL
+        ("https://h/x?token=abc", f"https://h/x?token={in_url('abc')}"),
+        ("https://h/x?page=2&api_key=zz", f"https://h/x?page=2&api_key={in_url('zz')}"),
+        ("a=1&api_key=zz", f"a=1&api_key={in_url('zz')}"),
+        ("h;sig_token=q&x=1", f"h;sig_token={in_url('q')}&x=1"),
+        ("https://h/x?token=&page=2", "https://h/x?token=&page=2"),
+        ("lr=0.1 steps=10", "lr=0.1 steps=10"),
+        ("no url here", "no url here"),
+    ],
+)
+def test_redact_text_hides_the_secrets_inside_urls(text: str, recorded: str) -> None:
+    assert redact_text(text) == recorded
+    assert redact_text(recorded) == recorded  # redacted once
