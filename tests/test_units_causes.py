@@ -26,7 +26,7 @@ FULL_DISK = (
     "(flashinfer-python==0.2.0)\n"
     "  cause: Failed to copy to `/opt/envroot/generations/2-3691be6fb9cb/lib/python3.11/"
     "site-packages/flashinfer_python-0.2.0.dist-info/RECORD`\n"
-    "  cause: failed to copy file from /root/.cache/uv/archive-v0/jzdw/RECORD to /opt/envroot/"
+    "  cause: failed to copy file from /var/cache/uv/archive-v0/jzdw/RECORD to /opt/envroot/"
     "generations/2-3691be6fb9cb/RECORD: No space left on device (os error 28)"
 )
 

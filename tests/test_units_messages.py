@@ -95,7 +95,7 @@ def test_pct_refusing_before_the_agent_started_keeps_pct_s_words() -> None:
 
 def test_a_full_disk_under_uv_says_so_first_and_points_at_gc() -> None:
     raw = (
-        "uv pip sync failed (exit 2): /root/.venv/bin/uv pip sync /opt/envroot/generations/"
+        "uv pip sync failed (exit 2): /opt/envroot/bin/uv pip sync /opt/envroot/generations/"
         "2-abc/.envlock/pylock.toml --python /opt/envroot/generations/2-abc/bin/python --quiet\n"
         "error: Failed to install: torch-2.11.0-cp311-none-linux_x86_64.whl (torch==2.11.0)\n"
         "  Caused by: failed to write to file `/opt/envroot/generations/2-abc/lib/x.so`: "
@@ -107,7 +107,7 @@ def test_a_full_disk_under_uv_says_so_first_and_points_at_gc() -> None:
     assert rest[0] == "  error: Failed to install: torch-2.11.0-cp311-none-linux_x86_64.whl " + (
         "(torch==2.11.0)"
     )
-    assert rest[-1].startswith("  the command: /root/.venv/bin/uv pip sync ")
+    assert rest[-1].startswith("  the command: /opt/envroot/bin/uv pip sync ")
     assert errno == "ENOSPC"
     assert cause_first("uv venv failed (exit 1): uv venv\nerror: boom", "") == (
         "uv venv failed (exit 1): uv venv\nerror: boom",
