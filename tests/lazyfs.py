@@ -64,7 +64,7 @@ def lazyfs_binary() -> Path:
     """Build LazyFS (offline, from the vendored tarball) once; the path of its binary."""
     if not Path("/dev/fuse").exists():
         pytest.fail("LazyFS needs /dev/fuse (a FUSE-capable kernel, as root)")
-    dest = CACHE / "lazyfs-a47a5ba"
+    dest = CACHE / "lazyfs-a47a5ba-item-locks"  # a new name when the patch set changes
     built = subprocess.run(["bash", BUILD_SH, dest], capture_output=True, text=True, timeout=900)
     if built.returncode != 0:
         pytest.fail(f"building LazyFS failed:\n{built.stdout}\n{built.stderr}")
@@ -192,6 +192,15 @@ class LazyFS:
     def crashed(self) -> bool:
         """Whether LazyFS itself ended (its crash faults kill it at the chosen operation)."""
         return self.proc is not None and self.proc.poll() is not None
+
+    def faulted(self) -> str | None:
+        """Why LazyFS died of a fault of its own (a signal other than the SIGKILL its crash
+        faults send), or None: an envlock command that then fails with ENOTCONN is not at fault.
+        """
+        status = self.proc.poll() if self.proc is not None else None
+        if status is None or status >= 0 or status == -signal.SIGKILL:
+            return None
+        return f"LazyFS itself died of {signal.Signals(-status).name} (a LazyFS bug; see dmesg)"
 
     def restart_after_crash(self) -> None:
         assert self.proc is not None
