@@ -23,8 +23,8 @@ from envlock.atomic import write_atomic
 from envlock.errors import EXIT_DRIFT, EnvlockError, UsageError
 from envlock.lock import Lock, lock_policy, parse_lock
 from envlock.lock_changes import LockChanges, lock_changes, torch_moves
+from envlock.lock_policy import SHOWN
 from envlock.lock_resolve import ResolutionFailed, resolve
-from envlock.lock_schema import SHOWN
 from envlock.profile import Profile, load_profile
 from envlock.profile_edit import Edit
 from envlock.uvbin import uv_path

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
 from envlock.errors import LockError
-from envlock.lock_schema import STRICT, LockPolicy, lock_data, profile_policy
+from envlock.lock_cache import Verdict, cached_verdict, remember_verdict
+from envlock.lock_policy import STRICT, LockPolicy, profile_policy
 from envlock.profile import Profile
 
 LOCK_FORMAT = 2
@@ -109,19 +108,47 @@ def read_lock(path: Path, policy: LockPolicy = STRICT) -> Lock:
 def parse_lock(path: Path, text: str, policy: LockPolicy = STRICT, *, where: str = "") -> Lock:
     """The one way to a `Lock`: the text validated field by field under `policy` (what it
     may build, where its wheels may come from), refused whole otherwise (LockError, exit 2,
-    naming `path`, or `path` and `where` for a lock inside a snapshot)."""
-    data, build = lock_data(text, str(path), policy, where)
+    naming `path`, or `path` and `where` for a lock inside a snapshot). The validator's
+    verdict on these very bytes under this policy is kept (lock_cache.py): it runs once."""
+    verdict = cached_verdict(text, policy)
+    if verdict is None:
+        verdict = validated(path, text, policy, where)
+        remember_verdict(text, policy, verdict)
     packages: dict[str, LockedPackage] = {}
-    for entry in data.get("packages", []):
-        name = canonicalize_name(entry["name"])
-        packages[name] = LockedPackage(
-            name=name,
+    for entry in verdict.packages:
+        packages[entry["name"]] = LockedPackage(
+            name=entry["name"],
             version=entry["version"],
-            wheels=tuple(entry.get("wheels", [])),
-            sdist=entry.get("sdist"),
+            wheels=tuple(entry["wheels"]),
+            sdist=entry["sdist"],
         )
-    meta = data["tool"]["envlock"]
-    return Lock(path=path, text=text, packages=packages, meta=meta, build=build, policy=policy)
+    return Lock(
+        path=path,
+        text=text,
+        packages=packages,
+        meta=verdict.meta,
+        build=verdict.build,
+        policy=policy,
+    )
+
+
+def validated(path: Path, text: str, policy: LockPolicy, where: str) -> Verdict:
+    """lock_schema's verdict: the package fields a `Lock` keeps, names canonical."""
+    from packaging.utils import canonicalize_name
+
+    from envlock.lock_schema import lock_data
+
+    data, build = lock_data(text, str(path), policy, where)
+    packages = [
+        {
+            "name": canonicalize_name(entry["name"]),
+            "version": entry["version"],
+            "wheels": list(entry.get("wheels", [])),
+            "sdist": entry.get("sdist"),
+        }
+        for entry in data.get("packages", [])
+    ]
+    return Verdict(packages, data["tool"]["envlock"], build)
 
 
 def lock_policy(profile: Profile) -> LockPolicy:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -23,6 +22,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from envlock.errors import LockError
+from envlock.lock_policy import LockPolicy
 from envlock.profile import PLATFORM_RE, PYTHON_RE
 from envlock.schema import (
     INT,
@@ -39,49 +39,6 @@ from envlock.schema import (
     shown,
 )
 from envlock.tomlread import TOMLDecodeError, tomllib
-
-
-@dataclass(frozen=True)
-class LockPolicy:
-    """What a lock may ask of the installer, by where it came from."""
-
-    # Packages whose sdist may be built; None: those the lock's own `[tool.envlock] build`
-    # names, for readers that only show a lock and never install it (diff).
-    build: frozenset[str] | None = frozenset()
-    # Plain http:// wheel URLs (still pinned by sha256): a profile may name an http index;
-    # a snapshot may not.
-    http: bool = True
-    # Packages whose wheels may install a top-level .pth (code run by every interpreter of
-    # the environment); None: any. Only the install can tell, so the agent checks it.
-    pth: frozenset[str] | None = None
-    # What to do about a refused lock.
-    fix: str = ""
-    # Whose lock it is, for the hint about an sdist: "profile", "snapshot" or "lock".
-    origin: str = "lock"
-
-
-def profile_policy(build: tuple[str, ...], profile_path: str) -> LockPolicy:
-    """The profile's own lock: it builds what the profile's build list names."""
-    return LockPolicy(
-        build=frozenset(canonicalize_name(n) for n in build),
-        fix=f"run `envlock lock {profile_path}` to write it again (envlock writes locks)",
-        origin="profile",
-    )
-
-
-# The default: builds nothing.
-STRICT = LockPolicy()
-# Read to be shown (diff, a snapshot loaded to compare): never installed from; a stranger's.
-SHOWN = LockPolicy(build=None, http=False)
-
-
-def snapshot_policy(allow_pth: tuple[str, ...] = ()) -> LockPolicy:
-    """A snapshot's lock rebuilt by `apply --from-snapshot`: a stranger's data. It never
-    builds from source, and installs a .pth only from packages the user named."""
-    return LockPolicy(
-        http=False, pth=frozenset(canonicalize_name(n) for n in allow_pth), origin="snapshot"
-    )
-
 
 # -- the shapes ------------------------------------------------------------------------------
 PYTHON_VERSION = matching(PYTHON_RE, 'a Python version such as "3.11"')

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, NoReturn
 
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from envlock.errors import ProfileError
@@ -88,6 +87,8 @@ class RequirementNames:
     def at(self, index: int) -> tuple[str, str]:
         if self.cached is not None:
             return self.cached[index]
+        from packaging.utils import canonicalize_name  # (its tags module): on a miss only
+
         req = requirement_of(self.t, f"packages[{index}]", self.texts[index])
         self.parsed.append((req.name, canonicalize_name(req.name)))
         return self.parsed[-1]

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envlock.profile_fields import (
@@ -141,6 +140,10 @@ def dependencies_of(t: Table, torch: TorchSpec | None, local_path: LocalPath) ->
 def read_build(t: Table) -> tuple[str, ...]:
     """`build = ["name", ...]`: bare package names, each once (building runs its code)."""
     names = t.strings("build", [])
+    if not names:
+        return ()
+    from packaging.utils import canonicalize_name  # (its tags module): when names are given
+
     found: list[str] = []
     for index, name in enumerate(names):
         key = f"build[{index}]"

@@ -4,8 +4,9 @@ Proxmox, fleet, rich-table, lock-resolution or requirement-parser code (issue "S
 Measured in real processes on a real applied environment: the CLI runs in a subprocess whose
 wrapper reports `sys.modules` when envlock exits, or where `run` would exec its command (the
 command itself is then not started: what it would have paid is envlock's alone). The profile's
-requirement lists are parsed once per distinct list (envlock/profile_cache.py): the first
-command after a change pays for the parser, the next ones read the verdict.
+requirement lists are parsed once per distinct list (envlock/profile_cache.py), and its lock
+validated once per distinct text (envlock/lock_cache.py): the first command after a change
+pays for the parser and the validator, the next ones read the verdicts.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ NOT_ON_THE_HOT_PATH = (
     "packaging.requirements",
     "packaging.markers",
     "packaging.specifiers",
+    # The lock's validator and the wheel-tag code it reads file names with: the verdict on
+    # the lock's very bytes is kept (envlock/lock_cache.py).
+    "envlock.lock_schema",
+    "packaging.tags",
+    "packaging.utils",
     "secrets",
     "random",
 )
@@ -126,8 +132,9 @@ def test_check_and_run_of_one_local_target_load_only_what_they_use(
     # The first command after a change to the profile's requirements pays for the parser…
     code, first = loaded(tmp_path, cache, "check", applied)
     assert code == 0
-    assert REQUIREMENT_PARSER in first
+    assert REQUIREMENT_PARSER in first and "envlock.lock_schema" in first
     assert list((cache / "envlock" / "requirements").glob("*.json"))
+    assert list((cache / "envlock" / "locks").glob("*.json"))
     # …the next ones do not, and nothing of Proxmox, fleets, tables or resolution loads.
     code, check = loaded(tmp_path, cache, "check", applied)
     assert code == 0

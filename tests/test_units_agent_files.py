@@ -11,10 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from envlock.agent import files as agent_files
 from envlock.agent.apply import do_switch
 from envlock.agent.core import GENERATION, symlink_atomic
 from envlock.agent.files import verify_files, write_manifest
-from envlock.agent.statindex import MAGIC, STAT_INDEX, read_stat_index
+from envlock.agent.statindex import MAGIC, STAT_INDEX, fast_scan, read_stat_index
 
 SITE = "lib/python3.11/site-packages"
 
@@ -117,6 +120,77 @@ def test_a_file_replaced_by_another_inode_is_checked_by_content(tmp_path: Path) 
     os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(other, path)
     assert modified(verify_files(str(venv))) == [f"{SITE}/pkg/data.bin"]
+
+
+def linked_and_unlinked(venv: Path, *rels: str) -> None:
+    """What another venv hardlinked from uv's cache and then removed leaves: each file's link
+    count where it was, its ctime moved."""
+    for rel in rels:
+        other = venv.parent / "other-venv-link"
+        os.link(venv / rel, other)
+        other.unlink()
+
+
+def suspects(venv: Path) -> list[str]:
+    index = read_stat_index(str(venv))
+    assert index is not None
+    return sorted(suspect[0] for suspect in fast_scan(str(venv), index)[0])
+
+
+MOD, DATA = f"{SITE}/pkg/mod.py", f"{SITE}/pkg/data.bin"
+
+
+def test_a_ctime_moved_by_another_venvs_link_is_hashed_once_then_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without this every later fast check hashed those files again: a sibling venv built
+    and removed from the same uv cache made a 16k-file check 0.15 s -> 0.8 s for good."""
+    monkeypatch.setattr(agent_files, "SETTLED_NS", 0, raising=False)
+    venv = make_venv(tmp_path)
+    linked_and_unlinked(venv, MOD, DATA)
+    assert suspects(venv) == [DATA, MOD]
+    assert verify_files(str(venv))["modified"] == []  # hashed: unchanged, and recorded
+    assert suspects(venv) == []
+    assert verify_files(str(venv))["modified"] == []
+    # What the index now records is still a tripwire: an edit that keeps mtime is seen.
+    rewrite_keeping_mtime(venv / DATA, b"9" * 100)
+    assert modified(verify_files(str(venv))) == [DATA]
+    assert modified(verify_files(str(venv))) == [DATA]  # never recorded as fine
+
+
+def test_only_the_unchanged_ones_are_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent_files, "SETTLED_NS", 0, raising=False)
+    venv = make_venv(tmp_path)
+    linked_and_unlinked(venv, MOD)
+    rewrite_keeping_mtime(venv / DATA, b"9" * 100)  # same size, mtime set back: ctime moved
+    assert modified(verify_files(str(venv))) == [DATA]
+    assert suspects(venv) == [DATA]
+
+
+def test_a_ctime_as_young_as_the_scan_is_not_recorded(tmp_path: Path) -> None:
+    """A change made after the scan's lstat within the same clock tick would show the same
+    ctime: only a ctime older than the scan by SETTLED_NS is recorded."""
+    venv = make_venv(tmp_path)
+    linked_and_unlinked(venv, MOD)
+    assert verify_files(str(venv))["modified"] == []
+    assert suspects(venv) == [MOD]
+
+
+def test_an_index_it_may_not_replace_leaves_the_check_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Best effort: the index is replaced only as write_atomic replaces a regular file."""
+    monkeypatch.setattr(agent_files, "SETTLED_NS", 0, raising=False)
+    venv = make_venv(tmp_path)
+    index = venv / STAT_INDEX
+    kept = tmp_path / "kept-index"
+    os.replace(index, kept)
+    index.symlink_to(kept)
+    linked_and_unlinked(venv, MOD)
+    assert verify_files(str(venv))["modified"] == []
+    assert index.is_symlink() and suspects(venv) == [MOD]
 
 
 def test_a_touched_file_with_the_same_content_is_not_reported(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from envlock.lock import (
     resolution_inputs,
     stale_reasons,
 )
+from envlock.lock_policy import profile_policy
 from envlock.lock_resolve import (
     _clean_uv_error,
     _resolve_hint,
@@ -46,7 +47,6 @@ from envlock.lock_resolve import (
     unbuilt,
     uv_compile_argv,
 )
-from envlock.lock_schema import profile_policy
 from envlock.profile import Profile, load_profile
 from tests.index_server import IndexServer
 from tests.projects import write_seed_project

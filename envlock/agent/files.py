@@ -1,13 +1,16 @@
 """The agent's view of a venv's files: the stat manifest, RECORD ownership, verification."""
 
+import contextlib
 import json
 import os
 import re
+import time
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
     from envlock.agent.core import (
         MANIFEST,
         META_DIR,
+        AgentError,
         read_json,
         record_hash,
         sha256_file,
@@ -17,6 +20,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         fast_scan,
         known_entries,
         read_stat_index,
+        refresh_stat_index,
         write_stat_index,
     )
 
@@ -208,6 +212,7 @@ def files_report(venv, changed, missing, added, owners, checked, deep):
 def verify_from_index(venv, index):
     """The fast check from the stat index; manifest.json is read only when something moved
     (for owners and recorded hashes)."""
+    scan_started = time.time_ns()
     suspects, gone, listed = fast_scan(venv, index)
     added = added_in(venv, known_entries(index, listed))
     checked = index[0]["files"]
@@ -219,10 +224,32 @@ def verify_from_index(venv, index):
     unknown = [0, 0, 0, ""]  # the index names a file the manifest does not: no owner
     expected = manifest["files"]
     owners = read_records(venv) if suspects else {}
-    entries = [(rel, expected.get(rel, unknown), links) for rel, links in suspects]
+    entries = [(rel, expected.get(rel, unknown), links) for rel, links, _moved in suspects]
     changed = changes(venv, entries, owners, False)
+    remember_unchanged(venv, index, suspects, changed, scan_started)
     missing = [{"path": rel, "dist": expected.get(rel, unknown)[3]} for rel in gone]
     return files_report(venv, changed, missing, added, owners, checked, False)
+
+
+# A ctime this close to the scan is not recorded: a change made after our lstat, in the
+# same clock tick as the one that set it, would show the same ctime (coarse timestamps).
+SETTLED_NS = 2_000_000_000
+
+
+def remember_unchanged(venv, index, suspects, changed, scan_started):
+    """Suspects only for a moved ctime whose content proved unchanged: their new stat goes
+    into the index, so the next fast check does not hash them again (best effort: a root
+    this user cannot write is checked the slow way, as before)."""
+    drifted = {item["path"] for item in changed}
+    settled = scan_started - SETTLED_NS
+    moved = [
+        found
+        for rel, _links, found in suspects
+        if found is not None and rel not in drifted and found[2] < settled
+    ]
+    if moved:
+        with contextlib.suppress(OSError, AgentError):
+            refresh_stat_index(venv, index, moved)
 
 
 def changes(venv, suspects, owners, deep):

@@ -33,7 +33,7 @@ from envlock.checkpoint.weights import digests as weight_digests
 from envlock.cuda import is_cuda_library
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
-from envlock.lock_schema import SHOWN
+from envlock.lock_policy import SHOWN
 from envlock.runs.secrets import redact_value
 from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
 from envlock.untrusted import FOLLOW_HINT, Unsafe, read_untrusted

@@ -12,7 +12,7 @@ from typing import Any
 from envlock.atomic import write_atomic, write_new
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock import Lock, parse_lock
-from envlock.lock_schema import SHOWN, LockPolicy
+from envlock.lock_policy import SHOWN, LockPolicy
 from envlock.runs.secrets import redact_argv, redact_config, redact_env, redact_text
 from envlock.runs.snapshot_doc import SCHEMA, SNAPSHOT_FILE
 from envlock.runs.snapshot_schema import validate_snapshot
