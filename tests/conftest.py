@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,12 @@ def pytest_configure(config: pytest.Config) -> None:
     every uv (the tests', envlock's, the agent's on local targets) inherits it: no test
     depends on this machine's uv cache, nor on what another session left in it."""
     os.environ["UV_CACHE_DIR"] = tempfile.mkdtemp(prefix="envlock-tests-uv-cache-")
+    # A shell without job control starts a background command with SIGINT ignored, and an
+    # ignored signal stays ignored across exec: every envlock the suite starts would then
+    # ignore the Ctrl-C its interrupt tests send (an apply ran to its end, exit 0). A handler
+    # here is reset to the default in each child instead.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
