@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 # (argv, the request on stdin, or None: to be written when asked) -> the process started
@@ -26,13 +27,18 @@ _PROCESSES: dict[tuple[tuple[str, ...], bytes | None], subprocess.Popen[bytes]] 
 _KEPT: dict[tuple[str, Any], Any] = {}
 
 
-def start(argv: list[str], stdin: bytes | None) -> subprocess.Popen[bytes]:
+def start(
+    argv: list[str], stdin: bytes | None, preexec_fn: Callable[[], None] | None = None
+) -> subprocess.Popen[bytes]:
     """Start `argv` now, with `stdin` written and closed (into the one started waiting with
     this argv, if any); or, with None, waiting for the request (its interpreter and code
-    load meanwhile). Adopted later by `take`."""
+    load meanwhile). Adopted later by `take` (or `take_waiting`). `preexec_fn`: the child's
+    set-up, as the transport that adopts it would have done it (its ignored signals)."""
     waiting = _PROCESSES.pop((tuple(argv), None), None) if stdin is not None else None
     pipe = subprocess.PIPE
-    proc = waiting or subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe)
+    proc = waiting or subprocess.Popen(
+        argv, stdin=pipe, stdout=pipe, stderr=pipe, preexec_fn=preexec_fn
+    )
     assert proc.stdin is not None
     if stdin is not None:
         try:
@@ -51,6 +57,12 @@ def take(argv: list[str], stdin: bytes) -> subprocess.Popen[bytes] | None:
     still waiting for its stdin (the caller writes it), once; else None."""
     key = tuple(argv)
     return _PROCESSES.pop((key, stdin), None) or _PROCESSES.pop((key, None), None)
+
+
+def take_waiting(argv: list[str]) -> subprocess.Popen[bytes] | None:
+    """The process started ahead with exactly this argv and still waiting for its stdin (the
+    caller writes it, and then whatever follows), once; else None."""
+    return _PROCESSES.pop((tuple(argv), None), None)
 
 
 def stop_waiting() -> None:

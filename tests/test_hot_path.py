@@ -202,6 +202,45 @@ def test_an_ssh_targets_check_starts_its_probe_ahead_too(
     assert data["spawned"] == [[True, False, True]]  # once the profile said where
 
 
+def test_a_remote_runs_one_agent_call_starts_ahead_and_is_adopted(
+    tmp_path: Path, wheelhouse: Path, node_sshd: Node
+) -> None:
+    """A remote `run` checks and starts in one agent call: its connection and agent start
+    once the profile says where, before click loads, and wait for the request; the run
+    adopts that very process (one ssh in all). A terminal or a mega-cache makes it run
+    otherwise: then nothing starts ahead."""
+    from tests.test_remote import ssh_target, write_profile
+
+    target = ssh_target(tmp_path / "root", tmp_path / "venv", node_sshd)
+    profile = write_profile(tmp_path / "p", wheelhouse, target)
+    env = {**plain_environ(), "XDG_CACHE_HOME": str(tmp_path / "user-cache")}
+    for step in ("lock", "apply"):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "envlock",
+                step,
+                *(["-y"] if step == "apply" else []),
+                str(profile),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+    cache = tmp_path / "user-cache"
+    args = ("run", profile, "--", "python", "-c", "pass")
+    reported(tmp_path, cache, *args)  # the first run probes first: the state to propose
+    data = reported(tmp_path, cache, *args)
+    assert data["code"] == 0, data["stderr"]
+    # One process: the agent call, started once the profile was read and before click
+    # loaded (started.py's Popen, not the transport's), and adopted by the run.
+    assert data["spawned"] == [[False, False, True]], data["stderr"]
+    data = reported(tmp_path, cache, "run", "--compile-artifacts", profile, profile, "--", "true")
+    assert [s for s in data["spawned"] if not s[1]] == []  # nothing before click
+
+
 def test_a_process_started_ahead_is_adopted_only_for_the_same_argv_and_request() -> None:
     from envlock import started
     from envlock.targets.local import LocalTransport

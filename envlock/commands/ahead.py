@@ -7,8 +7,10 @@ profile and lock are read (the request is made of them), `start_ahead` starts th
 its request and the CLI goes on loading meanwhile: on two cores the two overlap. The local
 transport adopts the process only when the command asks for exactly this command line and
 request (envlock/started.py), locally or over ssh (and `pct exec`); any other argv (an option
-that changes the request, a fleet, a remote run: it checks and starts in one agent call, an
-error in the profile) starts nothing here, and the command runs as it always did.
+that changes the request, a fleet, an error in the profile) starts nothing here, and the
+command runs as it always did. A remote `run` checks and starts in one agent call: that call
+starts here, waiting for its request, and the ssh transport adopts it when the run spawns
+exactly that command line (it writes the request and the command's stdin itself).
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ def start_ahead(args: list[str]) -> None:
     if found is None:
         return
     command, path, deep = found
+    # run.py's rule for one agent call (no snapshot: OTHERWISE; no mega-cache; no terminal).
+    one_call = command == "run" and not sys.stdin.isatty() and not artifacts_asked(args)
     try:
         start_interpreter(path)
-        start_probe(command, path, deep=deep)
+        start_probe(command, path, deep=deep, one_call=one_call)
     except Exception:  # the command itself reads the profile again and says what is wrong
         return
 
@@ -106,17 +110,28 @@ def start_interpreter(path: str) -> None:
     started.start(own_python(transport, program, "probe", root=os.path.normpath(full)), None)
 
 
-def start_probe(command: str, path: str, *, deep: bool) -> None:
+def artifacts_asked(args: list[str]) -> bool:
+    own = args[: args.index("--")] if "--" in args else args
+    return any(a == "--compile-artifacts" or a.startswith("--compile-artifacts=") for a in own)
+
+
+def start_probe(command: str, path: str, *, deep: bool, one_call: bool = False) -> None:
     from envlock.reconcile.agentcall import agent_argv
     from envlock.reconcile.context import is_fleet, open_context, probe_request
 
     ctx = open_context(path, allow_stale=True)
     started.keep("context", (path, True), ctx)
     target = ctx.profile.target
-    # A fleet probes its members; a remote run checks and starts in one agent call.
-    if is_fleet(ctx) or (command == "run" and target.remote):
+    if is_fleet(ctx):  # a fleet probes its members
         return
     line = getattr(ctx.transport, "command_line", None)
+    if command == "run" and target.remote:
+        # It checks and starts in one agent call: that call's connection and agent start
+        # now and wait for the request, while click and run's code load (targets/ssh.py
+        # adopts it in `spawn`); no probe of its own.
+        if one_call and line is not None:
+            start_remote_run(line(agent_argv(ctx.transport, target.root, "run", env_python=True)))
+        return
     probe = line(agent_argv(ctx.transport, target.root, "probe", env_python=True)) if line else None
     if probe is None:
         return
@@ -127,3 +142,11 @@ def start_probe(command: str, path: str, *, deep: bool) -> None:
     started.start(probe, json.dumps(request).encode())
     if command == "rollback" and not target.remote:  # the switch: the agent's apply, waiting
         started.start(agent_argv(ctx.transport, target.root, "apply", env_python=False), None)
+
+
+def start_remote_run(argv: list[str] | None) -> None:
+    if argv is None:
+        return
+    from envlock.targets.local import ignore_forwarded_signals  # as spawn starts it
+
+    started.start(argv, None, preexec_fn=ignore_forwarded_signals)

@@ -60,15 +60,18 @@ def spawn_ignoring_signals(argv: list[str], *, piped: bool = False) -> subproces
     """Start a command (a transport's client, e.g. ssh) with stdio passed through, ignoring
     the signals envlock forwards itself: a Ctrl-C must reach the remote command, not cut the
     connection (OpenSSH keeps a signal ignored when it starts with it ignored)."""
-
-    def ignore() -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
-
     if piped:
         pipe = subprocess.PIPE
-        return subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, preexec_fn=ignore)
-    return subprocess.Popen(argv, preexec_fn=ignore)
+        return subprocess.Popen(
+            argv, stdin=pipe, stdout=pipe, stderr=pipe, preexec_fn=ignore_forwarded_signals
+        )
+    return subprocess.Popen(argv, preexec_fn=ignore_forwarded_signals)
+
+
+def ignore_forwarded_signals() -> None:
+    """In the child, before exec: the signals envlock forwards itself are ignored there."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def feed(pipe: IO[bytes], stdin: bytes | IO[bytes] | None, failed: list[BaseException]) -> None:

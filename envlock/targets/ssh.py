@@ -179,7 +179,9 @@ class SshTransport:
         or through pipes (`piped`)."""
         tty = sys.stdin.isatty() and not piped
         full = [*self.ssh_argv(tty=tty), self.remote_command(argv, None)]
-        return spawn_ignoring_signals(full, piped=piped)
+        # A remote run's agent call, begun ahead and waiting for its request (commands/ahead.py).
+        ahead = started.take_waiting(full) if piped and self.sessions is None else None
+        return ahead or spawn_ignoring_signals(full, piped=piped)
 
     def raise_for_connection(self, result: Result) -> None:
         """ssh's own failures (exit 255) become clear errors; a command's 255 passes."""
