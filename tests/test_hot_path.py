@@ -151,7 +151,7 @@ def test_check_and_run_of_one_local_target_load_only_what_they_use(
 def test_a_local_check_run_or_rollback_starts_its_probe_before_click_loads(
     applied: Path, tmp_path: Path, envlock: Envlock
 ) -> None:
-    """The probe of a local check, run or rollback starts once, before click and the
+    """The probe of a local check, run, rollback or apply starts once, before click and the
     command's modules load (commands/ahead.py): its interpreter even before the profile's
     code loads, given its request once the profile and lock are read; the command adopts
     that very process."""
@@ -161,6 +161,7 @@ def test_a_local_check_run_or_rollback_starts_its_probe_before_click_loads(
         (("check", "--deep", applied), 0),
         (("-v", "check", "--json", applied), 0),
         (("run", applied, "--", "python", "-c", "pass"), "exec python"),
+        (("apply", "-y", applied), 0),  # nothing to do: its one probe
     ):
         data = reported(tmp_path, cache, *args)
         assert data["code"] == code, args

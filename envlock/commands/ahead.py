@@ -1,4 +1,4 @@
-"""The probe of a local `check`, `run` or `rollback`, started before click and the command load.
+"""A command's probe (check, run, rollback, a local apply), started before click loads.
 
 The commonest commands spend their fixed cost in two places, one after the other: the
 controller's imports (click, the command's modules) and the probe, an interpreter of the
@@ -29,11 +29,13 @@ if TYPE_CHECKING:
 # The commands whose probe starts ahead: their options that take a value (the profile is the
 # first other argument), and those that make them ask something else first (or nothing).
 VALUED = {
+    "apply": ("--jobs", "--on", "--from-snapshot", "--allow-pth"),
     "check": ("--jobs", "--on"),
     "run": ("--jobs", "--on", "--env", "--snapshot-into", "--compile-artifacts"),
     "rollback": ("--jobs", "--on", "--to", "--snapshot"),
 }
 OTHERWISE = {
+    "apply": ("--from-snapshot",),
     "check": (),
     "run": ("--snapshot-into",),
     "rollback": ("--resync", "--container"),
@@ -42,7 +44,7 @@ HELP = ("-h", "--help")
 
 
 def start_ahead(args: list[str]) -> None:
-    """Start the probe `envlock ARGS` will run, when ARGS is a local check, run or rollback."""
+    """Start the probe `envlock ARGS` will run, when ARGS is a check, run, rollback or apply."""
     found = profile_argument(args)
     if found is None:
         return
@@ -57,7 +59,7 @@ def start_ahead(args: list[str]) -> None:
 
 
 def profile_argument(args: list[str]) -> tuple[str, str, bool] | None:
-    """(the command, its PROFILE argument, --deep) of a check, run or rollback, else None."""
+    """(the command, its PROFILE argument, --deep) of a command in VALUED, else None."""
     rest = list(args)
     while rest and rest[0] in ("-v", "--verbose"):
         rest.pop(0)
@@ -124,6 +126,8 @@ def start_probe(command: str, path: str, *, deep: bool, one_call: bool = False) 
     target = ctx.profile.target
     if is_fleet(ctx):  # a fleet probes its members
         return
+    if command == "apply" and target.remote:
+        return  # a container may first be started or changed: its probe comes after that
     line = getattr(ctx.transport, "command_line", None)
     if command == "run" and target.remote:
         # It checks and starts in one agent call: that call's connection and agent start
