@@ -49,11 +49,11 @@ def start_ahead(args: list[str]) -> None:
     if found is None:
         return
     command, path, deep = found
-    # run.py's rule for one agent call (no snapshot: OTHERWISE; no mega-cache; no terminal).
-    one_call = command == "run" and not sys.stdin.isatty() and not artifacts_asked(args)
+    # --snapshot-into never comes here (OTHERWISE); in_one_call asks the rest.
+    artifacts = artifacts_asked(args)
     try:
         start_interpreter(path)
-        start_probe(command, path, deep=deep, one_call=one_call)
+        start_probe(command, path, deep=deep, artifacts=artifacts)
     except Exception:  # the command itself reads the profile again and says what is wrong
         return
 
@@ -112,12 +112,19 @@ def start_interpreter(path: str) -> None:
     started.start(own_python(transport, program, "probe", root=os.path.normpath(full)), None)
 
 
+def in_one_call(remote: bool, *, snapshot: bool, artifacts: bool) -> bool:
+    """Whether a `run` checks and starts in one agent call (commands/run.py): on a remote
+    target, when its request can travel ahead of the command's stdin (no terminal there)
+    and no snapshot or mega-cache is written in between."""
+    return remote and not snapshot and not artifacts and not sys.stdin.isatty()
+
+
 def artifacts_asked(args: list[str]) -> bool:
     own = args[: args.index("--")] if "--" in args else args
     return any(a == "--compile-artifacts" or a.startswith("--compile-artifacts=") for a in own)
 
 
-def start_probe(command: str, path: str, *, deep: bool, one_call: bool = False) -> None:
+def start_probe(command: str, path: str, *, deep: bool, artifacts: bool = False) -> None:
     from envlock.reconcile.agentcall import agent_argv
     from envlock.reconcile.context import is_fleet, open_context, probe_request
 
@@ -133,7 +140,7 @@ def start_probe(command: str, path: str, *, deep: bool, one_call: bool = False) 
         # It checks and starts in one agent call: that call's connection and agent start
         # now and wait for the request, while click and run's code load (targets/ssh.py
         # adopts it in `spawn`); no probe of its own.
-        if one_call and line is not None:
+        if in_one_call(True, snapshot=False, artifacts=artifacts) and line is not None:
             start_remote_run(line(agent_argv(ctx.transport, target.root, "run", env_python=True)))
         return
     probe = line(agent_argv(ctx.transport, target.root, "probe", env_python=True)) if line else None

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import click
 
 from envlock import ui
+from envlock.commands.ahead import in_one_call
 from envlock.commands.common import (
     across_fleet,
     drift_table,
@@ -110,9 +111,7 @@ def command(
     if force and not snapshot_dir:
         raise UsageError("--force goes with --snapshot-into", hint="drop --force")
     remote = ctx.profile.target.remote
-    # A remote run checks and starts in one agent call when the request can travel ahead of
-    # the command's stdin (no terminal there); a snapshot is written in between, so not then.
-    if remote and not snapshot_dir and not artifacts and not sys.stdin.isatty():
+    if in_one_call(remote, snapshot=bool(snapshot_dir), artifacts=bool(artifacts)):
         base = passed_env(ctx, names)
         sys.exit(run_in_one_call(ctx, argv, base, deep=deep, allow_drift=allow_drift))
     # A snapshot records the cache's warmth and the active generation's own lock.
