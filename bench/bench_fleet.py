@@ -11,6 +11,8 @@ Measured, each as a median of fresh `envlock` processes, --jobs 1 and --jobs 3 i
     log) per node, master sockets, ssh processes (round trips) per node
   * check with the masters warm (the next command within ControlPersist)
   * the ratio --jobs 3 / --jobs 1 of each
+  * with warm masters, --jobs 3 beside each member checked alone (a profile of its own: one
+    proxmox-lxc target, no API), in turn: the goal is <= 1.5x the slowest member alone
 Then one member is rolled back and the human summary of a check is kept as a transcript.
 Results: bench/results/fleet.json and a table on stdout.
 """
@@ -45,11 +47,16 @@ def ssh_shim(directory: Path) -> tuple[dict[str, str], Path]:
     log = directory / "hosts"
     real = shutil.which("ssh")
     shim = directory / "ssh"
-    # The host is the argument before "--" (SshTransport.ssh_argv ends with HOST --).
+    # The host is the argument before "--" (SshTransport.ssh_argv ends with HOST --); a
+    # question to a master (`ssh -O check`) goes no further than its local socket.
     shim.write_text(
         "#!/bin/sh\n"
         'prev=""\n'
-        'for a in "$@"; do [ "$a" = "--" ] && break; prev="$a"; done\n'
+        'for a in "$@"; do\n'
+        f'  [ "$a" = "-O" ] && exec {real} "$@"\n'
+        '  [ "$a" = "--" ] && break\n'
+        '  prev="$a"\n'
+        "done\n"
         f'echo "$prev" >> "{log}"\n'
         f'exec {real} "$@"\n'
     )
@@ -116,6 +123,63 @@ def check_pair(
     return cold, warm
 
 
+def single_profiles(profile: Path, members: dict[int, str]) -> dict[int, Path]:
+    """Each member as a profile of its own: the same environment on one proxmox-lxc target
+    (vmid and node host, no API), the way a container is checked outside a fleet."""
+    fleet_only = ("api-url", "api-user", "secret-env", "ca-file", "select", "hosts")
+    singles = {}
+    for vmid, host in members.items():
+        lines: list[str] = []
+        for line in profile.read_text().splitlines():
+            if not line.startswith(fleet_only):
+                lines.append(line)
+            if line == 'type = "proxmox-lxc"':
+                lines += [f"vmid = {vmid}", f'host = "{host}"']
+        single = profile.with_name(f"single-{vmid}.toml")
+        single.write_text("\n".join(lines) + "\n")
+        singles[vmid] = single
+    return singles
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return time.perf_counter() - started
+
+
+def alone_and_together(
+    envlock: list[str], profile: Path, singles: dict[int, Path], env: dict[str, str]
+) -> dict[str, Any]:
+    """Warm masters: the fleet's `check --jobs 3` and each member checked alone (its own
+    profile), in turn; the goal compares the fleet with its slowest member alone."""
+    runtime = Path(tempfile.mkdtemp(prefix="fleet-"))
+    env = {**env, "XDG_RUNTIME_DIR": str(runtime)}
+    fleet = [*envlock, "check", "--json", "--jobs", "3", str(profile)]
+    alone = {vmid: [*envlock, "check", "--json", str(p)] for vmid, p in singles.items()}
+    try:
+        timed(fleet, env)  # opens both masters; each single reuses its node's
+        for argv in alone.values():
+            timed(argv, env)
+        together: list[float] = []
+        each: dict[int, list[float]] = {vmid: [] for vmid in alone}
+        for _ in range(RUNS):
+            together.append(timed(fleet, env))
+            for vmid, argv in alone.items():
+                each[vmid].append(timed(argv, env))
+    finally:
+        close_masters(runtime)
+    medians = {vmid: statistics.median(times) for vmid, times in each.items()}
+    slowest = max(medians.values())
+    fleet_s = statistics.median(together)
+    return {
+        "fleet_jobs3_warm_s": fleet_s,
+        "alone_warm_s": {str(vmid): t for vmid, t in medians.items()},
+        "slowest_alone_warm_s": slowest,
+        "ratio_fleet_vs_slowest_alone": fleet_s / slowest,
+    }
+
+
 def test_bench_fleet(
     tmp_path: Path,
     node_sshd: Node,
@@ -167,6 +231,10 @@ def test_bench_fleet(
             node: statistics.median(s["round_trips"].get(node, 0) for s in colds)
             for node in NODES.values()
         }
+    singles = single_profiles(profile, {a: "127.0.0.1", b: "127.0.0.1", c: "localhost"})
+    for single in singles.values():
+        run("lock", single.name)
+    results.update(alone_and_together(envlock, profile, singles, env))
     for mode in ("cold", "warm"):
         results[f"ratio_{mode}_jobs3_vs_jobs1"] = (
             results[f"check_{mode}_jobs3_s"] / results[f"check_{mode}_jobs1_s"]
@@ -207,4 +275,9 @@ def test_bench_fleet(
             f"{results[f'check_cold_jobs{jobs}_masters']:.0f} master(s), round trips "
             f"{results[f'check_cold_jobs{jobs}_round_trips']}"
         )
+    print(
+        f"  warm masters: the fleet --jobs 3 {results['fleet_jobs3_warm_s']:.2f} s, its slowest "
+        f"member checked alone {results['slowest_alone_warm_s']:.2f} s "
+        f"({results['ratio_fleet_vs_slowest_alone']:.2f}x; goal <= 1.5x)"
+    )
     print("\n" + "\n".join(results["transcript"]))

@@ -64,6 +64,19 @@ def extra_rows() -> list[dict[str, Any]]:
                 "met": remote["ratio_check_vs_python"] <= 1.2,
             }
         )
+    fleet = load("fleet")
+    if fleet and "slowest_alone_warm_s" in fleet:
+        rows.append(
+            {
+                "operation": "fleet check, 3 containers on 2 nodes, `--jobs 3`, warm masters",
+                "envlock": f"{fleet['fleet_jobs3_warm_s']:.3f} s",
+                "baseline": "its slowest member checked alone (a profile of its own) "
+                f"{fleet['slowest_alone_warm_s']:.3f} s",
+                "ratio": f"{fleet['ratio_fleet_vs_slowest_alone']:.2f}×",
+                "goal": "≤ 1.5×",
+                "met": fleet["ratio_fleet_vs_slowest_alone"] <= 1.5,
+            }
+        )
     snapshot = load("snapshot")
     if snapshot and "api_s" in snapshot:
         rows.append(

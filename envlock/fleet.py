@@ -132,12 +132,13 @@ class Fleet:
         return lambda line: ui.info(f"{member.label}: {line.strip()}")
 
     def open_node(self, member: Member, mctx: Context) -> None:
-        """One ssh master per node, opened before its first member runs: the node's other
-        members wait for it and share it (the ssh transport multiplexes per connection)."""
+        """One ssh master per node, up before its first member runs (the one a command
+        before this left running, or a new one): the node's other members wait for it and
+        share it (the ssh transport multiplexes per connection)."""
         with self.node_locks[member.node]:
             if member.node not in self.node_ready:
                 try:
-                    mctx.transport.node.run(["true"])  # type: ignore[attr-defined]
+                    mctx.transport.node.open_master()  # type: ignore[attr-defined]
                     self.node_ready[member.node] = None
                 except EnvlockError as exc:
                     self.node_ready[member.node] = exc

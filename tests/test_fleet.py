@@ -155,6 +155,11 @@ def accepted(node: Node) -> int:
     return node.sshd_log.read_text().count("Accepted publickey")
 
 
+def sessions(node: Node) -> int:
+    """Commands the node's sshd ran (one session each, over a new or a shared connection)."""
+    return node.sshd_log.read_text().count("Starting session")
+
+
 def relock(profile: Path, old: str, new: str) -> None:
     profile.write_text(profile.read_text().replace(old, new))
     assert cli("lock", profile).returncode == 0
@@ -221,11 +226,15 @@ def test_a_fleet_across_two_nodes(
     rolled = cli("rollback", "--on", str(c), profile)
     assert rolled.returncode == 0, rolled.stderr
     runtime = Path(tempfile.mkdtemp(prefix="fleet-"))  # a socket path must stay short
-    before = accepted(node_sshd)
-    checked = cli(
-        "check", "--on", "pve1", "--on", str(c), profile, env={"XDG_RUNTIME_DIR": str(runtime)}
-    )
+    before, ran = accepted(node_sshd), sessions(node_sshd)
+    three = ("check", "--on", "pve1", "--on", str(c), profile)
+    checked = cli(*three, env={"XDG_RUNTIME_DIR": str(runtime)})
     assert checked.returncode == 0, checked.stderr
+    assert sessions(node_sshd) - ran == 3 + 2  # a command per member, an opener per node
+    # The next command finds both masters up: no opener, a session per member, no connection.
+    ran, again = sessions(node_sshd), accepted(node_sshd)
+    assert cli(*three, env={"XDG_RUNTIME_DIR": str(runtime)}).returncode == 0
+    assert (sessions(node_sshd) - ran, accepted(node_sshd) - again) == (3, 0)
     old_lock = members(cli("check", "--json", "--on", str(c), profile))[c]["generation_lock_id"]
     assert checked.stdout.splitlines()[0] == (
         f"3 containers: 2 on lock {new_lock} (generation 2), "

@@ -44,23 +44,43 @@ class Settings:
         return dataclasses.replace(self, vmid=vmid, node=node)
 
 
+class ScriptedNode(ScriptedTransport):
+    """A node reached as the ssh transport reaches one: its master connection is either up
+    already (`warm`: a command before this one left it) or opened by a `true` on the node."""
+
+    def __init__(self, handler: Any, name: str, warm: bool) -> None:
+        super().__init__(handler, name=name)
+        self.host = name  # what pct names the node by
+        self.warm = warm
+
+    def open_master(self) -> None:
+        if not self.warm:
+            self.run(["true"])
+
+
 class Cluster:
     """Scripted nodes: `true` answers the connection check (unless the node is down), and
-    `pct exec VMID … -- env -i K=V… argv` answers `argv` as container VMID would."""
+    `pct exec VMID … -- env -i K=V… argv` answers `argv` as container VMID would. The nodes
+    in `warm` have their master connection up already."""
 
-    def __init__(self, down: tuple[str, ...] = (), stopped: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        down: tuple[str, ...] = (),
+        stopped: tuple[int, ...] = (),
+        warm: tuple[str, ...] = (),
+    ) -> None:
         self.down = down
         self.stopped = stopped
+        self.warm = warm
         self.checks: dict[str, int] = {}
-        self.nodes: dict[str, ScriptedTransport] = {}
+        self.nodes: dict[str, ScriptedNode] = {}
         self.lock = threading.Lock()
 
-    def node(self, name: str) -> ScriptedTransport:
+    def node(self, name: str) -> ScriptedNode:
         with self.lock:
             if name not in self.nodes:
-                node = ScriptedTransport(lambda call: self.answer(name, call), name=name)
-                node.host = name  # type: ignore[attr-defined]  # what pct names the node by
-                self.nodes[name] = node
+                answer = lambda call: self.answer(name, call)  # noqa: E731
+                self.nodes[name] = ScriptedNode(answer, name, name in self.warm)
             return self.nodes[name]
 
     def answer(self, name: str, call: Call) -> Result:
@@ -138,6 +158,21 @@ def test_at_most_jobs_members_run_at_once_and_each_node_is_checked_once(
     assert all(r.result == "clean" and r.seconds > 0 for r in results.values())
     # One connection check per node, before its first member, shared by the others.
     assert cluster.checks == {"pve1": 1, "pve2": 1}
+
+
+def test_a_node_whose_master_is_up_is_not_asked_again(tmp_path: Path) -> None:
+    """The master a command before this one left running serves the members as it is: no
+    `true` on that node (a session there costs ~0.13 s even over a warm master)."""
+    cluster = Cluster(warm=("pve1",))
+    ctx = fleet_context(tmp_path, cluster)
+    three = members((101, "pve1", "running"), (102, "pve1", "running"), (103, "pve2", "running"))
+    results, _ = Fleet(ctx, three, quiet=True).run(
+        hostname, jobs=3, fail_fast=False, include_stopped=False
+    )
+    assert [results[m].note for m in three] == ["ct101", "ct102", "ct103"]
+    assert cluster.checks == {"pve2": 1}
+    sent = [c.argv for node in cluster.nodes.values() for c in node.calls]
+    assert len(sent) == 4 and sent.count(("true",)) == 1  # a command per member, one opener
 
 
 def test_every_failure_becomes_its_member_s_result(tmp_path: Path) -> None:
