@@ -10,6 +10,7 @@ import contextlib
 import os
 import pty
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -119,6 +120,74 @@ def test_sigterm_is_forwarded_over_ssh_and_the_status_returned(
     assert marker.read_text() == f"checkpointed on {int(signal.SIGTERM)}\n"
     # Nothing is left on the target: the one-call run writes no env or pid file at all.
     assert not (root / "run").exists() or not list((root / "run").iterdir())
+
+
+# An ssh that holds back the first line the agent's `run` answers (that it started the
+# command) for a second, saying so in a file first: a signal sent then finds the command
+# started and envlock still waiting for the word.
+HOLD_ANSWER = """#!/bin/bash
+set -o pipefail
+case "${@: -1}" in
+  *" run") ;;
+  *) exec REAL "$@" ;;
+esac
+REAL "$@" | { IFS= read -r first; : > HELD; sleep 1; printf '%s\\n' "$first"; exec cat; }
+"""
+
+
+ENVLOCK_RUN = [sys.executable, "-m", "envlock", "run"]
+
+
+def test_a_signal_while_the_remote_command_starts_reaches_it(
+    tmp_path: Path, wheelhouse: Path, node_sshd: Node
+) -> None:
+    """SIGTERM arrives while the agent's word that it started the command is on its way:
+    envlock forwards it once the word comes, so the command is never left running after
+    envlock exits (before, envlock ended at once with 130 and the command ran on)."""
+    root = tmp_path / "ssh root"
+    target = ssh_target(root, tmp_path / "venv", node_sshd)
+    profile = write_profile(tmp_path / "p", wheelhouse, target)
+    assert cli("apply", "-y", profile).returncode == 0
+    shims, held = tmp_path / "shims", tmp_path / "held"
+    shims.mkdir()
+    real = shutil.which("ssh")
+    assert real is not None
+    (shims / "ssh").write_text(HOLD_ANSWER.replace("REAL", real).replace("HELD", str(held)))
+    (shims / "ssh").chmod(0o755)
+    script, marker = tmp_path / "trap.py", tmp_path / "marker"
+    script.write_text(TRAP)
+    proc = subprocess.Popen(
+        [*ENVLOCK_RUN, str(profile), "--", "python", str(script), str(marker)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"},
+    )
+    wait_for(held, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 42, err
+    assert marker.read_text() == f"checkpointed on {int(signal.SIGTERM)}\n"
+
+    # The same signal while the agent answers that the environment changed (nothing
+    # started): envlock stops as interrupted, and says so, once the answer is in.
+    (tinydep,) = root.glob("current/lib/python*/site-packages/tinydep/__init__.py")
+    tinydep.unlink()
+    held.unlink()
+    proc = subprocess.Popen(
+        [*ENVLOCK_RUN, str(profile), "--", "python", str(script), f"{marker}.2"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"},
+    )
+    wait_for(held, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.strip()) == (130, "error: interrupted: nothing changed")
+    assert not Path(f"{marker}.2.ready").exists()
 
 
 def test_a_remote_command_gets_only_what_it_is_given_and_no_secret_in_argv(

@@ -12,7 +12,10 @@ The environment travels inside the request on stdin (never on a command line, ne
 file); the command's stdin follows it once the agent said it starts (nothing of ours is
 read before: a fallback loses none of it). stdout and stderr are relayed; SIGINT, SIGTERM
 and SIGHUP are forwarded to the command's process group, which the agent names when it
-starts (runs/launch.py's Forwarder, over a second multiplexed connection).
+starts (runs/launch.py's Forwarder, over a second multiplexed connection). One that comes
+while the agent checks and starts is kept until its answer is in: forwarded when the command
+started, else envlock stops as interrupted (`Pending`): a signal never ends envlock while
+the command it was starting runs on unseen.
 
 Remembered states are kept in the user's cache (usercache.py: this user's alone, read
 through the one gate), named by the target, root and probe request. They are data that can
@@ -30,7 +33,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -102,12 +105,32 @@ def call_run(
 ) -> Started | Changed | Failed | Stopped:
     """Send the agent's `run` (request: probe, expect, spec, argv, startup) and follow it.
     `gate` (the container API's word) runs while the target probes; the agent then waits for
-    it before it starts anything."""
+    it before it starts anything. A signal from the moment the call is sent is envlock's to
+    handle (`Pending`): none can end envlock while the agent may be starting the command."""
     argv = agent_argv(transport, root, "run", env_python=True)
+    proc = transport.spawn(argv, piped=True)
+    pending = Pending(proc)
+    with signals_to(pending) as handle:
+        outcome = send_and_read(proc, argv, transport, request, gate)
+        if isinstance(outcome, str):  # the command started: this is its process group
+            return Started(follow(proc, transport, outcome, handle, pending.signals))
+    if pending.signals:
+        raise KeyboardInterrupt  # nothing started: envlock stops as interrupted
+    return outcome
+
+
+def send_and_read(
+    proc: subprocess.Popen[bytes],
+    argv: list[str],
+    transport: Transport,
+    request: dict[str, Any],
+    gate: Callable[[], bool] | None,
+) -> str | Changed | Failed | Stopped:
+    """The request on the agent's stdin, then its answers: the started command's process
+    group, or what stopped it from starting."""
     payload = json.dumps({**request, "await": gate is not None}).encode()
     verdict: list[bool | BaseException] = []
     asking = threading.Thread(target=ask, args=(gate, verdict), daemon=True) if gate else None
-    proc = transport.spawn(argv, piped=True)
     if asking is not None:
         asking.start()
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -133,12 +156,49 @@ def call_run(
             return Stopped()
         answer, first = read_answer(proc.stdout)
     if isinstance(answer, dict) and isinstance(answer.get("run"), dict):
-        return Started(follow(proc, transport, str(answer["run"].get("target", ""))))
+        return str(answer["run"].get("target", ""))
     out, err = proc.communicate()
     result = Result(tuple(argv), proc.returncode, first + out, err)
     if answer is None:
         return Failed(result)
     return Changed(parse_answer(transport, "run", result))
+
+
+class Pending:
+    """The signals envlock forwards, kept while the agent checks and may start the command:
+    once it has started they go on to it (as a command started here gets a Ctrl-C pressed
+    as it starts); when nothing started, envlock stops as interrupted. Either way the
+    agent's answer is read first, so a command is never left running unseen. A second
+    signal stops waiting: the local ssh client ends (an agent still checking then finds no
+    reader for its answer, which it writes before it starts anything)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.signals: list[int] = []
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.signals.append(signum)
+        if len(self.signals) > 1:
+            with contextlib.suppress(OSError):
+                self.proc.kill()
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def signals_to(handler: Callable[[int, Any], None]) -> Iterator[Callable[..., None]]:
+    """The forwarded signals go to `handler` until the block ends; inside, the function it
+    yields hands them to another handler (no moment in between without one)."""
+    previous = {sig: signal.signal(sig, handler) for sig in FORWARDED}
+
+    def hand_to(other: Callable[[int, Any], None]) -> None:
+        for sig in FORWARDED:
+            signal.signal(sig, other)
+
+    try:
+        yield hand_to
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def read_answer(stdout: IO[bytes]) -> tuple[Any, bytes]:
@@ -157,9 +217,20 @@ def ask(gate: Callable[[], bool], verdict: list[bool | BaseException]) -> None:
         verdict.append(exc)
 
 
-def follow(proc: subprocess.Popen[bytes], transport: Transport, target: str) -> int:
-    """Relay the started command's stdio, forward signals to its group; its exit status."""
+def follow(
+    proc: subprocess.Popen[bytes],
+    transport: Transport,
+    target: str,
+    hand_to: Callable[[Callable[..., None]], None],
+    pending: list[int],
+) -> int:
+    """Relay the started command's stdio, forward signals to its group (those that came
+    while it started first); its exit status."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    forward = Forwarder(transport, target=target)
+    hand_to(forward)
+    for signum in pending:
+        forward(signum, None)
     relays = [
         threading.Thread(target=relay, args=(proc.stdout, sys.stdout), daemon=True),
         threading.Thread(target=relay, args=(proc.stderr, sys.stderr), daemon=True),
@@ -167,13 +238,7 @@ def follow(proc: subprocess.Popen[bytes], transport: Transport, target: str) -> 
     for thread in relays:
         thread.start()
     threading.Thread(target=feed_stdin, args=(proc.stdin,), daemon=True).start()
-    forward = Forwarder(transport, target=target)
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    try:
-        code = proc.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    code = proc.wait()
     for thread in relays:
         thread.join()
     return code
