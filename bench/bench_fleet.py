@@ -12,7 +12,9 @@ Measured, each as a median of fresh `envlock` processes, --jobs 1 and --jobs 3 i
   * check with the masters warm (the next command within ControlPersist)
   * the ratio --jobs 3 / --jobs 1 of each
   * with warm masters, --jobs 3 beside each member checked alone (a profile of its own: one
-    proxmox-lxc target, no API), in turn: the goal is <= 1.5x the slowest member alone
+    proxmox-lxc target, no API), in turn: the goal is <= 1.5x the slowest member alone;
+    beside it the CPU time every process on the machine spent during the fleet's check
+    (sshd, pct, the containers' agents, the fake API: all share this machine's cores)
 Then one member is rolled back and the human summary of a check is kept as a transcript.
 Results: bench/results/fleet.json and a table on stdout.
 """
@@ -141,10 +143,19 @@ def single_profiles(profile: Path, members: dict[int, str]) -> dict[int, Path]:
     return singles
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
-    started = time.perf_counter()
+def busy_seconds() -> float:
+    """CPU time the whole machine has spent busy (every process: sshd, pct, the containers'
+    agents, the fake API), from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(argv: list[str], env: dict[str, str], cpu: list[float] | None = None) -> float:
+    started, busy = time.perf_counter(), busy_seconds()
     done = subprocess.run(argv, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    if cpu is not None:
+        cpu.append(busy_seconds() - busy)
     return time.perf_counter() - started
 
 
@@ -162,9 +173,10 @@ def alone_and_together(
         for argv in alone.values():
             timed(argv, env)
         together: list[float] = []
+        cpu: list[float] = []
         each: dict[int, list[float]] = {vmid: [] for vmid in alone}
         for _ in range(RUNS):
-            together.append(timed(fleet, env))
+            together.append(timed(fleet, env, cpu))
             for vmid, argv in alone.items():
                 each[vmid].append(timed(argv, env))
     finally:
@@ -177,6 +189,10 @@ def alone_and_together(
         "alone_warm_s": {str(vmid): t for vmid, t in medians.items()},
         "slowest_alone_warm_s": slowest,
         "ratio_fleet_vs_slowest_alone": fleet_s / slowest,
+        # What the machine's CPUs alone allow: every process's CPU time over the cores.
+        "fleet_jobs3_cpu_s": statistics.median(cpu),
+        "cpus": os.cpu_count(),
+        "fleet_jobs3_cpu_floor_s": statistics.median(cpu) / (os.cpu_count() or 1),
     }
 
 
@@ -278,6 +294,8 @@ def test_bench_fleet(
     print(
         f"  warm masters: the fleet --jobs 3 {results['fleet_jobs3_warm_s']:.2f} s, its slowest "
         f"member checked alone {results['slowest_alone_warm_s']:.2f} s "
-        f"({results['ratio_fleet_vs_slowest_alone']:.2f}x; goal <= 1.5x)"
+        f"({results['ratio_fleet_vs_slowest_alone']:.2f}x; goal <= 1.5x); the fleet's "
+        f"processes used {results['fleet_jobs3_cpu_s']:.2f} CPU-s, "
+        f"{results['fleet_jobs3_cpu_floor_s']:.2f} s on {results['cpus']} cores"
     )
     print("\n" + "\n".join(results["transcript"]))
