@@ -5,7 +5,10 @@ answers, written by the one atomic writer (0600, in directories made 0700), and 
 untrusted data — only while it and every directory above it are this user's (or root's) and
 no one else may write them (ownership.untrusted), through the one gate
 (untrusted.read_untrusted), as JSON; the caller checks the shape. Anything else is a miss.
-Writing is best effort: a read-only home only costs the work next time.
+Writing is best effort: a read-only home only costs the work next time. Entries are named by
+hashes, so one nobody asks for again (an older envlock's, a lock long replaced) would stay
+for good: a write removes its kind's entries written more than STALE_DAYS ago, once a day
+at most (`prune`); one still in use is worked out again once and written afresh.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 from typing import Any
 
 from envlock.atomic import write_atomic
@@ -59,6 +63,27 @@ def write_entry(kind: str, key: object, data: object) -> None:
         make_private_dirs(os.path.dirname(path))
         if untrusted(os.path.dirname(path)) is None:
             write_atomic(path, json.dumps(data).encode(), 0o600)
+            prune(os.path.dirname(path))
+
+
+STALE_DAYS = 30
+PRUNED = ".pruned"  # its mtime: when the kind's directory was last pruned
+
+
+def prune(kind_dir: str, *, now: float | None = None) -> None:
+    """Remove the entries of `kind_dir` written more than STALE_DAYS ago, unless it was
+    pruned in the last day (the marker is written first: writers at once prune once)."""
+    now = time.time() if now is None else now
+    marker = os.path.join(kind_dir, PRUNED)
+    with contextlib.suppress(FileNotFoundError):
+        if now - os.lstat(marker).st_mtime < 86400:
+            return
+    write_atomic(marker, b"", 0o600)
+    for entry in os.scandir(kind_dir):
+        with contextlib.suppress(OSError):
+            stale = now - entry.stat(follow_symlinks=False).st_mtime > STALE_DAYS * 86400
+            if stale and entry.name.endswith(".json") and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
 
 
 def make_private_dirs(kind_dir: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,23 @@ def test_a_symlinked_cache_directory_is_not_trusted(tmp_path: Path, cache_home: 
     probe(tmp_path)
     assert list(elsewhere.iterdir()) == []
     assert not marker.exists()
+
+
+def test_a_new_compiled_agent_removes_those_written_a_month_ago(
+    tmp_path: Path, cache_home: Path
+) -> None:
+    """An older envlock's compiled agents are never read again (their names are hashes):
+    writing a new one removes those written more than 30 days ago, not a recent one, not
+    what only looks like one, and not the controller's own entries (directories)."""
+    cache_home.mkdir(parents=True, mode=0o700)
+    month_ago = time.time() - 31 * 86400
+    old = cache_home / f"agent-{'a' * 20}-cpython-311"
+    recent = cache_home / f"agent-{'b' * 20}-cpython-311"
+    lookalike = cache_home / "agent-notes"
+    for path in (old, recent, lookalike):
+        path.write_bytes(b"x")
+    for path in (old, lookalike):
+        os.utime(path, (month_ago, month_ago))
+    assert probe(tmp_path)["root_exists"] is True
+    assert not old.exists() and recent.exists() and lookalike.exists()
+    assert len(compiled(cache_home)) == 3  # the new one, the recent one, the lookalike

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,28 @@ def test_a_table_that_looks_like_a_tag_is_not_kept(private_cache: Path) -> None:
     assert lock.meta["x"] == {"toml-datetime": ["date", "2026-01-01"]}
     assert not list(private_cache.glob("*.json"))
     assert fields(parse_lock(PATH, text)) == fields(lock)
+
+
+def test_entries_no_one_asked_for_in_a_month_go_when_another_is_written(
+    private_cache: Path,
+) -> None:
+    """Entries are named by hashes: an older lock's would stay for good. A write removes the
+    kind's entries written more than 30 days ago, at most once a day; a recent one stays,
+    and so does anything but an entry."""
+    parse_lock(PATH, TEXT)
+    (kept,) = private_cache.glob("*.json")
+    old, other = private_cache / ("0" * 64 + ".json"), private_cache / "notes.txt"
+    for path in (old, other):
+        path.write_text("{}")
+    month_ago = time.time() - 31 * 86400
+    for path in (old, other):
+        os.utime(path, (month_ago, month_ago))
+    (private_cache / ".pruned").unlink()  # the first write pruned today: as if long ago
+    parse_lock(PATH, TEXT + "\n")  # a miss: a new entry
+    assert kept.exists() and other.exists() and not old.exists()
+    assert len(list(private_cache.glob("*.json"))) == 2
+    # Pruned today already: the next write lists nothing, whatever has grown old meanwhile.
+    old.write_text("{}")
+    os.utime(old, (month_ago, month_ago))
+    parse_lock(PATH, TEXT + "\n\n")
+    assert old.exists()

@@ -137,6 +137,26 @@ def refuse_non_regular(path):
         )
 
 
+# A compiled agent's name in the target's cache (reconcile/agentcode.py's BOOTSTRAP).
+COMPILED = re.compile(r"agent-[0-9a-f]{20}-[A-Za-z0-9_.-]+")
+COMPILED_STALE_DAYS = 30
+
+
+def prune_compiled(directory, kept):
+    """Called by the bootstrap when it wrote `kept` (a new envlock or interpreter): the
+    compiled agents in `directory` written more than COMPILED_STALE_DAYS ago go (their keys
+    are hashes: an older envlock's are never read again); one still in use is compiled
+    again once."""
+    now = time.time()
+    for entry in os.scandir(directory):
+        if entry.path == kept or not COMPILED.fullmatch(entry.name):
+            continue
+        with contextlib.suppress(OSError):
+            stale = now - entry.stat(follow_symlinks=False).st_mtime
+            if stale > COMPILED_STALE_DAYS * 86400 and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+
+
 def fsync_dir(directory):
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -31,7 +31,8 @@ AGENT_EXTRA = {
 # 1,700 lines each time. The code is ours: it came in this command line, and the key is its
 # hash. The directory is used only while it is this user's and no one else may write it
 # (`mine`): a file planted there would run as this user. The cache file is written by the
-# agent's own write_atomic (exclusive temp file, never through a link), once it is loaded.
+# agent's own write_atomic (exclusive temp file, never through a link), once it is loaded;
+# then the agent's prune_compiled removes those an older envlock left (core.py).
 BOOTSTRAP = """\
 import binascii,marshal,os,sys,zlib
 g={'__name__':'envlock_agent','__envlock_agent__':True}
@@ -56,7 +57,7 @@ for x in c: exec(x,g)
 if w:
     try:
         os.makedirs(d,0o700,exist_ok=True)
-        if mine(): g['write_atomic'](f,marshal.dumps(c),0o600)
+        if mine(): g['write_atomic'](f,marshal.dumps(c),0o600); g['prune_compiled'](d,f)
     except Exception: pass
 sys.exit(g['main']())
 """
