@@ -169,8 +169,9 @@ class Pending:
     once it has started they go on to it (as a command started here gets a Ctrl-C pressed
     as it starts); when nothing started, envlock stops as interrupted. Either way the
     agent's answer is read first, so a command is never left running unseen. A second
-    signal stops waiting: the local ssh client ends (an agent still checking then finds no
-    reader for its answer, which it writes before it starts anything)."""
+    signal stops waiting: the local ssh client ends, and an agent still checking, once its
+    session is closed, finds no reader for its answer, which it writes before it starts
+    anything (one already past that point runs the command on: the user asked twice)."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
