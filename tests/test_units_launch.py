@@ -35,6 +35,7 @@ from envlock.errors import EXIT_USAGE, OperationError
 from envlock.pythons import own_python
 from envlock.runs import launch
 from envlock.runs.launch import (
+    FORWARD_BY_PID_FILE,
     FORWARDED,
     KILLED,
     Forwarder,
@@ -495,8 +496,26 @@ def test_the_forwarder_kills_the_named_group_or_the_one_in_the_pid_file() -> Non
     Forwarder(transport, target="-4242")(signal.SIGTERM, None)
     Forwarder(transport, "/r/run/t.pid")(signal.SIGINT, None)
     assert seen[0].argv == ("sh", "-c", 'kill -s "$1" -- "$2"', "sh", "TERM", "-4242")
-    script = 'target=$(cat "$2" 2>/dev/null) && kill -s "$1" -- "$target"'
-    assert seen[1].argv == ("sh", "-c", script, "sh", "INT", "/r/run/t.pid")
+    assert seen[1].argv == ("sh", "-c", FORWARD_BY_PID_FILE, "sh", "INT", "/r/run/t.pid")
+
+
+def test_a_signal_waits_for_the_pid_file_the_launcher_is_about_to_write(
+    tmp_path: Path,
+) -> None:
+    """The forwarding script, run for real: the launcher writes the group a moment after
+    the signal came (it was still starting); the signal reaches the group all the same."""
+    pid_file = tmp_path / "t.pid"
+    group = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    later = threading.Timer(0.3, lambda: pid_file.write_text(f"-{group.pid}"))
+    later.start()
+    try:
+        subprocess.run(
+            ["sh", "-c", FORWARD_BY_PID_FILE, "sh", "TERM", str(pid_file)], check=True, timeout=10
+        )
+        assert group.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        later.cancel()
+        group.kill()
 
 
 # -- exec_local ---------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ target's transport (ssh, or ssh + `pct exec`):
   it holds what envlock sets, the profile's [env] and the variables named with `--env` or
   `[run] pass-env` — nothing else of this machine's environment;
 - the launcher records its process group, then execs the command; SIGINT, SIGTERM and SIGHUP
-  sent to envlock are forwarded to that group (over a second, multiplexed connection), and
-  envlock returns the command's own exit status once it ends.
+  sent to envlock are forwarded to that group (over a second, multiplexed connection; one
+  that comes while the launcher still starts waits for the group it names), and envlock
+  returns the command's own exit status once it ends.
 """
 
 from __future__ import annotations
@@ -215,6 +216,13 @@ def write_private(transport: Transport, run_dir: str, path: str, data: bytes) ->
         )
 
 
+# $1 the signal, $2 the pid file: up to 5 s for the launcher to write it, then the group.
+FORWARD_BY_PID_FILE = (
+    'i=0; while [ ! -s "$2" ] && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done; '
+    'target=$(cat "$2" 2>/dev/null) && kill -s "$1" -- "$target"'
+)
+
+
 class Forwarder:
     """A signal handler that sends the signal on to the remote command's process group: the
     one the launcher wrote to `pid_file`, or the `target` the agent's `run` named."""
@@ -229,8 +237,9 @@ class Forwarder:
         if self.target:
             argv = ["sh", "-c", 'kill -s "$1" -- "$2"', "sh", name, self.target]
         else:
-            script = 'target=$(cat "$2" 2>/dev/null) && kill -s "$1" -- "$target"'
-            argv = ["sh", "-c", script, "sh", name, self.pid_file]
+            # A signal may come before the launcher has written the file (it is still
+            # starting): wait for it a moment rather than lose the signal.
+            argv = ["sh", "-c", FORWARD_BY_PID_FILE, "sh", name, self.pid_file]
         # The command may have ended meanwhile; its status comes back all the same.
         with contextlib.suppress(OperationError):
             self.transport.run(argv)
