@@ -445,6 +445,26 @@ def test_a_container_stopped_under_the_command_is_the_error_and_its_pid_is_swept
     assert f"envlock: removed 1 stale .pid file(s) in {run_dir}, left by" in capfd.readouterr().err
 
 
+def test_an_environment_file_a_stopped_run_left_is_swept_by_the_next_one(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A run stopped between writing its 0600 env file and starting the launcher (which
+    deletes it at once) leaves a run's variables behind: the next launcher removes env files
+    an hour old, says so, and leaves a fresh one (another run's launcher about to start)."""
+    run_dir = tmp_path / "root" / "run"
+    run_dir.mkdir(parents=True)
+    left, fresh = run_dir / "left.env", run_dir / "fresh.env"
+    for path in (left, fresh):
+        path.write_text('{"set": {"TOKEN": "s3cret"}}')
+    hour_ago = time.time() - 3700
+    os.utime(left, (hour_ago, hour_ago))
+    capfd.readouterr()
+    assert launch_on(tmp_path, real(), "exit 0") == 0
+    assert [p.name for p in run_dir.iterdir()] == ["fresh.env"]
+    said = f"envlock: removed 1 environment file(s) in {run_dir}, left by a run stopped before"
+    assert said in capfd.readouterr().err
+
+
 def test_a_live_run_s_pid_is_never_swept(tmp_path: Path) -> None:
     transport = real()
     run_dir = tmp_path / "root" / "run"

@@ -42,7 +42,7 @@ NOT_EXECUTABLE, NOT_FOUND = 126, 127
 # starts as ssh and pct exec would start it: in the login's home, with the environment
 # given (its interpreter's site, .pth files and PYTHONPATH all apply).
 LAUNCHER = r"""
-import fcntl, json, os, sys
+import fcntl, json, os, stat, sys, time
 env_file, pid_file, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
 # It runs as root and renames over pid_file: only ever <run dir>/<token>.pid beside its
 # <token>.env, so arguments out of place can never name another file (such as /bin/sh).
@@ -71,8 +71,20 @@ if not sys.stdin.isatty():
 def sweep(run_dir):
     # A .pid nobody holds locked: its command is gone, and with it the lock (a container
     # stopped under the run, so nothing removed the file). A live one's command holds it.
-    swept = 0
+    # A .env an hour old: its launcher never started (envlock was stopped between writing
+    # it and starting the launcher, which deletes it at once); it holds a run's variables.
+    swept = unstarted = 0
     for name in os.listdir(run_dir):
+        if name.endswith(".env"):
+            path = os.path.join(run_dir, name)
+            try:
+                st = os.lstat(path)
+                if st.st_mtime < time.time() - 3600 and stat.S_ISREG(st.st_mode):
+                    os.unlink(path)
+                    unstarted += 1
+            except OSError:
+                pass
+            continue
         if not name.endswith(".pid"):
             continue
         try:
@@ -91,6 +103,11 @@ def sweep(run_dir):
         sys.stderr.write(
             "envlock: removed %d stale .pid file(s) in %s, left by a run whose container "
             "stopped under it\n" % (swept, run_dir)
+        )
+    if unstarted:
+        sys.stderr.write(
+            "envlock: removed %d environment file(s) in %s, left by a run stopped before "
+            "its command started\n" % (unstarted, run_dir)
         )
 
 
