@@ -7,7 +7,7 @@ no one else may write them (ownership.untrusted), through the one gate
 (untrusted.read_untrusted), as JSON; the caller checks the shape. Anything else is a miss.
 Writing is best effort: a read-only home only costs the work next time. Entries are named by
 hashes, so one nobody asks for again (an older envlock's, a lock long replaced) would stay
-for good: a write removes its kind's entries written more than STALE_DAYS ago, once a day
+for good: a write removes its kind's entries written more than 30 days ago, once a day
 at most (`prune`); one still in use is worked out again once and written afresh.
 """
 
@@ -66,24 +66,21 @@ def write_entry(kind: str, key: object, data: object) -> None:
             prune(os.path.dirname(path))
 
 
-STALE_DAYS = 30
 PRUNED = ".pruned"  # its mtime: when the kind's directory was last pruned
 
 
-def prune(kind_dir: str, *, now: float | None = None) -> None:
-    """Remove the entries of `kind_dir` written more than STALE_DAYS ago, unless it was
-    pruned in the last day (the marker is written first: writers at once prune once)."""
-    now = time.time() if now is None else now
+def prune(kind_dir: str) -> None:
+    """Remove the entries of `kind_dir` written more than STALE_DAYS ago (the agent's rule,
+    agent/core.py), unless it was pruned in the last day (the marker is written first:
+    writers at once prune once)."""
     marker = os.path.join(kind_dir, PRUNED)
     with contextlib.suppress(FileNotFoundError):
-        if now - os.lstat(marker).st_mtime < 86400:
+        if time.time() - os.lstat(marker).st_mtime < 86400:
             return
     write_atomic(marker, b"", 0o600)
-    for entry in os.scandir(kind_dir):
-        with contextlib.suppress(OSError):
-            stale = now - entry.stat(follow_symlinks=False).st_mtime > STALE_DAYS * 86400
-            if stale and entry.name.endswith(".json") and entry.is_file(follow_symlinks=False):
-                os.unlink(entry.path)
+    from envlock.agent.core import remove_stale  # stdlib only; loaded by a write alone
+
+    remove_stale(kind_dir, lambda name: name.endswith(".json"))
 
 
 def make_private_dirs(kind_dir: str) -> None:

@@ -60,7 +60,7 @@ DIFF = "$ envlock run train.toml -- python train.py --lr 3e-4 --ckpt runs/a"
 RUN = (SEED, HOLD, ADD, NO_RELEASE, DIFF)
 NOT_RUN = {
     "$ envlock check train.toml": "GPU facts of a node with an NVIDIA driver: tests/test_gpu.py",
-    "$ envlock init train.toml --from /root/venv --venv /root/venv --find-links ./wheels": (
+    "$ envlock init train.toml --from /srv/venv --venv /srv/venv --find-links ./wheels": (
         "a pip-built venv at a path of the README's: tests/test_adopt.py runs the same steps"
     ),
     "$ envlock snapshot train.toml runs/a --config a.json --metric tok_per_s=20000 --metric"

@@ -138,32 +138,46 @@ REAL "$@" | { IFS= read -r first; : > HELD; sleep 1; printf '%s\\n' "$first"; ex
 ENVLOCK_RUN = [sys.executable, "-m", "envlock", "run"]
 
 
-def test_a_signal_while_the_remote_command_starts_reaches_it(
-    tmp_path: Path, wheelhouse: Path, node_sshd: Node
-) -> None:
-    """SIGTERM arrives while the agent's word that it started the command is on its way:
-    envlock forwards it once the word comes, so the command is never left running after
-    envlock exits (before, envlock ended at once with 130 and the command ran on)."""
+def held_ssh_project(
+    tmp_path: Path, wheelhouse: Path, node: Node, shim: str
+) -> tuple[Path, Path, Path, dict[str, str]]:
+    """An applied project on an ssh target, TRAP in `trap.py`, and an `ssh` first on PATH
+    written from `shim` (REAL: the real ssh; HELD: the file it makes when it holds back):
+    (the profile, the target's root, the HELD file, the environment to run envlock in)."""
     root = tmp_path / "ssh root"
-    target = ssh_target(root, tmp_path / "venv", node_sshd)
+    target = ssh_target(root, tmp_path / "venv", node)
     profile = write_profile(tmp_path / "p", wheelhouse, target)
     assert cli("apply", "-y", profile).returncode == 0
     shims, held = tmp_path / "shims", tmp_path / "held"
     shims.mkdir()
     real = shutil.which("ssh")
     assert real is not None
-    (shims / "ssh").write_text(HOLD_ANSWER.replace("REAL", real).replace("HELD", str(held)))
+    (shims / "ssh").write_text(shim.replace("REAL", real).replace("HELD", str(held)))
     (shims / "ssh").chmod(0o755)
-    script, marker = tmp_path / "trap.py", tmp_path / "marker"
-    script.write_text(TRAP)
-    proc = subprocess.Popen(
-        [*ENVLOCK_RUN, str(profile), "--", "python", str(script), str(marker)],
+    (tmp_path / "trap.py").write_text(TRAP)
+    return profile, root, held, {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
+
+
+def start_run(env: dict[str, str], *args: str | Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*ENVLOCK_RUN, *map(str, args)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"},
+        env=env,
     )
+
+
+def test_a_signal_while_the_remote_command_starts_reaches_it(
+    tmp_path: Path, wheelhouse: Path, node_sshd: Node
+) -> None:
+    """SIGTERM arrives while the agent's word that it started the command is on its way:
+    envlock forwards it once the word comes, so the command is never left running after
+    envlock exits (before, envlock ended at once with 130 and the command ran on)."""
+    profile, root, held, env = held_ssh_project(tmp_path, wheelhouse, node_sshd, HOLD_ANSWER)
+    script, marker = tmp_path / "trap.py", tmp_path / "marker"
+    proc = start_run(env, profile, "--", "python", script, marker)
     wait_for(held, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -175,14 +189,7 @@ def test_a_signal_while_the_remote_command_starts_reaches_it(
     (tinydep,) = root.glob("current/lib/python*/site-packages/tinydep/__init__.py")
     tinydep.unlink()
     held.unlink()
-    proc = subprocess.Popen(
-        [*ENVLOCK_RUN, str(profile), "--", "python", str(script), f"{marker}.2"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"},
-    )
+    proc = start_run(env, profile, "--", "python", script, f"{marker}.2")
     wait_for(held, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -209,27 +216,10 @@ def test_a_signal_before_the_launcher_named_the_group_is_not_lost(
     is still starting waits for the group it names, then reaches it, so envlock returns at
     once with the command's end (before, it was forwarded to no one and the command ran
     its full minute)."""
-    root = tmp_path / "ssh root"
-    target = ssh_target(root, tmp_path / "venv", node_sshd)
-    profile = write_profile(tmp_path / "p", wheelhouse, target)
-    assert cli("apply", "-y", profile).returncode == 0
-    shims, held = tmp_path / "shims", tmp_path / "held"
-    shims.mkdir()
-    real = shutil.which("ssh")
-    assert real is not None
-    (shims / "ssh").write_text(HOLD_LAUNCHER.replace("REAL", real).replace("HELD", str(held)))
-    (shims / "ssh").chmod(0o755)
+    profile, _, held, env = held_ssh_project(tmp_path, wheelhouse, node_sshd, HOLD_LAUNCHER)
     script, marker = tmp_path / "trap.py", tmp_path / "marker"
-    script.write_text(TRAP)
-    run = [str(profile), "--snapshot-into", str(tmp_path / "snap"), "--"]
-    proc = subprocess.Popen(
-        [*ENVLOCK_RUN, *run, "python", str(script), str(marker)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"},
-    )
+    snapshot = tmp_path / "snap"
+    proc = start_run(env, profile, "--snapshot-into", snapshot, "--", "python", script, marker)
     try:
         wait_for(held, proc)
         proc.send_signal(signal.SIGTERM)

@@ -16,7 +16,7 @@ from envlock.proxmox.fleet import Member
 # behind the agent's "what failed: the command line" first line, as a member's note holds it.
 UV_COMMAND = (
     "/opt/envroot/.envlock/uv pip sync --python /opt/envroot/generations/2-3691be6fb9cb/bin/python"
-    " --offline --no-index --find-links /opt/wheels /opt/envroot/generations/2-3691be6fb9cb"
+    " --offline --no-index --find-links /srv/wheels /opt/envroot/generations/2-3691be6fb9cb"
     "/.envlock/pylock.toml"
 )
 FULL_DISK = (

@@ -137,24 +137,30 @@ def refuse_non_regular(path):
         )
 
 
+# Caches named by hashes (the compiled agents here, the controller's usercache.py) keep what
+# no one asks for again: their entries written longer ago than this go when a new one is.
+STALE_DAYS = 30
 # A compiled agent's name in the target's cache (reconcile/agentcode.py's BOOTSTRAP).
 COMPILED = re.compile(r"agent-[0-9a-f]{20}-[A-Za-z0-9_.-]+")
-COMPILED_STALE_DAYS = 30
+
+
+def remove_stale(directory, wanted, keep=None):
+    """Remove the regular files of `directory` whose name `wanted` accepts, other than
+    `keep`, written more than STALE_DAYS ago (one still in use is made again once)."""
+    cutoff = time.time() - STALE_DAYS * 86400
+    for entry in os.scandir(directory):
+        if entry.path == keep or not wanted(entry.name):
+            continue
+        with contextlib.suppress(OSError):
+            old = entry.stat(follow_symlinks=False).st_mtime < cutoff
+            if old and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
 
 
 def prune_compiled(directory, kept):
     """Called by the bootstrap when it wrote `kept` (a new envlock or interpreter): the
-    compiled agents in `directory` written more than COMPILED_STALE_DAYS ago go (their keys
-    are hashes: an older envlock's are never read again); one still in use is compiled
-    again once."""
-    now = time.time()
-    for entry in os.scandir(directory):
-        if entry.path == kept or not COMPILED.fullmatch(entry.name):
-            continue
-        with contextlib.suppress(OSError):
-            stale = now - entry.stat(follow_symlinks=False).st_mtime
-            if stale > COMPILED_STALE_DAYS * 86400 and entry.is_file(follow_symlinks=False):
-                os.unlink(entry.path)
+    compiled agents an older one left go (their keys are hashes: never read again)."""
+    remove_stale(directory, COMPILED.fullmatch, keep=kept)
 
 
 def fsync_dir(directory):
