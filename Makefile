@@ -43,7 +43,7 @@ bench: setup
 # of `make test`. mutants/ is rebuilt from the working tree each time, so a run never tests a
 # stale copy; the survivors and a per-module table (killed of ALL mutants, "no tests"
 # included) are printed at the end. On a shared machine: MUTATE_JOBS=1 MUTATE_NICE=19; a
-# subset of modules at a time with MUTANTS='envlock.lock.* envlock.agent.apply.*'.
+# subset of modules at a time with MUTANTS='envlock.lock.read.* envlock.agent.apply.*'.
 mutate: setup
 	rm -rf mutants
 	nice -n $${MUTATE_NICE:-10} .venv/bin/mutmut run --max-children $${MUTATE_JOBS:-2} $(MUTANTS)

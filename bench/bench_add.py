@@ -29,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from envlock.uvbin import uv_path  # noqa: E402
+from envlock.base.uvbin import uv_path  # noqa: E402
 from tests.projects import torch_profile_text  # noqa: E402
 from tests.wheelhouse import build_pypi_wheelhouse  # noqa: E402
 

@@ -3,7 +3,7 @@
     python -m pytest bench/bench_fleet.py -p tests.remote.fixtures -q -s
 
 It needs what the remote tests need (root, lxc, debootstrap, sshd; `make test` installs them)
-and builds the fleet of tests/test_fleet.py: the fake Proxmox API lists three real LXC
+and builds the fleet of tests/remote/test_fleet.py: the fake Proxmox API lists three real LXC
 containers behind the test `pct`, two on pve1 and one on pve2, and both node names reach the
 test sshd on loopback (127.0.0.1 and localhost: two ways of connecting, so two ssh masters).
 Measured, each as a median of fresh `envlock` processes, --jobs 1 and --jobs 3 interleaved:
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.remote.fixtures import Node
-from tests.test_fleet import fleet_target
-from tests.test_remote import envlock_env, write_profile
+from tests.remote.test_fleet import fleet_target
+from tests.remote.test_remote import envlock_env, write_profile
 from tests.wheelhouse import build_wheelhouse
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fleet.json"

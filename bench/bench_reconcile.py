@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from envlock.agent.files import write_manifest  # noqa: E402
-from envlock.uvbin import uv_path  # noqa: E402
+from envlock.base.uvbin import uv_path  # noqa: E402
 from tests.projects import torch_profile_text  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "reconcile.json"

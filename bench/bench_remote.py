@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envlock.profile import load_profile
+from envlock.profile.read import load_profile
 from envlock.targets.ssh import close_master
 from tests.projects import toml_list
 from tests.remote.fixtures import Node

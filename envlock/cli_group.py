@@ -10,9 +10,9 @@ from typing import NoReturn
 import click
 
 from envlock import __version__, ui
+from envlock.base.tomlread import suggest
 from envlock.commands import COMMANDS
 from envlock.errors import EXIT_INTERRUPTED, INTERRUPTED, EnvlockError
-from envlock.tomlread import suggest
 
 
 class EnvlockGroup(click.Group):

@@ -159,7 +159,7 @@ def relative_path(value: Any, where: str) -> None:
 # -- the documents envlock prints for scripts ---------------------------------------------------
 # Every `--json` document carries "schema": its kind's number here, raised when a field of
 # that kind changes meaning (a field added is no change). The one table: a script checks one
-# number per kind, and tests/test_json_contract.py walks every command against it.
+# number per kind, and tests/cli/test_json_contract.py walks every command against it.
 DOCUMENTS: dict[str, int] = {
     "error": 1,  # any command's failure under --json: {schema, error, hint, exit}
     "init": 1,

@@ -1,5 +1,5 @@
 """Every --json document's declared shape, per kind of envlock.schema.DOCUMENTS, and
-`conforms(kind, data)`: the contract test (tests/test_json_contract.py) and the tests that
+`conforms(kind, data)`: the contract test (tests/cli/test_json_contract.py) and the tests that
 produce a kind only they can (fleets, containers, compile caches, init --from) check their
 documents against the one table here."""
 
@@ -36,7 +36,7 @@ PROPOSED = {
     "generation": schema.nullable(GENERATION),
 }
 VERSIONS = schema.mapping(schema.PACKAGE_NAME, schema.STR)
-# A fleet member's row: the fields every command's member has (envlock.fleet.member_json).
+# A fleet member's row: the fields every command's member has (envlock.converge.fleet.member_json).
 MEMBER = {
     "member": schema.STR,
     "vmid": schema.INT,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from envlock.pythons import START
+from envlock.base.pythons import START
 from envlock.reconcile.agentcall import LOCKED_READY
 from envlock.targets.base import Result
 from envlock.targets.local import LocalTransport

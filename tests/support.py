@@ -8,7 +8,7 @@ from pathlib import Path
 
 from uv import find_uv_bin
 
-from envlock.lock_links import environment_find_links
+from envlock.lock.links import environment_find_links
 
 UV = find_uv_bin()
 TORCH_CPU_VERSION = os.environ.get("ENVLOCK_TEST_TORCH", "2.13.0+cpu")

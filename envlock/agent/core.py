@@ -1,7 +1,7 @@
 """The target-side agent: stdlib only, shipped to the target in one command line.
 
 It runs with the environment's own interpreter (probe) or the target's python3 (apply),
-always isolated (`-I -S`, in `/`: envlock/pythons.py), so nothing of the environment it
+always isolated (`-I -S`, in `/`: envlock/base/pythons.py), so nothing of the environment it
 inspects (a `.pth`, sitecustomize) nor of the caller runs inside it; it reads a JSON request
 on stdin and prints JSON on stdout, so gathering state costs one round trip over any
 transport. It never imports torch: versions come from dist-info metadata and
@@ -56,8 +56,8 @@ def record_hash(path):
 
 
 # -- writing files: by descriptor, never through a link ------------------------------------
-# The agent's copy of envlock/atomic.py's write_atomic (the agent cannot import envlock): keep
-# them in step; tests/test_trust_writes.py runs both on the same cases.
+# The agent's copy of envlock/base/atomic.py's write_atomic (the agent cannot import envlock): keep
+# them in step; tests/trust/test_writes.py runs both on the same cases.
 TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -177,7 +177,7 @@ def fsync_dir(directory):
 
 
 # -- whose paths these are ----------------------------------------------------------------
-# The agent's twin of envlock/ownership.py's `untrusted` (keep them in step; a test runs both
+# The agent's twin of envlock/base/ownership.py's `untrusted` (keep them in step; a test runs both
 # on the same shapes). The rule the code cache (BOOTSTRAP's `mine`) follows, for the root and
 # the compile-cache dir: what root's processes write and load must be root's.
 def untrusted(path, uid=None):
@@ -370,8 +370,8 @@ def read_json(path, default=None):
 
 
 # Bytes from elsewhere (a METADATA file a polluting install wrote) are opened only by this
-# function: the rule of envlock/untrusted.py's `open_untrusted`, for the agent, which cannot
-# import envlock. Keep the two in step; tests/test_trust_gate.py checks that they agree.
+# function: the rule of envlock/base/untrusted.py's `open_untrusted`, for the agent, which cannot
+# import envlock. Keep the two in step; tests/trust/test_gate.py checks that they agree.
 UNTRUSTED_KINDS = {
     stat.S_IFIFO: "a FIFO",
     stat.S_IFCHR: "a character device",

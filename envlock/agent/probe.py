@@ -53,7 +53,7 @@ def installed_distributions(site):
 
 
 # What one probe reads of the environment's METADATA files: a copy of MAX_ENV_TEXT and
-# MAX_ENV_HEADER in envlock/checkpoint/limits.py (tests/test_trust_gate.py checks they agree),
+# MAX_ENV_HEADER in envlock/base/limits.py (tests/trust/test_gate.py checks they agree),
 # since a polluting install writes these files and `check` shows what they say.
 MAX_ENV_TEXT = 4096  # characters of one Name/Version/Requires-Dist value
 MAX_ENV_HEADER = 16 << 20  # bytes of one METADATA file's header part
@@ -153,7 +153,7 @@ def version_py(path):
     return found
 
 
-# torch's own CUDA library families: a copy of envlock/cuda.py's lists, since the agent ships
+# torch's own CUDA library families: a copy of envlock/base/cuda.py's lists, since the agent ships
 # alone (stdlib only) and cannot import envlock. Keep the two in step.
 TORCH_CUDA_FAMILIES = frozenset(
     [
@@ -296,7 +296,7 @@ def probe(req):
 
 
 def interpreter_facts(root):
-    """The interpreter this probe runs in. envlock starts it with -S (envlock/pythons.py),
+    """The interpreter this probe runs in. envlock starts it with -S (envlock/base/pythons.py),
     so sys.prefix is the base interpreter's: the environment is found as site.py finds it,
     from a pyvenv.cfg beside or above sys.executable (the path it was started by)."""
     prefix = sys.prefix
@@ -317,7 +317,7 @@ def interpreter_facts(root):
 def refused_interpreter(root):
     """The real file of the active generation's python when it lies inside the root: a
     venv's python links to a base interpreter, so that one was planted, and envlock's start
-    line (envlock/pythons.py) ran the system python instead. None otherwise."""
+    line (envlock/base/pythons.py) ran the system python instead. None otherwise."""
     real = os.path.realpath(os.path.join(root, "current", "bin", "python"))
     inside = real.startswith(os.path.realpath(root) + os.sep)
     return real if inside and os.path.isfile(real) else None

@@ -15,16 +15,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from envlock.checkpoint.inert import (
-    SPARSE_PARTS,
-    DType,
-    QScheme,
-    Storage,
-    Stub,
-    TensorInfo,
-    is_stub_class,
-)
-from envlock.checkpoint.limits import (
+from envlock.base.limits import (
     EXPANSION_PER_BYTE,
     MAX_DIM,
     MAX_DIMS,
@@ -33,6 +24,15 @@ from envlock.checkpoint.limits import (
     brief,
     check_dims,
     check_numel,
+)
+from envlock.checkpoint.inert import (
+    SPARSE_PARTS,
+    DType,
+    QScheme,
+    Storage,
+    Stub,
+    TensorInfo,
+    is_stub_class,
 )
 
 _MAX_DEVICE = 64  # characters in a device or layout name ("cuda", "cpu", "torch.strided")

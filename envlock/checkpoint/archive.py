@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envlock.checkpoint.allowed import Work
-from envlock.checkpoint.limits import (
+from envlock.base.limits import (
     MAX_INFLATION,
     MAX_PICKLE_BYTES,
     MAX_ZIP_ENTRIES,
@@ -27,10 +26,11 @@ from envlock.checkpoint.limits import (
     budget,
     printable,
 )
+from envlock.base.untrusted import open_untrusted, read_untrusted
+from envlock.checkpoint.allowed import Work
 from envlock.checkpoint.scan import scan
 from envlock.checkpoint.unpickler import RestrictedUnpickler
 from envlock.errors import OperationError, UsageError
-from envlock.untrusted import open_untrusted, read_untrusted
 
 _CORRUPT_HINT = "the checkpoint is truncated or damaged; torch.load would fail on it too"
 _PICKLE_LIMIT = f"{MAX_PICKLE_BYTES // MiB} MiB"

@@ -16,10 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from envlock.checkpoint.archive import load_raw_pickle
-from envlock.checkpoint.dcp_bytes import UNREAD, read_bytes_entries
-from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo
-from envlock.checkpoint.limits import (
+from envlock.base.limits import (
     MAX_TENSORS,
     Refused,
     budget,
@@ -27,8 +24,11 @@ from envlock.checkpoint.limits import (
     check_numel,
     printable,
 )
+from envlock.base.untrusted import open_untrusted
+from envlock.checkpoint.archive import load_raw_pickle
+from envlock.checkpoint.dcp_bytes import UNREAD, read_bytes_entries
+from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo
 from envlock.errors import OperationError
-from envlock.untrusted import open_untrusted
 
 METADATA = ".metadata"
 SHARD_SUFFIX = ".distcp"

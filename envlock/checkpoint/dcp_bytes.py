@@ -14,11 +14,11 @@ import io
 from pathlib import Path
 from typing import Any
 
+from envlock.base.limits import MiB, Refused, budget
+from envlock.base.untrusted import open_untrusted
 from envlock.checkpoint.archive import load_zip_bytes
 from envlock.checkpoint.inert import Stub
-from envlock.checkpoint.limits import MiB, Refused, budget
 from envlock.errors import EnvlockError
-from envlock.untrusted import open_untrusted
 
 _M = "torch.distributed.checkpoint."
 _INDEX = _M + "metadata.MetadataIndex"

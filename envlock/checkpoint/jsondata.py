@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from envlock.checkpoint.limits import MAX_JSON_DEPTH, Refused
+from envlock.base.limits import MAX_JSON_DEPTH, Refused
+from envlock.base.untrusted import read_untrusted
 from envlock.errors import OperationError
-from envlock.untrusted import read_untrusted
 
 
 def read_json(

@@ -15,8 +15,8 @@ import pickletools
 import struct
 from typing import Any
 
+from envlock.base.limits import MAX_DIM, brief
 from envlock.checkpoint.inert import DTYPE_ITEMSIZE, Storage
-from envlock.checkpoint.limits import MAX_DIM, brief
 
 MAX_HEADER_OPCODES = 200  # torch writes about 40; past this it is no storage torch wrote
 _MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER

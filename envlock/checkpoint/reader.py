@@ -15,18 +15,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from envlock.base.limits import command_budget, printable, printable_errors, shown
+from envlock.base.untrusted import FOLLOW_HINT, Unsafe, open_untrusted
 from envlock.checkpoint import summary
 from envlock.checkpoint.archive import load_raw_pickle, load_torch_zip
 from envlock.checkpoint.choose import choose_checkpoint
 from envlock.checkpoint.dcp import METADATA, SHARD_SUFFIX, by_first_name, is_dcp_dir, read_dcp
 from envlock.checkpoint.jsondata import read_json
 from envlock.checkpoint.kinds import section_kinds
-from envlock.checkpoint.limits import command_budget, printable, printable_errors, shown
 from envlock.checkpoint.report import CheckpointReport, FileInfo
 from envlock.checkpoint.safetensors import read_safetensors
 from envlock.checkpoint.unpickler import LEGACY_MAGIC
 from envlock.errors import OperationError, UsageError
-from envlock.untrusted import FOLLOW_HINT, Unsafe, open_untrusted
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
 CHECKPOINT_SUFFIXES = (*_TORCH_SUFFIXES, ".safetensors")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from envlock.checkpoint.limits import Refused, printable
+from envlock.base.limits import Refused, printable
 from envlock.checkpoint.tree import TensorEntry, entries
 
 

@@ -15,13 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from envlock.base.limits import printable_errors
+from envlock.base.secrets import redact_config
+from envlock.base.untrusted import open_untrusted
 from envlock.checkpoint.archive import load_raw_pickle, load_torch_zip
 from envlock.checkpoint.jsondata import read_json
-from envlock.checkpoint.limits import printable_errors
 from envlock.checkpoint.summary import plain
 from envlock.checkpoint.tree import is_optimizer, key_text
-from envlock.runs.secrets import redact_config
-from envlock.untrusted import open_untrusted
 
 RUN_JSON = ("config.json", "generation_config.json", "trainer_state.json")
 OPTIMIZERS = ("optimizer.pt", "optimizer.bin")

@@ -12,9 +12,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from envlock.checkpoint.inert import DTYPE_BITS, DTYPE_ITEMSIZE, Storage, TensorInfo
-from envlock.checkpoint.jsondata import parse_json
-from envlock.checkpoint.limits import (
+from envlock.base.limits import (
     MAX_DIM,
     MAX_HEADER_BYTES,
     MAX_TENSORS,
@@ -26,8 +24,10 @@ from envlock.checkpoint.limits import (
     check_numel,
     shown,
 )
+from envlock.base.untrusted import open_untrusted
+from envlock.checkpoint.inert import DTYPE_BITS, DTYPE_ITEMSIZE, Storage, TensorInfo
+from envlock.checkpoint.jsondata import parse_json
 from envlock.errors import OperationError
-from envlock.untrusted import open_untrusted
 
 _DTYPES = {
     "BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",

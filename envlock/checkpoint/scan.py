@@ -16,6 +16,14 @@ import pickletools
 import struct
 from dataclasses import dataclass
 
+from envlock.base.limits import (
+    EXPANSION_PER_BYTE,
+    MAX_DEPTH,
+    MAX_EXPANSION,
+    MAX_OPCODES,
+    Budget,
+    Refused,
+)
 from envlock.checkpoint.abstract import (
     CHOSEN,
     EMPTY_TUPLE,
@@ -26,14 +34,6 @@ from envlock.checkpoint.abstract import (
     collisions,
     number,
     tuple_of,
-)
-from envlock.checkpoint.limits import (
-    EXPANSION_PER_BYTE,
-    MAX_DEPTH,
-    MAX_EXPANSION,
-    MAX_OPCODES,
-    Budget,
-    Refused,
 )
 
 _CODE = {op.name: op.code.encode("latin1")[0] for op in pickletools.opcodes}

@@ -15,9 +15,10 @@ from itertools import islice
 from math import isfinite
 from typing import Any
 
+from envlock.base.limits import MAX_JSON_ENTRIES, MAX_TEXT
+from envlock.base.secrets import redact_config, redact_value
 from envlock.checkpoint import weights
 from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
-from envlock.checkpoint.limits import MAX_JSON_ENTRIES, MAX_TEXT
 from envlock.checkpoint.report import CheckpointReport
 from envlock.checkpoint.tally import Tally, is_state_dict
 from envlock.checkpoint.tree import (
@@ -29,7 +30,6 @@ from envlock.checkpoint.tree import (
     key_text,
 )
 from envlock.checkpoint.unpickler import suspicious
-from envlock.runs.secrets import redact_config, redact_value
 from envlock.schema import DOCUMENTS
 
 SCHEMA = DOCUMENTS["inspect"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from envlock.base.limits import MAX_VIEW_RUNS
 from envlock.checkpoint.inert import Storage, Stub, TensorInfo
-from envlock.checkpoint.limits import MAX_VIEW_RUNS
 from envlock.checkpoint.regions import Regions, distinct
 from envlock.checkpoint.tree import TensorEntry
 

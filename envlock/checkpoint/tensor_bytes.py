@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from envlock.base.limits import MiB, Refused, budget, printable
+from envlock.base.untrusted import open_untrusted
 from envlock.checkpoint.inert import DTYPE_BITS, DTYPE_ITEMSIZE, TensorInfo
-from envlock.checkpoint.limits import MiB, Refused, budget, printable
 from envlock.checkpoint.report import CheckpointReport
 from envlock.errors import OperationError
-from envlock.untrusted import open_untrusted
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
+from envlock.base.limits import MAX_TEXT, MAX_WALK, WALK_PER_BYTE, Refused, brief
 from envlock.checkpoint.inert import Stub, TensorInfo
-from envlock.checkpoint.limits import MAX_TEXT, MAX_WALK, WALK_PER_BYTE, Refused, brief
 
 _MAX_DEPTH = 64  # key path components: deeper tensors are not listed
 

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import IO, Any
 
+from envlock.base.limits import MAX_GLOBAL_NAME, MAX_GLOBALS, Refused, brief, shown
 from envlock.checkpoint.allowed import Safe, Work, allowed
 from envlock.checkpoint.inert import (
     DTYPE_ITEMSIZE,
@@ -26,7 +27,6 @@ from envlock.checkpoint.inert import (
     StorageType,
     Stub,
 )
-from envlock.checkpoint.limits import MAX_GLOBAL_NAME, MAX_GLOBALS, Refused, brief, shown
 from envlock.checkpoint.rawstorage import MAX_HEADER_OPCODES, storage_from_bytes
 
 _DTYPE_ALIASES = {

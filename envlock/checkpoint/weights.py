@@ -24,14 +24,14 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from envlock.base.limits import MiB, Refused, printable
+from envlock.base.untrusted import Unsafe, open_untrusted
 from envlock.checkpoint.inert import DTYPE_BITS, DTYPE_ITEMSIZE, TensorInfo
-from envlock.checkpoint.limits import MiB, Refused, printable
 from envlock.checkpoint.report import CheckpointReport
 from envlock.checkpoint.tensor_bytes import Reader, Span, nbytes, row_major, stream
 from envlock.checkpoint.tree import key_text
 from envlock.checkpoint.weights_dcp import dcp_spans
 from envlock.errors import EnvlockError, OperationError
-from envlock.untrusted import Unsafe, open_untrusted
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from envlock.base.untrusted import open_untrusted
 from envlock.checkpoint.archive import load_raw_pickle, load_zip_bytes
 from envlock.checkpoint.inert import DTYPE_ITEMSIZE, Stub, TensorInfo
 from envlock.checkpoint.tensor_bytes import Reader, Span, Window, nbytes, row_major
 from envlock.errors import OperationError
-from envlock.untrusted import open_untrusted
 
 _M = "torch.distributed.checkpoint."
 _INDEX = _M + "metadata.MetadataIndex"

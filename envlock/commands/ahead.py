@@ -6,7 +6,7 @@ environment's own. Neither needs the other until the probe's answer is judged, s
 profile and lock are read (the request is made of them), `start_ahead` starts the probe with
 its request and the CLI goes on loading meanwhile: on two cores the two overlap. The local
 transport adopts the process only when the command asks for exactly this command line and
-request (envlock/started.py), locally or over ssh (and `pct exec`); any other argv (an option
+request (envlock/base/started.py), locally or over ssh (and `pct exec`); any other argv (an option
 that changes the request, a fleet, an error in the profile) starts nothing here, and the
 command runs as it always did. A remote `run` checks and starts in one agent call: that call
 starts here, waiting for its request, and the ssh transport adopts it when the run spawns
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from envlock import started
+from envlock.base import started
 
 if TYPE_CHECKING:
     from envlock.targets.base import Transport
@@ -93,9 +93,9 @@ def start_interpreter(path: str) -> None:
     loads its own code and waits for the request (start_probe writes it). Read here with
     tomlread alone, as profile.py reads [target] root: a root read otherwise only makes a
     command line nobody asks for, and that process is stopped unread at exit."""
-    from envlock.pythons import own_python
+    from envlock.base.pythons import own_python
+    from envlock.base.tomlread import load_toml  # TOML is parsed there alone (test_trust_lock)
     from envlock.reconcile.agentcode import agent_bootstrap
-    from envlock.tomlread import load_toml  # TOML is parsed there alone (test_trust_lock)
 
     data = load_toml(Path(path))
     target, profile = data.get("target"), data.get("profile")

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from envlock import ui
+from envlock.base.drift_kinds import Drift
 from envlock.commands.common import (
     drift_table,
     fleet_options,
@@ -27,12 +28,11 @@ from envlock.commands.common import (
     progress_printer,
     refuse_on,
 )
+from envlock.converge.converge import Converged, Gate, converge
+from envlock.converge.fleet import Fleet, MemberResult, Progress, is_fleet, members_of, run_fleet
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE, INTERRUPTED, UsageError
-from envlock.fleet import Fleet, MemberResult, Progress, is_fleet, members_of, run_fleet
-from envlock.proxmox.fleet import Member
+from envlock.proxmox.members import Member
 from envlock.reconcile.context import Context, open_context
-from envlock.reconcile.converge import Converged, Gate, converge
-from envlock.reconcile.kinds import Drift
 from envlock.reconcile.plan import Plan
 
 

@@ -11,10 +11,10 @@ import click
 from rich.table import Table
 
 from envlock import ui
-from envlock.atomic import refuse_non_regular
+from envlock.base.atomic import refuse_non_regular
 from envlock.commands.common import across_fleet, json_option, with_context
+from envlock.converge.fleet import MemberResult, Progress
 from envlock.errors import EXIT_DRIFT, UsageError
-from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context
 from envlock.runs.cache import cache_status, restore_cache, save_cache
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envlock import ui
+from envlock.base.drift_kinds import Drift
 from envlock.commands.common import (
     across_fleet,
     fixes_of,
@@ -31,13 +32,12 @@ from envlock.reconcile.context import (
     hold_notice,
 )
 from envlock.reconcile.gpu import gpu_note
-from envlock.reconcile.kinds import Drift
 from envlock.reconcile.state import State
 from envlock.runs.cache import cache_warnings
 
 if TYPE_CHECKING:
     # A fleet's code loads only for a fleet profile: one target's check never pays for it.
-    from envlock.fleet import MemberResult, Progress
+    from envlock.converge.fleet import MemberResult, Progress
 
 KIND = "check"
 
@@ -86,7 +86,7 @@ class CheckResult:
 
     def member(self) -> MemberResult:
         """A fleet member's row: the same value, summed up."""
-        from envlock.fleet import MemberResult
+        from envlock.converge.fleet import MemberResult
 
         if self.state is None:
             return MemberResult(

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     # is drawn by few commands (ui: rich is lazy).
     from rich.table import Table
 
-    from envlock.fleet import MemberResult
+    from envlock.base.drift_kinds import Drift
+    from envlock.converge.fleet import MemberResult
     from envlock.reconcile.context import Context
-    from envlock.reconcile.kinds import Drift
     from envlock.reconcile.plan import Plan
 
 # How many fleet members a command works on at a time (--jobs).
@@ -92,7 +92,7 @@ def across_fleet(
             from envlock.reconcile.context import is_fleet
 
             if is_fleet(ctx):
-                from envlock.fleet import one_member, run_fleet
+                from envlock.converge.fleet import one_member, run_fleet
 
                 if work is None or (one(kwargs) if callable(one) else one):
                     return func(one_member(ctx, on, command), **kwargs)

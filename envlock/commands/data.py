@@ -12,7 +12,7 @@ import click
 from envlock import ui
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_USAGE, UsageError
-from envlock.profile import load_profile
+from envlock.profile.read import load_profile
 
 KIND = "data"
 

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from envlock import ui
-from envlock.checkpoint.limits import command_budget
+from envlock.base.limits import command_budget
 from envlock.commands.common import json_option
 from envlock.errors import EXIT_DRIFT, EXIT_FAILED, OperationError
 from envlock.runs.diff import Group, Side, compare, incomplete, load_side

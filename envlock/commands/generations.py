@@ -10,8 +10,8 @@ from rich.table import Table
 
 from envlock import ui
 from envlock.commands.common import across_fleet, json_option, with_context
+from envlock.converge.fleet import MemberResult, Progress
 from envlock.errors import UsageError
-from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, gather_state, held_context
 from envlock.reconcile.state import Hold, State, Switch
 from envlock.targets.base import ContainerSnapshot

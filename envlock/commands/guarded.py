@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envlock import ui
-from envlock.atomic import write_atomic
+from envlock.base.atomic import write_atomic
 from envlock.commands.common import json_option
 from envlock.commands.undo import Written, undone_on_failure
+from envlock.edits.changes import LockChanges
+from envlock.edits.guard import Proposal, Refused, propose
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE
-from envlock.guard import Proposal, Refused, propose
-from envlock.lock import load_fresh_lock
-from envlock.lock_changes import LockChanges
-from envlock.profile import load_profile
-from envlock.profile_edit import Edit
+from envlock.lock.read import load_fresh_lock
+from envlock.profile.edit import Edit
+from envlock.profile.read import load_profile
 from envlock.runs.diff import Change
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import click
 from envlock import ui
 from envlock.commands.starter_file import refuse_existing, write_starter
 from envlock.errors import UsageError
-from envlock.starter import (
+from envlock.starters.template import (
     FLAG_EXAMPLES,
     TARGET_TYPES,
     Starter,

@@ -11,9 +11,9 @@ from typing import Any
 from envlock import ui
 from envlock.commands.starter_file import write_starter
 from envlock.errors import EXIT_DRIFT, OperationError, UsageError
-from envlock.importer import Comparison, Import, Survey, compare, import_survey
-from envlock.profile import parse_profile
-from envlock.starter import Starter, starter_text
+from envlock.profile.read import parse_profile
+from envlock.starters.from_survey import Comparison, Import, Survey, compare, import_survey
+from envlock.starters.template import Starter, starter_text
 from envlock.targets.base import Target
 
 
@@ -151,7 +151,7 @@ def summary(survey: Survey, found: Import) -> str:
 def lock_and_compare(
     prof: Any, survey: Survey, quiet: bool
 ) -> tuple[Path | None, Comparison | None, str]:
-    from envlock.lock_resolve import write_lock
+    from envlock.lock.resolve import write_lock
 
     try:
         with ui.status(f"resolving {prof.path.name} with uv", quiet=quiet):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envlock import ui
-from envlock.checkpoint.limits import command_budget
+from envlock.base.limits import command_budget
 from envlock.checkpoint.reader import inspect_checkpoint
 from envlock.checkpoint.summary import bounded_lists, summary
 from envlock.commands.common import json_option

@@ -13,10 +13,10 @@ import click
 from envlock import ui
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_DRIFT, UsageError
-from envlock.lock import Lock, lock_policy, read_lock, stale_reasons
-from envlock.lock_links import target_paths
-from envlock.lock_resolve import write_lock
-from envlock.profile import Profile, load_profile
+from envlock.lock.links import target_paths
+from envlock.lock.read import Lock, lock_policy, read_lock, stale_reasons
+from envlock.lock.resolve import write_lock
+from envlock.profile.read import Profile, load_profile
 
 KIND = "lock"
 KINDS = (KIND, "lock-check")  # `lock --check` prints the lock's freshness

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from envlock import ui
+from envlock.base.drift_kinds import Drift
 from envlock.commands.common import (
     across_fleet,
     drift_table,
@@ -21,10 +22,9 @@ from envlock.commands.common import (
     print_plan,
     with_context,
 )
+from envlock.converge.fleet import MemberResult, Progress
 from envlock.errors import EXIT_DRIFT
-from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context, check, check_container
-from envlock.reconcile.kinds import Drift
 from envlock.reconcile.plan import Plan, make_plan
 from envlock.reconcile.state import State
 

@@ -9,7 +9,7 @@ import click
 from envlock import ui
 from envlock.commands.common import profile_argument
 from envlock.commands.guarded import ChangeResult, change_of, guarded_options, render_text
-from envlock.profile_edit import remove_requirements
+from envlock.profile.edit import remove_requirements
 
 KIND = "remove"
 # The result is guarded.py's, shared with the other command; named here beside its producer.

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envlock import ui
+from envlock.base.drift_kinds import Drift
 from envlock.commands.common import (
     across_fleet,
     json_option,
@@ -22,13 +23,12 @@ from envlock.reconcile.context import Context, gather_state, own_context
 from envlock.reconcile.drift import compute_drift
 from envlock.reconcile.execute import execute, verify_after
 from envlock.reconcile.generations import plan_rollback
-from envlock.reconcile.kinds import Drift
 from envlock.reconcile.plan import Plan, repair_action
 from envlock.reconcile.state import State
 
 if TYPE_CHECKING:
     # A fleet's code loads only for a fleet profile: one target's rollback never pays for it.
-    from envlock.fleet import MemberResult, Progress
+    from envlock.converge.fleet import MemberResult, Progress
 
 
 KIND = "rollback"
@@ -67,7 +67,7 @@ class RollbackResult:
 
     def member(self) -> MemberResult:
         """A fleet member's row: the same value, summed up."""
-        from envlock.fleet import MemberResult
+        from envlock.converge.fleet import MemberResult
 
         number = (self.generation or "").partition("-")[0]
         plan = self.plan
@@ -145,7 +145,7 @@ def rollback_member(
     as_json: bool,
 ) -> MemberResult:
     """rollback on one fleet member: a generation switch, a --resync, or the container."""
-    from envlock.fleet import MemberResult
+    from envlock.converge.fleet import MemberResult
 
     if container:
         if ctx.provisioner is None:

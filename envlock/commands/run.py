@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 import click
 
 from envlock import ui
+from envlock.base.drift_kinds import Drift, Repair, blocking, of_repair
+from envlock.base.ownership import untrusted
 from envlock.commands.ahead import in_one_call
 from envlock.commands.common import (
     across_fleet,
@@ -20,8 +22,7 @@ from envlock.commands.common import (
     with_context,
 )
 from envlock.errors import EnvlockError, OperationError, UsageError
-from envlock.ownership import untrusted
-from envlock.profile import pass_env_refusal
+from envlock.profile.read import pass_env_refusal
 from envlock.reconcile.context import (
     Context,
     check_all,
@@ -31,7 +32,6 @@ from envlock.reconcile.context import (
     probe_request,
 )
 from envlock.reconcile.drift import trust_drift
-from envlock.reconcile.kinds import Drift, Repair, blocking, of_repair
 from envlock.reconcile.state import State, Trust, parse_state
 from envlock.runs.environment import (
     SCRUBBED,

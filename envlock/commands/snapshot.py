@@ -13,8 +13,8 @@ import click
 
 from envlock import ui
 from envlock.commands.common import across_fleet, json_option, with_context
+from envlock.converge.fleet import MemberResult, Progress
 from envlock.errors import UsageError
-from envlock.fleet import MemberResult, Progress
 from envlock.reconcile.context import Context
 from envlock.runs.snapshot import take_snapshot, write_snapshot
 from envlock.runs.snapshot_doc import checked_metrics

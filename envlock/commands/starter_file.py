@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envlock.atomic import write_atomic
+from envlock.base.atomic import write_atomic
 from envlock.errors import UsageError
-from envlock.profile import Profile, parse_profile
+from envlock.profile.read import Profile, parse_profile
 
 
 def refuse_existing(profile: Path) -> None:

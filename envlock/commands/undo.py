@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envlock import ui
-from envlock.atomic import write_atomic
+from envlock.base.atomic import write_atomic
 from envlock.errors import EnvlockError
 
 

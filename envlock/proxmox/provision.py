@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from envlock.base.drift_kinds import Drift
 from envlock.errors import UsageError
 from envlock.proxmox.api import ProxmoxSession, connect
 from envlock.proxmox.config import config_differences, desired_config
@@ -32,7 +33,6 @@ from envlock.proxmox.snapshots import (
     rollback,
     snapshot,
 )
-from envlock.reconcile.kinds import Drift
 from envlock.targets.base import ContainerCheck, ContainerSnapshot
 
 PREFIX = "envlock-"  # envlock's own snapshots; keep-snapshots never touches the others

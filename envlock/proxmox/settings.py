@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from envlock.base.tomlread import ENV_NAME_RE, Table, control_char, describe, shown
 from envlock.errors import UsageError
 from envlock.targets.base import LocalPath
 from envlock.targets.ssh import SshSettings, read_ssh_settings
-from envlock.tomlread import ENV_NAME_RE, Table, control_char, describe, shown
 
 # A Proxmox node name, as pve-node defines it: it becomes part of every API path.
 NODE_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?")

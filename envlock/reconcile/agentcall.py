@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any, cast
 
+from envlock.base.pythons import own_python
 from envlock.errors import OperationError, UsageError
-from envlock.pythons import own_python
 from envlock.reconcile.agentcode import agent_bootstrap as agent_bootstrap
 from envlock.targets.base import Result, Transport
 from envlock.targets.pct import PctFailed

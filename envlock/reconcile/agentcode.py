@@ -12,7 +12,7 @@ import os
 import zlib
 
 from envlock import agent as agent_package
-from envlock.usercache import read_entry, write_entry
+from envlock.base.usercache import read_entry, write_entry
 
 # What each agent command runs: the probe's modules (in import order: the core, with
 # COMMANDS, first), plus the command's own. A probe skips apply's and cache's imports.

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from envlock import started
+from envlock.base import started
+from envlock.base.drift_kinds import Drift
+from envlock.base.uvbin import uv_path, uv_version
 from envlock.errors import OperationError
-from envlock.lock import (
+from envlock.lock.read import (
     Lock,
     load_fresh_lock,
     lock_policy,
@@ -21,11 +23,9 @@ from envlock.lock import (
     read_lock,
     stale_reasons,
 )
-from envlock.profile import Profile, load_profile
+from envlock.profile.read import Profile, load_profile
 from envlock.reconcile.agentcall import call_agent
-from envlock.reconcile.kinds import Drift
 from envlock.targets.base import ContainerCheck, Provisioner, Transport
-from envlock.uvbin import uv_path, uv_version
 
 if TYPE_CHECKING:
     # Imported where used: a local probe's request is written (commands/ahead.py) before

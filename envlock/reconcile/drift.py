@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from envlock.cuda import cuda_major, cuda_majors, is_torch_cuda_library
-from envlock.lock import Lock
+from envlock.base.cuda import cuda_major, cuda_majors, is_torch_cuda_library
+from envlock.base.drift_kinds import Drift, in_order
+from envlock.lock.read import Lock
 from envlock.reconcile.gpu import gpu_drift
-from envlock.reconcile.kinds import Drift, in_order
 from envlock.reconcile.state import FileChange, State, TorchBuild, Trust
 
 

@@ -8,16 +8,16 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from envlock.base.drift_kinds import Drift, Repair
+from envlock.base.uvbin import uv_path, uv_sha256
 from envlock.errors import OperationError
-from envlock.lock_indexes import uv_index_env
-from envlock.profile import Profile
+from envlock.lock.indexes import uv_index_env
+from envlock.profile.read import Profile
 from envlock.reconcile.agentcall import call_agent
 from envlock.reconcile.context import Context, gather_state
 from envlock.reconcile.drift import compute_drift
-from envlock.reconcile.kinds import Drift, Repair
 from envlock.reconcile.plan import Plan
 from envlock.targets.base import CommandFailed, Transport
-from envlock.uvbin import uv_path, uv_sha256
 
 
 def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
 def build_lock_text(ctx: Context) -> str:
     """The lock as a build installs it (resolution's module: loaded by builds alone, never
     by a switch or a rollback)."""
-    from envlock.lock_resolve import install_text_for
+    from envlock.lock.resolve import install_text_for
 
     return install_text_for(ctx.lock, ctx.profile)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from envlock.gpu_compat import SUGGESTED_LABEL, driver_version, min_driver, newest_major
-from envlock.reconcile.kinds import Drift
+from envlock.base.drift_kinds import Drift
+from envlock.base.gpu_compat import SUGGESTED_LABEL, driver_version, min_driver, newest_major
 from envlock.reconcile.state import GpuFacts, GpuLibrary, TorchBuild
 
 NO_DRIVER_NOTE = "no NVIDIA driver: skipping GPU checks"

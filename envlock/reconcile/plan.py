@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from envlock.base.drift_kinds import Drift, Repair, of_repair
+from envlock.base.uvbin import uv_version
 from envlock.errors import OperationError, UsageError
 from envlock.reconcile.drift import Expectation
-from envlock.reconcile.kinds import Drift, Repair, of_repair
 from envlock.reconcile.state import Generation, State
-from envlock.uvbin import uv_version
 
 # Every action a plan may hold: each is one handler in the agent's apply (agent/apply.py
 # ACTIONS; a test ties the two).

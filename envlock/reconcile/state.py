@@ -220,7 +220,7 @@ class State:
     hold: Hold | None = None
     active_lock: str | None = None  # the active generation's own lock text, when asked/held
     # The active generation's python when its real file lies inside the root (planted): the
-    # probe then ran in the system python instead (envlock/pythons.py).
+    # probe then ran in the system python instead (envlock/base/pythons.py).
     refused_python: str | None = None
     # The agent's fingerprint of the root (generations, current, hold, history): a plan
     # carries it, and the agent refuses the plan under the root's lock if it changed.

@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envlock.atomic import write_atomic
+from envlock.base.atomic import write_atomic
+from envlock.base.untrusted import open_untrusted
 from envlock.errors import OperationError, UsageError
 from envlock.reconcile.agentcall import call_agent, call_agent_raw, parse_answer
 from envlock.reconcile.context import Context
 from envlock.reconcile.state import CacheState
-from envlock.untrusted import open_untrusted
 
 
 def cache_request(ctx: Context) -> dict[str, Any]:

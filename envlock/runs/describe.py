@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envlock.base.cuda import is_cuda_library
+from envlock.base.limits import Refused
+from envlock.base.secrets import redact_value
+from envlock.base.untrusted import FOLLOW_HINT, Unsafe, read_untrusted
 from envlock.checkpoint import summary as summaries
 from envlock.checkpoint.choose import (
     CHECKPOINT_SUFFIXES,
@@ -24,19 +28,15 @@ from envlock.checkpoint.choose import (
     choose_checkpoint,
     has_members,
 )
-from envlock.checkpoint.limits import Refused
 from envlock.checkpoint.reader import inspect_checkpoint
 from envlock.checkpoint.runfiles import hyperparameters, is_run_file, simple, split_run_paths
 from envlock.checkpoint.tally import is_state_dict
 from envlock.checkpoint.tree import children, is_container, is_optimizer
 from envlock.checkpoint.weights import digests as weight_digests
-from envlock.cuda import is_cuda_library
 from envlock.errors import EnvlockError, UsageError
-from envlock.lock import Lock, parse_lock
-from envlock.lock_policy import SHOWN
-from envlock.runs.secrets import redact_value
+from envlock.lock.policy import SHOWN
+from envlock.lock.read import Lock, parse_lock
 from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
-from envlock.untrusted import FOLLOW_HINT, Unsafe, read_untrusted
 
 
 @dataclass(frozen=True)

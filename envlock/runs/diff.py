@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from envlock import ui
-from envlock.cuda import is_cuda_library
+from envlock.base.cuda import is_cuda_library
 from envlock.runs.describe import Side, flatten, load_side
 from envlock.runs.diff_data import with_metrics_and_data
 from envlock.runs.diff_types import Change, Group

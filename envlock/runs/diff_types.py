@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from envlock.checkpoint.limits import MAX_JSON_ENTRIES
+from envlock.base.limits import MAX_JSON_ENTRIES
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envlock import __version__
-from envlock.profile import Profile
+from envlock.profile.read import Profile
 from envlock.reconcile.context import Context, own_context
 from envlock.reconcile.state import State
 from envlock.runs.startup_set import package_dir, python_path, remote_dir, ship

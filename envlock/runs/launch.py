@@ -26,15 +26,15 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
+from envlock.base.pythons import own_python
 from envlock.errors import EXIT_USAGE, OperationError
-from envlock.pythons import own_python
 from envlock.targets.base import Transport
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Exit statuses a shell uses: the command is not executable / was not found.
 NOT_EXECUTABLE, NOT_FOUND = 126, 127
 
-# Runs on the target in an isolated interpreter (envlock/pythons.py: 3.8+, stdlib only, in
+# Runs on the target in an isolated interpreter (envlock/base/pythons.py: 3.8+, stdlib only, in
 # `/`), the generation's own when it may be trusted. argv: the env file, the pid file, then
 # the command. The env file is JSON: {"set": {...}, "unset": [...], "path": "<gen>/bin",
 # "tail": [env] PATH or null}. PATH is the generation's bin, then [env] PATH if the profile

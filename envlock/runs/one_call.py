@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from envlock.base.usercache import read_entry, write_entry
 from envlock.reconcile.agentcall import agent_argv, parse_answer
 from envlock.runs.launch import FORWARDED, Forwarder
 from envlock.targets.base import Result, Transport
-from envlock.usercache import read_entry, write_entry
 
 KIND = "run-states"
 SCHEMA = 1

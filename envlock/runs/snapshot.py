@@ -16,10 +16,10 @@ from typing import Any
 
 from envlock import __version__
 from envlock.errors import UsageError
-from envlock.lock_links import find_links_for
-from envlock.lock_policy import snapshot_policy
-from envlock.lock_schema import lock_data
-from envlock.profile import load_profile
+from envlock.lock.links import find_links_for
+from envlock.lock.policy import snapshot_policy
+from envlock.lock.schema import lock_data
+from envlock.profile.read import load_profile
 from envlock.reconcile.context import Context, gather_state, open_context, own_context
 from envlock.reconcile.state import State
 from envlock.runs.environment import run_environment

@@ -7,7 +7,7 @@ through `document()` here, so the two kinds of snapshot cannot drift apart.
 
 Stdlib only, Python 3.8+, no envlock imports outside the guard: the in-process API
 (envlock/startup/envlock_api) runs this module in one namespace with the agent and
-runs/secrets.py, the way reconcile/agentcall.py ships the agent.
+base/secrets.py, the way reconcile/agentcall.py ships the agent.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
-    from envlock.atomic import write_atomic
-    from envlock.runs.secrets import redact_argv, redact_config, redact_env, redact_text
+    from envlock.base.atomic import write_atomic
+    from envlock.base.secrets import redact_argv, redact_config, redact_env, redact_text
 
 SCHEMA = 1  # envlock.schema.DOCUMENTS["snapshot-file"] (this module is shipped alone)
 SNAPSHOT_FILE = "envlock-snapshot.json"
@@ -265,7 +265,7 @@ def document(
     metrics: dict[str, int | float] | None = None,
 ) -> dict[str, Any]:
     """The snapshot document (pure): secrets redacted in env, command line, config and the
-    lock's URLs (an index's credentials), by runs/secrets.py's one rule. `datasets` are
+    lock's URLs (an index's credentials), by base/secrets.py's one rule. `datasets` are
     fingerprints already taken; `metrics` numbers already checked (checked_metrics)."""
     facts = observed(probe)
     host = dict(facts.pop("host"), target=target)

@@ -9,14 +9,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from envlock.atomic import write_atomic, write_new
+from envlock.base.atomic import write_atomic, write_new
+from envlock.base.secrets import redact_argv, redact_config, redact_env, redact_text
+from envlock.base.untrusted import read_untrusted
 from envlock.errors import EnvlockError, UsageError
-from envlock.lock import Lock, parse_lock
-from envlock.lock_policy import SHOWN, LockPolicy
-from envlock.runs.secrets import redact_argv, redact_config, redact_env, redact_text
+from envlock.lock.policy import SHOWN, LockPolicy
+from envlock.lock.read import Lock, parse_lock
 from envlock.runs.snapshot_doc import SCHEMA, SNAPSHOT_FILE
 from envlock.runs.snapshot_schema import validate_snapshot
-from envlock.untrusted import read_untrusted
 
 
 def write_snapshot(

@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from envlock.errors import UsageError
-from envlock.lock_policy import SHOWN
-from envlock.lock_schema import artifacts_of, lock_data
+from envlock.lock.policy import SHOWN
+from envlock.lock.schema import artifacts_of, lock_data
 from envlock.runs.snapshot_doc import DATA_NAME, MAX_METRICS, METRIC_NAME
 from envlock.schema import (
     BOOL,

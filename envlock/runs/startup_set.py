@@ -16,12 +16,12 @@ import hashlib
 import json
 import os
 
+from envlock.base.pythons import own_python
 from envlock.errors import OperationError
-from envlock.pythons import own_python
 from envlock.targets.base import Transport
 
 # Paths inside the envlock package. The agent is taken whole, as reconcile/agentcall.py does.
-SHARED = ("runs/secrets.py", "runs/snapshot_doc.py")
+SHARED = ("base/secrets.py", "runs/snapshot_doc.py")
 STARTUP = (
     "startup/sitecustomize.py",
     "startup/envlock_megacache.py",
@@ -74,7 +74,7 @@ def python_path(base: str, *, api: bool) -> str:
 
 
 # -- shipping to a remote root ------------------------------------------------------------------
-# Runs on the target in an isolated interpreter (envlock/pythons.py: 3.8+, stdlib only).
+# Runs on the target in an isolated interpreter (envlock/base/pythons.py: 3.8+, stdlib only).
 # argv: the final dir and its version; stdin: {path: base64}. Files land in a temp dir, are
 # hashed back from disk, and only a set whose hash is its version is renamed into place.
 INSTALLER = r"""

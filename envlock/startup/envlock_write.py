@@ -2,8 +2,8 @@
 `envlock.snapshot()`), which run in the user's Python under `envlock run` and cannot import
 envlock.
 
-Stdlib only, Python 3.8+. A copy of envlock/atomic.py's write_atomic: keep them in step
-(tests/test_trust_writes.py runs both, and the agent's, on the same cases). The temp file is
+Stdlib only, Python 3.8+. A copy of envlock/base/atomic.py's write_atomic: keep them in step
+(tests/trust/test_writes.py runs both, and the agent's, on the same cases). The temp file is
 created exclusively beside its destination, never through a link, its mode set on the
 descriptor; a destination that is not a regular file is never replaced. Where the directory
 is shared (a checkpoint folder), nobody can make this write through, or chmod, their file.

@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
+from envlock.base.drift_kinds import Drift
+from envlock.base.tomlread import Table
 from envlock.errors import OperationError
-from envlock.reconcile.kinds import Drift
-from envlock.tomlread import Table
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import IO
 
-from envlock import started
+from envlock.base import started
+from envlock.base.tomlread import Table
 from envlock.errors import OperationError
 from envlock.targets.base import LocalPath, Result, TargetType
-from envlock.tomlread import Table
 
 
 class LocalTransport:
@@ -31,7 +31,7 @@ class LocalTransport:
         env: Mapping[str, str] | None = None,
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:
-        # The same command with the same request, begun ahead (envlock/started.py).
+        # The same command with the same request, begun ahead (envlock/base/started.py).
         ahead = started.take(argv, stdin) if env is None and isinstance(stdin, bytes) else None
         if ahead is not None:
             waiting = ahead.stdin is not None and not ahead.stdin.closed

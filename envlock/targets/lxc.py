@@ -11,10 +11,10 @@ from __future__ import annotations
 import subprocess
 from typing import TYPE_CHECKING, Any
 
+from envlock.base.tomlread import Table
 from envlock.errors import UsageError
 from envlock.targets.base import LocalPath, Provisioner, Result, TargetType, Transport
 from envlock.targets.pct import PctTransport
-from envlock.tomlread import Table
 
 if TYPE_CHECKING:
     # Read when a profile names this type: the registry lists every type, and a local
@@ -30,8 +30,8 @@ def lxc_transport(settings: LxcSettings) -> Transport:
 
 
 class FleetTransport:
-    """A fleet profile's own transport: commands reach its members (envlock/fleet.py), never
-    the fleet as a whole; a code path that forgets to pick a member fails clearly."""
+    """A fleet profile's own transport: commands reach its members (converge/fleet.py),
+    never the fleet as a whole; a code path that forgets to pick a member fails clearly."""
 
     name = "a fleet of containers"
     system_python = "python3"

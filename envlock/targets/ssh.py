@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from envlock import started
+from envlock.base import started
+from envlock.base.tomlread import Table, shown
 from envlock.errors import OperationError
 from envlock.targets.base import LocalPath, Result, TargetType
 from envlock.targets.local import communicate, spawn_ignoring_signals
-from envlock.tomlread import Table, shown
 
 SSH_FAILED = 255
 # How long an idle master connection stays up for the next envlock command.
@@ -165,7 +165,7 @@ class SshTransport:
         on_stderr_line: Callable[[str], None] | None = None,
     ) -> Result:
         full = [*self.ssh_argv(), self.remote_command(argv, env)]
-        # The same command with the same request, begun ahead (envlock/started.py).
+        # The same command with the same request, begun ahead (envlock/base/started.py).
         ahead = None
         if self.sessions is None and isinstance(stdin, bytes):
             ahead = started.take(full, stdin)

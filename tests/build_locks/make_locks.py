@@ -1,4 +1,4 @@
-"""Writes the locks tests/test_units_build.py builds from, so that its build tests run
+"""Writes the locks tests/unit/test_build.py builds from, so that its build tests run
 `uv pip sync` only and never uv's resolver (mutation testing maps every function a test
 calls to it: the resolver's would otherwise get every slow build test).
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from envlock.lock_resolve import write_lock
-from tests.test_units_build import LOCKS, PROFILES, build_wheels, write_profile
+from envlock.lock.resolve import write_lock
+from tests.unit.test_build import LOCKS, PROFILES, build_wheels, write_profile
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
     python tests/hostile_checkpoints/make_corpus.py DEST   # writes every case under DEST
 
-tests/test_hostile_inspect.py builds it into a temporary directory and runs the real CLI on each
+tests/checkpoint/test_hostile.py builds it into a temporary directory and runs the real CLI on each
 case. Pickles are written opcode by opcode (pickle.dumps cannot express most of them); no torch
 is needed. Each `Case` says what inspect must do: describe it (exit 0) or refuse it (exit 3),
 which text must or must not reach the output, and which canary file must never appear.

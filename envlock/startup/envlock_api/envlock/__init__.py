@@ -11,7 +11,7 @@ hashing but the pinned scripts), plus the process's own view: its argv, its conf
 place in a distributed run. The document is built by envlock/runs/snapshot_doc.py, the same
 function the CLI uses.
 
-The modules it runs (the agent, runs/secrets.py, runs/snapshot_doc.py) are read from beside
+The modules it runs (the agent, base/secrets.py, runs/snapshot_doc.py) are read from beside
 it: three levels up is the envlock package, or the copy of it `envlock run` installs in a
 remote root (`<root>/startup/<version>/`).
 
@@ -63,7 +63,7 @@ PACKAGE = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 )
 # startup/envlock_write.py first: snapshot_doc's write_file calls its write_atomic.
-SHARED = ("startup/envlock_write.py", "runs/secrets.py", "runs/snapshot_doc.py")
+SHARED = ("startup/envlock_write.py", "base/secrets.py", "runs/snapshot_doc.py")
 LOCK_COPY = os.path.join(".envlock", "pylock.toml")
 
 _loaded = {}  # type: dict  # name -> namespace, loaded once per process

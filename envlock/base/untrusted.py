@@ -1,0 +1,149 @@
+"""The one gate for bytes from elsewhere: snapshots, locks, checkpoint members, JSON beside a
+checkpoint and compile-cache archives are opened here and nowhere else.
+
+A name is no promise about what it opens: a FIFO called envlock-snapshot.json blocks a plain
+`open` forever, a link to /dev/zero never ends, a sparse file claims gigabytes it never wrote,
+a link in a shared directory leads to root's own files. So the file is opened without blocking,
+judged on the open descriptor (what was opened, not what the name pointed to a moment before):
+a regular file, within its kind's size (MAX_BYTES in base/limits.py), and, when it is
+read as a member of a directory, inside that directory unless the user asked to follow links.
+The agent cannot import envlock and keeps the same rule in agent/core.py's `open_untrusted`
+(keep the two in step; tests/trust/test_gate.py checks they agree).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from envlock.base.limits import MAX_BYTES, MiB, Refused, budget, printable
+from envlock.errors import OperationError
+
+FOLLOW_HINT = "pass --follow-links to read files outside the checkpoint's directory"
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def open_untrusted(
+    path: str | os.PathLike[str],
+    kind: str,
+    *,
+    within: Path | None = None,
+    follow_links: bool = False,
+    hint: str = FOLLOW_HINT,
+) -> BinaryIO:
+    """`path` open for reading, once the descriptor shows a regular file of `kind`'s size and,
+    with `within` and not `follow_links`, that it lies inside `within`."""
+    where = printable(str(path), 500)
+    # Judged by name first too: opening some devices acts (a watchdog starts counting down);
+    # the verdict that counts is the descriptor's, below, as the name may change meanwhile.
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        raise  # for the caller to word ("no snapshot here", ...)
+    except OSError as exc:  # a loop of links, a name too long, no permission
+        raise OperationError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(named.st_mode):
+        raise _refused(where, _KINDS.get(stat.S_IFMT(named.st_mode), "not a regular file"))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise OperationError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _refused(where, _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file"))
+        if within is not None and not follow_links and not _inside(fd, path, within):
+            raise Unsafe(
+                f"{where} is a link out of {printable(str(within), 500)} (to "
+                f"{printable(_opened(fd, path), 500)})",
+                hint,
+            )
+        limit = MAX_BYTES[kind]
+        if info.st_size > limit:
+            raise Refused(
+                f"{where}: a {kind} of {info.st_size:,} bytes", _size(limit), hint=_size_hint(kind)
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_untrusted(
+    path: str | os.PathLike[str],
+    kind: str,
+    *,
+    within: Path | None = None,
+    follow_links: bool = False,
+    hint: str = FOLLOW_HINT,
+) -> bytes:
+    """All of `path` (see `open_untrusted`), charged to the command's budget of bytes."""
+    with open_untrusted(path, kind, within=within, follow_links=follow_links, hint=hint) as f:
+        return read_counted(f, MAX_BYTES[kind], kind, str(path))
+
+
+def read_counted(f: BinaryIO, limit: int, kind: str, where: str) -> bytes:
+    """At most `limit` bytes of `f` (a file that grew after its fstat is refused too),
+    charged to the command's budget before they are read."""
+    left = budget().left("bytes")
+    data = f.read(min(limit, max(left, 0)) + 1)
+    if len(data) > limit:
+        raise Refused(
+            f"{printable(where, 500)}: a {kind} of more than {limit:,} bytes",
+            _size(limit),
+            hint=_size_hint(kind),
+        )
+    budget().spend("bytes", len(data), printable(where, 500))
+    return data
+
+
+class Unsafe(Refused):
+    """A file refused for what it is or where it leads, not for its size."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        OperationError.__init__(self, f"refusing: {message}", hint=hint)
+        self.what, self.limit = message, ""
+
+    def at(self, where: str) -> Refused:
+        return Unsafe(f"{where}: {self.what}", self.hint or "")
+
+
+def _refused(where: str, what: str) -> Unsafe:
+    return Unsafe(
+        f"{where} is {what}, not a regular file",
+        "envlock reads only regular files from elsewhere: replace it with the file it should be",
+    )
+
+
+def _opened(fd: int, path: str | os.PathLike[str]) -> str:
+    """The path the descriptor really opened (Linux names it in /proc); else the name resolved."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return str(Path(path).resolve())
+
+
+def _inside(fd: int, path: str | os.PathLike[str], within: Path) -> bool:
+    return Path(_opened(fd, path)).is_relative_to(within.resolve())
+
+
+def _size_hint(kind: str) -> str:
+    return (
+        f"no real {kind} comes near this size: the file is corrupt or built to exhaust time or "
+        "memory (envlock's limits are listed in the README)"
+    )
+
+
+def _size(limit: int) -> str:
+    return f"{limit // MiB:,} MiB" if limit >= MiB else f"{limit:,} bytes"

@@ -1,0 +1,1 @@
+"""Converging targets: one target (converge) and many (fleet), on top of reconcile/."""

@@ -1,0 +1,1 @@
+"""inspect and diff: checkpoints made by real libraries, hostile ones, snapshots compared."""

@@ -1,0 +1,1 @@
+"""Crashes, power cuts (LazyFS), interrupts and concurrent operations."""

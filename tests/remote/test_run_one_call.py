@@ -1,0 +1,125 @@
+"""`envlock run` on a proxmox-lxc target: one round trip when the target is as last judged.
+
+Counted, not timed: the test `pct` on the loopback node logs each `pct exec` (start/end
+lines in pct.log). A real LXC container, a real ssh hop, the real agent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.remote.fixtures import Node
+from tests.remote.test_remote import envlock_env, lxc_profile, pct, pve_api  # noqa: F401 (a fixture)
+
+
+def cli(cache: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The CLI as a batch job runs it: stdin no terminal, its own user cache."""
+    return subprocess.run(
+        [sys.executable, "-m", "envlock", *map(str, args)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**envlock_env(), "XDG_CACHE_HOME": str(cache)},
+    )
+
+
+def round_trips(log: Path) -> int:
+    return sum(1 for line in log.read_text().splitlines() if line.startswith("start "))
+
+
+def test_a_run_on_a_container_as_judged_is_one_pct_exec(
+    lxc_profile: tuple[Path, int],  # noqa: F811 (test_remote's fixture)
+    node_sshd: Node,
+    fakepve_url: str,
+    fakepve_cafile: str,
+    tmp_path: Path,
+) -> None:
+    """The profile declares a [container]: its API is asked while the agent probes, and the
+    agent starts the command only on the controller's word."""
+    profile, vmid = lxc_profile
+    cache = tmp_path / "user-cache"
+    assert cli(cache, "apply", "-y", profile).returncode == 0
+    log = node_sshd.pct_dir / "pct.log"
+    program = "import os, sys, trainutil; print(os.environ['NASTY'][:4]); sys.exit(7)"
+    try:
+        # First: nothing remembered. A probe, then the call that checks again and starts it
+        # (carrying the startup set the container lacks).
+        log.write_text("")
+        first = cli(cache, "run", profile, "--", "python", "-c", program)
+        assert (first.returncode, first.stdout) == (7, "it's\n"), first.stderr
+        assert round_trips(log) == 2
+        # Then: the state judged last time, proposed and confirmed in one call.
+        log.write_text("")
+        again = cli(cache, "run", profile, "--", "python", "-c", program)
+        assert (again.returncode, again.stdout, again.stderr) == (7, "it's\n", "")
+        assert round_trips(log) == 1
+
+        # A terminal's run (stdin a tty: nothing may travel ahead of it) keeps the launcher.
+        leader, follower = pty.openpty()
+        try:
+            tty = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "envlock",
+                    "run",
+                    str(profile),
+                    "--",
+                    "python",
+                    "-c",
+                    program,
+                ],
+                capture_output=True,
+                text=True,
+                stdin=follower,
+                env={**envlock_env(), "XDG_CACHE_HOME": str(cache)},
+                timeout=120,
+            )
+        finally:
+            os.close(leader)
+            os.close(follower)
+        assert tty.returncode == 7 and "it's" in tty.stdout, tty.stderr
+
+        # The container drifted (its API says so): the agent found the state as judged and
+        # waited; the controller said no, and explains as `check` would.
+        api = pve_api(fakepve_url, fakepve_cafile)
+        api.nodes("pve1").lxc(vmid).config.put(cores=8)
+        log.write_text("")
+        refused = cli(cache, "run", profile, "--", "python", "-c", "print('started')")
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.startswith("envlock: refusing to run: 1 drift item(s)")
+        assert "cores" in refused.stderr and "started" not in refused.stdout
+        assert round_trips(log) == 1
+        api.nodes("pve1").lxc(vmid).config.put(cores=2)
+
+        # The environment drifted since: the same one call brings the state back, and the
+        # refusal explains it as `check` does; the command never started.
+        script = "/opt/train dir/train.py"
+        assert pct(node_sshd, vmid, "sh", "-c", f"echo '# edited' >> '{script}'").returncode == 0
+        log.write_text("")
+        refused = cli(cache, "run", profile, "--", "python", "-c", "print('started')")
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("envlock: refusing to run: 1 drift item(s)")
+        assert "train.py" in refused.stderr and "started" not in refused.stdout
+        assert round_trips(log) == 1
+        checked = cli(cache, "check", "--json", profile)
+        assert [d["kind"] for d in json.loads(checked.stdout)["drift"]] == ["script-modified"]
+
+    finally:
+        log.unlink(missing_ok=True)
+
+
+def test_the_controller_and_the_agent_hash_a_state_alike() -> None:
+    from envlock.agent import launch
+    from envlock.runs import one_call
+
+    # Keys that are not strings become strings on the way: both hash the state as it travels.
+    state = {"b": [1, 2.5, None, True], "a": {"x": "é", "10": 1, "9": 2}, "c": (1, 2)}
+    assert launch.state_digest(state) == one_call.state_digest(state)
+    assert one_call.state_digest(json.loads(json.dumps(state))) == launch.state_digest(state)
+    assert launch.state_digest({**state, "c": [1, 3]}) != one_call.state_digest(state)

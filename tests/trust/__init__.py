@@ -1,0 +1,1 @@
+"""The trust model: hostile inputs, isolation, the gate, secrets, owned writes."""
