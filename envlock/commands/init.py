@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -13,105 +14,105 @@ from envlock import ui
 from envlock.commands.starter_file import refuse_existing, write_starter
 from envlock.errors import UsageError
 from envlock.starters.template import (
-    FLAG_EXAMPLES,
-    TARGET_TYPES,
     Starter,
     StarterTarget,
+    init_flags,
     misplaced_ssh_flags,
     missing_flags,
-    ssh_types,
     starter_text,
 )
+from envlock.targets.base import TargetType
+from envlock.targets.registry import TARGET_TYPES
 
 if TYPE_CHECKING:
     from envlock.commands.init_from import ImportResult
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-@click.command("init")
-@click.argument("profile", type=click.Path(dir_okay=False, path_type=Path), metavar="PROFILE")
-@click.option(
-    "--target",
-    "target_type",
-    type=click.Choice(TARGET_TYPES),
-    default="local",
-    show_default=True,
-    help="Where the environment lives.",
-)
-@click.option("--host", help="ssh / proxmox-lxc: the host (or node) to ssh to.")
-@click.option("--user", help="ssh / proxmox-lxc: the login name.")
-@click.option("--port", type=click.IntRange(1, 65535), help="ssh / proxmox-lxc: the ssh port.")
-@click.option("--identity-file", metavar="KEY", help="ssh / proxmox-lxc: the ssh key to use.")
-@click.option(
-    "--ssh-option",
-    "ssh_options",
-    multiple=True,
-    metavar="OPTION",
-    help="ssh / proxmox-lxc: an ssh -o option, e.g. UserKnownHostsFile=FILE (repeatable).",
-)
-@click.option("--node", help="proxmox-lxc: the Proxmox node's name.")
-@click.option("--vmid", type=click.IntRange(100), help="proxmox-lxc: the container's VMID.")
-@click.option("--api-url", help="proxmox-lxc: the Proxmox API (https://NODE:8006).")
-@click.option("--root", help="Where generations are built (default: beside the profile).")
-@click.option("--venv", help="The stable venv path, a link to the active generation.")
-@click.option("--python", "python", help="The Python version (default: this machine's).")
-@click.option("--torch", "torch", metavar="VERSION", help="Pin torch, e.g. 2.13.0.")
-@click.option("--backend", help="torch's build: cpu, cu126, cu128, cu130, … (default cpu).")
-@click.option(
-    "--from",
-    "from_venv",
-    metavar="VENV",
-    help="Read an existing venv on the target into the profile, lock it, and compare.",
-)
-@click.option(
-    "--find-links",
-    multiple=True,
-    metavar="DIR",
-    help="A wheel directory to resolve from (repeatable).",
-)
-@click.option("--offline", is_flag=True, help="Resolve from find-links only.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def command(
-    profile: Path,
-    target_type: str,
-    host: str | None,
-    user: str | None,
-    port: int | None,
-    identity_file: str | None,
-    ssh_options: tuple[str, ...],
-    node: str | None,
-    vmid: int | None,
-    api_url: str | None,
-    root: str | None,
-    venv: str | None,
-    python: str | None,
-    torch: str | None,
-    backend: str | None,
-    from_venv: str | None,
-    find_links: tuple[str, ...],
-    offline: bool,
-    as_json: bool,
-) -> None:
-    """Write a starter profile at PROFILE: commented, valid as written."""
-    target = StarterTarget(
-        target_type,
-        host or None,
-        user,
-        port,
-        node,
-        vmid,
-        api_url,
-        root,
-        venv,
-        identity_file,
-        ssh_options,
+
+def target_options(types: Mapping[str, TargetType]) -> Callable[[F], F]:
+    """The options of the types' starter rows (targets/registry.py), each once, its help
+    naming the types that take it: `--host` is "ssh / proxmox-lxc: the host …"."""
+
+    def decorate(function: F) -> F:
+        # click lists options in the order of their decorators, the last applied first.
+        for flag, names in reversed(init_flags(types)):
+            integer = click.IntRange(*flag.integer) if flag.integer else None
+            function = click.option(
+                flag.option,
+                flag.key.replace("-", "_"),
+                type=integer,
+                multiple=flag.repeatable,
+                metavar=flag.metavar,
+                help=f"{' / '.join(names)}: {flag.help}",
+            )(function)
+        return function
+
+    return decorate
+
+
+def init_command(types: Mapping[str, TargetType]) -> click.Command:
+    """`envlock init`, its --target choices and their options read from the table `types`."""
+
+    @click.command("init")
+    @click.argument("profile", type=click.Path(dir_okay=False, path_type=Path), metavar="PROFILE")
+    @click.option(
+        "--target",
+        "target_type",
+        type=click.Choice(tuple(types)),
+        default="local",
+        show_default=True,
+        help="Where the environment lives.",
     )
-    starter = starter_of(profile, target, python, torch, backend, find_links, offline)
-    result = init_of(profile, starter, from_venv=from_venv, python_given=python, quiet=as_json)
-    if as_json:
-        ui.emit_json(result.kind, result.to_json())
-    else:
-        render_text(result)
-    sys.exit(result.code)
+    @target_options(types)
+    @click.option("--root", help="Where generations are built (default: beside the profile).")
+    @click.option("--venv", help="The stable venv path, a link to the active generation.")
+    @click.option("--python", "python", help="The Python version (default: this machine's).")
+    @click.option("--torch", "torch", metavar="VERSION", help="Pin torch, e.g. 2.13.0.")
+    @click.option("--backend", help="torch's build: cpu, cu126, cu128, cu130, … (default cpu).")
+    @click.option(
+        "--from",
+        "from_venv",
+        metavar="VENV",
+        help="Read an existing venv on the target into the profile, lock it, and compare.",
+    )
+    @click.option(
+        "--find-links",
+        multiple=True,
+        metavar="DIR",
+        help="A wheel directory to resolve from (repeatable).",
+    )
+    @click.option("--offline", is_flag=True, help="Resolve from find-links only.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+    def command(
+        profile: Path,
+        target_type: str,
+        root: str | None,
+        venv: str | None,
+        python: str | None,
+        torch: str | None,
+        backend: str | None,
+        from_venv: str | None,
+        find_links: tuple[str, ...],
+        offline: bool,
+        as_json: bool,
+        **flags: Any,
+    ) -> None:
+        """Write a starter profile at PROFILE: commented, valid as written."""
+        values = {flag.key: flags[flag.key.replace("-", "_")] for flag, _ in init_flags(types)}
+        target = StarterTarget(target_type, root, venv, values)
+        starter = starter_of(profile, target, python, torch, backend, find_links, offline)
+        result = init_of(profile, starter, from_venv=from_venv, python_given=python, quiet=as_json)
+        if as_json:
+            ui.emit_json(result.kind, result.to_json())
+        else:
+            render_text(result)
+        sys.exit(result.code)
+
+    return command
+
+
+command = init_command(TARGET_TYPES)
 
 
 def starter_of(
@@ -126,13 +127,15 @@ def starter_of(
     """The options, checked together, as the starter profile they describe."""
     if backend is not None and torch is None:
         raise UsageError("--backend needs --torch VERSION", hint="e.g. --torch 2.13.0")
-    if misplaced_ssh_flags(target):
-        raise UsageError(f"--identity-file and --ssh-option go with --target {ssh_types()}")
+    misplaced = misplaced_ssh_flags(target)
+    if misplaced is not None:
+        raise UsageError(misplaced)
     missing = missing_flags(target)
     if missing:
         flag = missing[0]
         raise UsageError(
-            f"--target {target.type} needs --{flag}", hint=f"e.g. {FLAG_EXAMPLES[flag]}"
+            f"--target {target.type} needs {flag.option}",
+            hint=f"e.g. {flag.option} {flag.example}",
         )
     return Starter(
         name=profile_name(profile),
