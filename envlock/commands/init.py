@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,92 +28,95 @@ from envlock.targets.registry import TARGET_TYPES
 if TYPE_CHECKING:
     from envlock.commands.init_from import ImportResult
 
-F = TypeVar("F", bound=Callable[..., Any])
+
+class InitCommand(click.Command):
+    """`envlock init`, whose --target choices and per-type options are read from the
+    registry (targets/registry.py) whenever click asks (help, parsing): a registered type
+    brings its starter's options with it."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        # The same objects each time click asks while parsing: built once per table.
+        options = target_options(tuple(TARGET_TYPES.items()))
+        return [params[0], *options, *params[1:]]  # after PROFILE
 
 
-def target_options(types: Mapping[str, TargetType]) -> Callable[[F], F]:
-    """The options of the types' starter rows (targets/registry.py), each once, its help
-    naming the types that take it: `--host` is "ssh / proxmox-lxc: the host …"."""
-
-    def decorate(function: F) -> F:
-        # click lists options in the order of their decorators, the last applied first.
-        for flag, names in reversed(init_flags(types)):
-            integer = click.IntRange(*flag.integer) if flag.integer else None
-            function = click.option(
-                flag.option,
-                flag.key.replace("-", "_"),
-                type=integer,
-                multiple=flag.repeatable,
-                metavar=flag.metavar,
-                help=f"{' / '.join(names)}: {flag.help}",
-            )(function)
-        return function
-
-    return decorate
-
-
-def init_command(types: Mapping[str, TargetType]) -> click.Command:
-    """`envlock init`, its --target choices and their options read from the table `types`."""
-
-    @click.command("init")
-    @click.argument("profile", type=click.Path(dir_okay=False, path_type=Path), metavar="PROFILE")
-    @click.option(
-        "--target",
-        "target_type",
+@functools.lru_cache(maxsize=4)
+def target_options(rows: tuple[tuple[str, TargetType], ...]) -> tuple[click.Parameter, ...]:
+    """--target, then the options of the types' starter rows, each once, its help naming
+    the types that take it: `--host` is "ssh / proxmox-lxc: the host …"."""
+    types = dict(rows)
+    target = click.Option(
+        ["--target", "target_type"],
         type=click.Choice(tuple(types)),
         default="local",
         show_default=True,
         help="Where the environment lives.",
     )
-    @target_options(types)
-    @click.option("--root", help="Where generations are built (default: beside the profile).")
-    @click.option("--venv", help="The stable venv path, a link to the active generation.")
-    @click.option("--python", "python", help="The Python version (default: this machine's).")
-    @click.option("--torch", "torch", metavar="VERSION", help="Pin torch, e.g. 2.13.0.")
-    @click.option("--backend", help="torch's build: cpu, cu126, cu128, cu130, … (default cpu).")
-    @click.option(
-        "--from",
-        "from_venv",
-        metavar="VENV",
-        help="Read an existing venv on the target into the profile, lock it, and compare.",
+    return (
+        target,
+        *(
+            click.Option(
+                [flag.option, flag.key.replace("-", "_")],
+                type=click.IntRange(*flag.integer) if flag.integer else None,
+                multiple=flag.repeatable,
+                metavar=flag.metavar,
+                help=f"{' / '.join(names)}: {flag.help}",
+            )
+            for flag, names in init_flags(types)
+        ),
     )
-    @click.option(
-        "--find-links",
-        multiple=True,
-        metavar="DIR",
-        help="A wheel directory to resolve from (repeatable).",
-    )
-    @click.option("--offline", is_flag=True, help="Resolve from find-links only.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-    def command(
-        profile: Path,
-        target_type: str,
-        root: str | None,
-        venv: str | None,
-        python: str | None,
-        torch: str | None,
-        backend: str | None,
-        from_venv: str | None,
-        find_links: tuple[str, ...],
-        offline: bool,
-        as_json: bool,
-        **flags: Any,
-    ) -> None:
-        """Write a starter profile at PROFILE: commented, valid as written."""
-        values = {flag.key: flags[flag.key.replace("-", "_")] for flag, _ in init_flags(types)}
-        target = StarterTarget(target_type, root, venv, values)
-        starter = starter_of(profile, target, python, torch, backend, find_links, offline)
-        result = init_of(profile, starter, from_venv=from_venv, python_given=python, quiet=as_json)
-        if as_json:
-            ui.emit_json(result.kind, result.to_json())
-        else:
-            render_text(result)
-        sys.exit(result.code)
-
-    return command
 
 
-command = init_command(TARGET_TYPES)
+@click.command("init", cls=InitCommand)
+@click.argument("profile", type=click.Path(dir_okay=False, path_type=Path), metavar="PROFILE")
+@click.option("--root", help="Where generations are built (default: beside the profile).")
+@click.option("--venv", help="The stable venv path, a link to the active generation.")
+@click.option("--python", "python", help="The Python version (default: this machine's).")
+@click.option("--torch", "torch", metavar="VERSION", help="Pin torch, e.g. 2.13.0.")
+@click.option("--backend", help="torch's build: cpu, cu126, cu128, cu130, … (default cpu).")
+@click.option(
+    "--from",
+    "from_venv",
+    metavar="VENV",
+    help="Read an existing venv on the target into the profile, lock it, and compare.",
+)
+@click.option(
+    "--find-links",
+    multiple=True,
+    metavar="DIR",
+    help="A wheel directory to resolve from (repeatable).",
+)
+@click.option("--offline", is_flag=True, help="Resolve from find-links only.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def command(
+    profile: Path,
+    target_type: str,
+    root: str | None,
+    venv: str | None,
+    python: str | None,
+    torch: str | None,
+    backend: str | None,
+    from_venv: str | None,
+    find_links: tuple[str, ...],
+    offline: bool,
+    as_json: bool,
+    **flags: Any,
+) -> None:
+    """Write a starter profile at PROFILE: commented, valid as written."""
+    target = StarterTarget(target_type, root, venv, flag_values(flags))
+    starter = starter_of(profile, target, python, torch, backend, find_links, offline)
+    result = init_of(profile, starter, from_venv=from_venv, python_given=python, quiet=as_json)
+    if as_json:
+        ui.emit_json(result.kind, result.to_json())
+    else:
+        render_text(result)
+    sys.exit(result.code)
+
+
+def flag_values(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The target types' options as click gave them, by [target] key."""
+    return {flag.key: given[flag.key.replace("-", "_")] for flag, _ in init_flags(TARGET_TYPES)}
 
 
 def starter_of(
