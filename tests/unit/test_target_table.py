@@ -254,3 +254,36 @@ def test_nothing_outside_targets_names_a_transport_s_errors_or_classes() -> None
                     if alias.name in TRANSPORT_MODULES
                 ]
     assert named == []
+
+
+# -- the local type's default root: one rule ----------------------------------------------
+@pytest.mark.parametrize("root", [None, "root", "./a/../root", "~/envs/t", "/srv/envs/t"])
+def test_the_probe_started_ahead_and_the_reader_agree_on_a_local_root(
+    root: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """commands/ahead.py reads [target] root before the profile's code loads; the root it
+    starts the probe in is the reader's, default included (targets/local_paths.py)."""
+    from envlock.base import started
+    from envlock.commands import ahead
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    profile = tmp_path / "proj" / "t.toml"
+    profile.parent.mkdir()
+    root_line = "" if root is None else f'root = "{root}"\n'
+    profile.write_text(
+        f'[profile]\nname = "t"\n[target]\ntype = "local"\n{root_line}'
+        '[python]\nversion = "3.11"\n[dependencies]\npackages = []\n'
+    )
+    argvs: list[list[str]] = []
+    monkeypatch.setattr(started, "start", lambda argv, stdin, **_: argvs.append(argv))
+    ahead.start_interpreter(str(profile))
+    assert [argv[4] for argv in argvs] == [load_profile(profile).target.root]
+
+
+def test_the_default_local_root_is_written_once() -> None:
+    holders = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if ".local/share/envlock" in path.read_text()
+    ]
+    assert holders == ["targets/local_paths.py"]
