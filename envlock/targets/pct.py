@@ -157,6 +157,7 @@ class PctTransport:
         self.node.open_master()
 
     def use_sessions(self, sessions: Sessions) -> None:
+        """The node hop's ssh clients start in the fleet's sessions."""
         self.node.sessions = sessions
 
     def detect_keep_env(self) -> None:
