@@ -145,7 +145,7 @@ def walk(name: str, tmp_path: Path) -> None:
     for flag in row.flags:
         assert name in str(options[flag.option].help).split(":")[0].split(" / "), flag.option
 
-    # The starter it writes reads back as this type, with the row's paths and flag values.
+    # The starter it writes reads back as this type, with the row's paths.
     profile = tmp_path / f"{name}.toml"
     made = CliRunner().invoke(init, [str(profile), "--target", name, *needed(row)])
     assert made.exit_code == 0, (made.output, made.exception)
@@ -206,12 +206,15 @@ def test_a_fourth_type_is_one_row_init_the_starter_and_the_walk_pick_it_up(
 
 
 def test_the_rows_share_a_flag_only_as_one_option() -> None:
-    """Two types that take `--host` take the same one: one key, one help, one kind."""
+    """Two types that take `--host` take the same one: one key, one help, one kind; and a
+    row needs only flags it has."""
     by_option: dict[str, InitFlag] = {}
+    by_key: dict[str, InitFlag] = {}
     for kind in TARGET_TYPES.values():
         for flag in kind.starter.flags:
             assert by_option.setdefault(flag.option, flag) == flag, flag.option
-            assert set(kind.starter.required) <= {f.key for f in kind.starter.flags}
+            assert by_key.setdefault(flag.key, flag) == flag, flag.key
+        assert set(kind.starter.required) <= {f.key for f in kind.starter.flags}, kind.name
 
 
 def test_every_failure_a_transport_raises_is_a_transport_failed() -> None:
