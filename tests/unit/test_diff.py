@@ -17,6 +17,7 @@ from envlock.checkpoint.choose import choose_checkpoint
 from envlock.cli import cli
 from envlock.runs.describe import Checkpoint, Side, load_side
 from envlock.runs.diff import compare, incomplete
+from envlock.runs.diff_types import SnapshotRecord
 
 
 def touch(path: Path, mtime: float | None = None) -> Path:
@@ -87,7 +88,7 @@ def ckpt(tensors: dict[str, str], params: int, **fields: Any) -> Checkpoint:
 
 
 def side(checkpoint: Checkpoint | None = None, **fields: Any) -> Side:
-    snapshot = {"packages": {}, "env": {}, **fields} if fields else None
+    snapshot = SnapshotRecord.of({"packages": {}, "env": {}, **fields}) if fields else None
     return Side("x", None, snapshot, checkpoint=checkpoint)
 
 
