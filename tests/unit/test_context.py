@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +22,7 @@ from envlock.lock.read import parse_lock
 from envlock.lock.resolve import envlock_table
 from envlock.profile.read import load_profile
 from envlock.reconcile.context import (
+    PLAIN,
     Context,
     Probe,
     ProbeRequest,
@@ -295,3 +297,30 @@ def test_a_context_read_ahead_is_taken_once(tmp_path: Path) -> None:
     assert isinstance(ctx, Context)
     with pytest.raises(Exception, match="nowhere"):  # taken once: now the file is read
         open_context(path, allow_stale=True)
+
+
+def test_a_probe_request_is_one_value_sent_as_built(tmp_path: Path) -> None:
+    """What is asked travels as one value: the request gather_state sends is the one
+    ProbeRequest.of builds (what commands/ahead.py starts a probe with ahead, to the byte)."""
+    root = root_of(tmp_path)
+    ctx = context(tmp_path, Script(probe(in_sync(root))))
+    asked = Probe(deep=True, warmth=True, startup="s")
+    request = ProbeRequest.of(ctx, asked)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.asked = PLAIN  # type: ignore[misc]
+    gather_state(ctx, asked)
+    (sent,) = ctx.transport.calls  # type: ignore[attr-defined]
+    assert json.dumps(sent.request) == json.dumps(request.to_json())
+    assert (request.root, request.scripts, request.uv, request.devices) == (root, None, None, ())
+
+
+def test_a_plain_probe_verifies_files_and_asks_nothing_more() -> None:
+    assert PLAIN == Probe() == Probe(deep=False, verify=True, warmth=False, lock=False)
+    assert PLAIN.startup is None
+
+
+def test_startup_is_on_the_wire_only_when_asked(tmp_path: Path) -> None:
+    ctx = context(tmp_path, Script())
+    assert "startup" not in ProbeRequest.of(ctx).to_json()
+    assert "startup" not in ProbeRequest.of(ctx, Probe(startup="")).to_json()
+    assert ProbeRequest.of(ctx, Probe(startup="/r/s")).to_json()["startup"] == "/r/s"
