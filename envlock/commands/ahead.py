@@ -128,7 +128,7 @@ def artifacts_asked(args: list[str]) -> bool:
 
 def start_probe(command: str, path: str, *, deep: bool, artifacts: bool = False) -> None:
     from envlock.reconcile.agentcall import agent_argv
-    from envlock.reconcile.context import is_fleet, open_context, probe_request
+    from envlock.reconcile.context import Probe, ProbeRequest, is_fleet, open_context
 
     ctx = open_context(path, allow_stale=True)
     started.keep("context", (path, True), ctx)
@@ -149,10 +149,8 @@ def start_probe(command: str, path: str, *, deep: bool, artifacts: bool = False)
     if probe is None:
         return
     # What the command asks: rollback reads the generations, not the files (rollback_plan).
-    request = (
-        probe_request(ctx, verify=False) if command == "rollback" else probe_request(ctx, deep=deep)
-    )
-    started.start(probe, json.dumps(request).encode())
+    asked = Probe(verify=False) if command == "rollback" else Probe(deep=deep)
+    started.start(probe, json.dumps(ProbeRequest.of(ctx, asked).to_json()).encode())
     if command == "rollback" and not target.remote:  # the switch: the agent's apply, waiting
         started.start(agent_argv(ctx.transport, target.root, "apply", env_python=False), None)
 

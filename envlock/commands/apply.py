@@ -12,7 +12,7 @@ import functools
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -28,7 +28,7 @@ from envlock.commands.common import (
     progress_printer,
     refuse_on,
 )
-from envlock.converge.converge import Converged, Gate, converge
+from envlock.converge.converge import Converged, Gate, converge, refuse_restart
 from envlock.converge.fleet import Fleet, MemberResult, Progress, is_fleet, members_of, run_fleet
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE, INTERRUPTED, UsageError
 from envlock.proxmox.members import Member
@@ -95,45 +95,20 @@ def command(
 ) -> None:
     """Converge the target to the lock: provision, build, switch, deploy, link."""
     started = time.perf_counter()
-    if force and not snapshot_dir:
-        raise UsageError("--force goes with --from-snapshot", hint="drop --force")
-    if allow_pth and not snapshot_dir:
-        raise UsageError(
-            "--allow-pth goes with --from-snapshot (the profile's own packages need no leave)",
-            hint="drop --allow-pth",
-        )
-    if adopt and snapshot_dir:
-        raise UsageError(
-            "--adopt goes without --from-snapshot",
-            hint="adopt first (`envlock apply --adopt PROFILE`), then apply the snapshot",
-        )
-    if snapshot_dir:
-        from envlock.runs.snapshot import context_from_snapshot  # --from-snapshot only
-
-        ctx = context_from_snapshot(profile, snapshot_dir, force=force, allow_pth=allow_pth)
-    else:
-        ctx = open_context(profile)
+    refuse_snapshot_flags(snapshot_dir, force=force, allow_pth=allow_pth, adopt=adopt)
+    ctx = apply_context(profile, snapshot_dir, force=force, allow_pth=allow_pth)
     if is_fleet(ctx):
-        if adopt:
-            raise UsageError("--adopt acts on one target's venv: not across a fleet")
-        if snapshot_dir:
-            raise UsageError("--from-snapshot acts on one container: not across a fleet")
-        if restart and ctx.profile.container is None:
-            raise UsageError("--restart needs a proxmox-lxc target with a [container] table")
-        members = members_of(ctx, on)
-        if not yes:
-            confirm_fleet(ctx, members, jobs=jobs, deep=deep, restart=restart, as_json=as_json)
-        work = functools.partial(apply_member, deep=deep, restart=restart, no_wait=no_wait)
-        run_fleet(
+        refuse_across_fleet(ctx, adopt=adopt, snapshot_dir=snapshot_dir, restart=restart)
+        apply_fleet(
             ctx,
-            work,
-            on=on,
+            yes=yes,
             jobs=jobs,
-            as_json=as_json,
+            on=on,
             fail_fast=fail_fast,
-            include_stopped=ctx.profile.container is not None,  # apply starts them
-            command="apply",
-            members=members,  # those whose plans were shown
+            as_json=as_json,
+            deep=deep,
+            restart=restart,
+            no_wait=no_wait,
         )
     refuse_on(on, fail_fast)
     result = apply_of(
@@ -151,6 +126,76 @@ def command(
         ui.emit_json(KIND, result.to_json())
     else:
         render_text(result)
+
+
+def refuse_snapshot_flags(
+    snapshot_dir: str | None, *, force: bool, allow_pth: tuple[str, ...], adopt: bool
+) -> None:
+    """--force and --allow-pth go with --from-snapshot, --adopt without it."""
+    if force and not snapshot_dir:
+        raise UsageError("--force goes with --from-snapshot", hint="drop --force")
+    if allow_pth and not snapshot_dir:
+        raise UsageError(
+            "--allow-pth goes with --from-snapshot (the profile's own packages need no leave)",
+            hint="drop --allow-pth",
+        )
+    if adopt and snapshot_dir:
+        raise UsageError(
+            "--adopt goes without --from-snapshot",
+            hint="adopt first (`envlock apply --adopt PROFILE`), then apply the snapshot",
+        )
+
+
+def apply_context(
+    profile: str, snapshot_dir: str | None, *, force: bool, allow_pth: tuple[str, ...]
+) -> Context:
+    """The profile's context, or with --from-snapshot the snapshot's lock in its place."""
+    if not snapshot_dir:
+        return open_context(profile)
+    from envlock.runs.snapshot import context_from_snapshot  # --from-snapshot only
+
+    return context_from_snapshot(profile, snapshot_dir, force=force, allow_pth=allow_pth)
+
+
+def refuse_across_fleet(
+    ctx: Context, *, adopt: bool, snapshot_dir: str | None, restart: bool
+) -> None:
+    """What acts on one target only is refused for a fleet profile."""
+    if adopt:
+        raise UsageError("--adopt acts on one target's venv: not across a fleet")
+    if snapshot_dir:
+        raise UsageError("--from-snapshot acts on one container: not across a fleet")
+    refuse_restart(ctx, restart)
+
+
+def apply_fleet(
+    ctx: Context,
+    *,
+    yes: bool,
+    jobs: int,
+    on: tuple[str, ...],
+    fail_fast: bool,
+    as_json: bool,
+    deep: bool,
+    restart: bool,
+    no_wait: bool,
+) -> NoReturn:
+    """Every member's plan shown and confirmed once (unless `yes`), then applied."""
+    members = members_of(ctx, on)
+    if not yes:
+        confirm_fleet(ctx, members, jobs=jobs, deep=deep, restart=restart, as_json=as_json)
+    work = functools.partial(apply_member, deep=deep, restart=restart, no_wait=no_wait)
+    run_fleet(
+        ctx,
+        work,
+        on=on,
+        jobs=jobs,
+        as_json=as_json,
+        fail_fast=fail_fast,
+        include_stopped=ctx.profile.container is not None,  # apply starts them
+        command="apply",
+        members=members,  # those whose plans were shown
+    )
 
 
 def make_gate(ctx: Context, *, yes: bool, as_json: bool) -> Gate:

@@ -27,6 +27,7 @@ from envlock.commands.common import (
 from envlock.errors import EXIT_DRIFT
 from envlock.reconcile.context import (
     Context,
+    Probe,
     check_all,
     held_context,
     hold_notice,
@@ -113,7 +114,7 @@ def check_of(
 ) -> CheckResult:
     """The one producer of a check's result (a single target's, or one fleet member's)."""
     # state is None when the container does not run: nothing inside can be reached.
-    _container, state, drifts = check_all(ctx, deep=deep, meanwhile=meanwhile)
+    _container, state, drifts = check_all(ctx, Probe(deep=deep), meanwhile=meanwhile)
     fixes = fixes_of(ctx, drifts)
     base = CheckResult(
         ctx.profile.name, ctx.lock.short_hash, state, tuple(drifts), deep, strict, fixes=fixes

@@ -62,7 +62,7 @@ def gc_of(
         return GcResult(plan, dry_run)
     ask(plan)
     answer = execute(ctx, plan, on_progress=on_progress)
-    return GcResult(plan, dry_run, removed=True, freed=int(answer.get("freed", 0)))
+    return GcResult(plan, dry_run, removed=True, freed=answer.freed)
 
 
 def render_text(result: GcResult) -> None:

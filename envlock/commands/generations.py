@@ -12,7 +12,7 @@ from envlock import ui
 from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.converge.fleet import MemberResult, Progress
 from envlock.errors import UsageError
-from envlock.reconcile.context import Context, gather_state, held_context
+from envlock.reconcile.context import Context, Probe, gather_state, held_context
 from envlock.reconcile.state import Hold, State, Switch
 from envlock.targets.base import ContainerSnapshot
 
@@ -85,7 +85,7 @@ class GenerationsResult:
 
 def generations_of(ctx: Context) -> GenerationsResult:
     """The one producer of the generations' result (a single target's, or one member's)."""
-    state = gather_state(ctx, verify=False)  # listing needs no file verification
+    state = gather_state(ctx, Probe(verify=False))  # listing needs no file verification
     gen = state.current_generation
     return GenerationsResult(
         state.current,

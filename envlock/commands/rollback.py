@@ -19,9 +19,9 @@ from envlock.commands.common import (
     with_context,
 )
 from envlock.errors import UsageError
-from envlock.reconcile.context import Context, gather_state, own_context
+from envlock.reconcile.context import Context, Probe, gather_state, own_context
 from envlock.reconcile.drift import compute_drift
-from envlock.reconcile.execute import execute, verify_after
+from envlock.reconcile.execute import ApplyAnswer, execute, verify_after
 from envlock.reconcile.generations import plan_rollback
 from envlock.reconcile.plan import Plan, repair_action
 from envlock.reconcile.state import State
@@ -98,7 +98,7 @@ def rollback_of(
     answer = execute(ctx, plan, on_progress=on_progress)
     if resync and not plan.empty:
         verify_after(own, deep=deep)
-    current = answer.get("current", state.current)
+    current = state.current if plan.empty else answer.current
     chosen = next((g for g in state.generations if g.name == current), None)
     judged = (
         f"its manifest (adopted from {chosen.adopted_from})"
@@ -168,7 +168,7 @@ def rollback_plan(
     context that judges the result (the active generation's own lock for a resync)."""
     if resync:
         # The active generation is re-synced to its own lock, whichever the profile names.
-        state = gather_state(ctx, deep=deep, lock=True, meanwhile=meanwhile)
+        state = gather_state(ctx, Probe(deep=deep, lock=True), meanwhile=meanwhile)
         adopted = state.current_generation.adopted_from if state.current_generation else None
         if adopted:
             raise UsageError(
@@ -180,7 +180,7 @@ def rollback_plan(
         own = own_context(ctx, state)
         return resync_plan(state, compute_drift(own.expectation(), state)), state, own
     # A switch needs only the generations and their history: no file verification.
-    state = gather_state(ctx, verify=False, meanwhile=meanwhile)
+    state = gather_state(ctx, Probe(verify=False), meanwhile=meanwhile)
     if not any(g.complete for g in state.generations):
         raise UsageError(
             "nothing applied yet: no generation to roll back to",
@@ -258,13 +258,13 @@ def rollback_container(ctx: Context, snapshot_name: str | None, as_json: bool) -
         ui.out.print(f"[green]✓[/] {provisioner.describe()} rolled back to snapshot {name}")
 
 
-def switch_ms(plan: Plan, answer: dict[str, object]) -> float | None:
+def switch_ms(plan: Plan, answer: ApplyAnswer) -> float | None:
     """How long the switch itself took on the target (link, hold, history), in ms."""
-    seconds = answer.get("seconds")
+    seconds = answer.seconds
     kinds = [a.kind for a in plan.actions]
-    if not isinstance(seconds, list) or "switch" not in kinds or len(seconds) != len(kinds):
+    if seconds is None or "switch" not in kinds or len(seconds) != len(kinds):
         return None
-    return round(float(seconds[kinds.index("switch")]) * 1000, 3)
+    return round(seconds[kinds.index("switch")] * 1000, 3)
 
 
 def resync_plan(state: State, drifts: list[Drift]) -> Plan:

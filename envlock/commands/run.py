@@ -25,11 +25,12 @@ from envlock.errors import EnvlockError, OperationError, UsageError
 from envlock.profile.read import pass_env_refusal
 from envlock.reconcile.context import (
     Context,
+    Probe,
+    ProbeRequest,
     check_all,
     check_container,
     hold_notice,
     judge,
-    probe_request,
 )
 from envlock.reconcile.drift import trust_drift
 from envlock.reconcile.state import State, Trust, parse_state
@@ -118,7 +119,7 @@ def command(
     wanted = bool(snapshot_dir)
     # The container's drift refuses a run like any other.
     _container, state, drifts = check_all(
-        ctx, deep=deep, warmth=wanted, lock=wanted, meanwhile=ui.prepare_for_terminal
+        ctx, Probe(deep=deep, warmth=wanted, lock=wanted), meanwhile=ui.prepare_for_terminal
     )
     state = decide(ctx, state, drifts, allow_drift)
     env = command_environment(ctx, state, passed_env(ctx, names) if remote else os.environ)
@@ -202,7 +203,8 @@ def run_in_one_call(
     that changed meanwhile comes back and is judged and explained as after any probe."""
     root = ctx.profile.target.root
     startup = remote_dir(root)
-    request = probe_request(ctx, deep=deep, startup=startup)
+    asked = Probe(deep=deep, startup=startup)
+    request = ProbeRequest.of(ctx, asked).to_json()
     found: list[ContainerCheck | None] = []  # the container API's word, once asked
     proposal = proposed(ctx, request, allow_drift)
     raw = proposal
@@ -214,9 +216,7 @@ def run_in_one_call(
                 gate = container_gate(ctx, state, allow_drift, found)
         else:
             if raw is None:  # a probe, and the container's API beside it (as check asks)
-                container, fresh, drifts = check_all(
-                    ctx, deep=deep, startup=startup, meanwhile=ui.prepare_for_terminal
-                )
+                container, fresh, drifts = check_all(ctx, asked, meanwhile=ui.prepare_for_terminal)
                 found[:] = [container]
                 raw = fresh.raw if fresh is not None else {}
             else:

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from envlock import ui
 from envlock.base.drift_kinds import Drift
 from envlock.errors import EnvlockError, OperationError, UsageError
 from envlock.lock.read import read_lock
-from envlock.reconcile.context import Context, check, check_container
+from envlock.reconcile.context import Context, Probe, check, check_container
 from envlock.reconcile.drift import Expectation
-from envlock.reconcile.execute import execute, verify_after
+from envlock.reconcile.execute import ApplyAnswer, execute, verify_after
 from envlock.reconcile.plan import Plan, make_plan
 from envlock.reconcile.state import State
 from envlock.targets.base import ContainerCheck
@@ -60,77 +60,161 @@ def converge(
     """Provision the container, plan and converge the environment of one target.
     `gate(container steps, plan)` runs before the first change (shows, confirms); `adopt`
     keeps a real venv at the venv path as generation 0 first (`apply --adopt`)."""
-    report: list[str] = []
-    provisioner = ctx.provisioner
-    if restart and provisioner is None:
-        raise UsageError("--restart needs a proxmox-lxc target with a [container] table")
-    stop = gate or (lambda steps, plan: None)
-    container = check_container(ctx)
-    snapshotted = False
-    if provisioner is not None and container is not None and not container.running:
-        # Nothing inside can be planned before the container runs: provision it first.
-        stop(list(container.drifts), None)
-        report += snapshot_first(ctx, None, progress)
-        snapshotted = True
-        report += provisioner.provision(restart=restart, on_progress=progress)
-        container = None
+    refuse_restart(ctx, restart)
+    asked = Asked(deep, restart, no_wait, snapshot_dir, progress, gate or no_gate, adopt)
+    run = Converging(ctx, asked)
+    steps = run.container_first()
     expect = expectation(ctx, snapshot_dir)
-    container_steps = container_changes(container, restart)
-    report += waiting_for_restart(container, restart)
-    provisioned = False
-    for replans in range(REPLANS + 1):
-        # Against the profile's lock (hold=False): apply returns there from a rollback.
-        state, drifts = check(ctx, deep=deep, hold=False, meanwhile=ui.prepare)
-        if snapshot_dir:
-            refuse_incompatible(ctx, snapshot_dir, state)
-        plan = make_plan(
-            expect, state, drifts, adopt=adopting(ctx, state, adopt, replans, progress)
-        )
-        if snapshot_dir:
-            plan = without_mismatched_scripts(ctx, plan)
-        active = state.current
-        if plan.empty and not container_steps:
-            if provisioned:
-                break  # the container changed on an earlier round: verify as usual
-            return Converged(plan, tuple(report), False, snapshotted, state.current, replans)
-        stop(container_steps, plan)
-        if container_steps:
-            provisioned = True
-            # The container changes whatever the root's lock says: its snapshot comes first.
-            if not snapshotted:
-                report += snapshot_first(ctx, state, progress)
-                snapshotted = True
-            if provisioner is not None:
-                report += provisioner.provision(restart=restart, on_progress=progress)
-            container_steps = []
-        taken: list[str] = []
+    done = run.rounds(expect, steps)
+    if not done.applied:
+        return run.converged(done, done.current)
+    current = after_switch(ctx, expect, done.plan, deep=deep, no_wait=no_wait, progress=progress)
+    verify(ctx, done.plan, snapshot_dir, deep=deep)
+    return run.converged(done, current or done.current)
 
-        def under_lock(state: State = state, taken: list[str] = taken) -> None:
-            taken.extend(snapshot_first(ctx, state, progress))
 
-        locked = None if snapshotted or provisioner is None else under_lock
-        answer = execute(ctx, plan, wait=not no_wait, on_progress=progress, when_locked=locked)
-        report += taken
-        snapshotted = snapshotted or bool(taken)
-        active = str(answer.get("current") or "") or active
-        if not answer.get("replan"):
-            break
-        if progress is not None:
-            progress("another envlock operation changed the root meanwhile: planning again")
-    else:
+def refuse_restart(ctx: Context, restart: bool) -> None:
+    """`--restart` restarts a container: refused where the profile declares none (one
+    target's apply and a fleet's alike)."""
+    if restart and ctx.profile.container is None:
+        raise UsageError("--restart needs a proxmox-lxc target with a [container] table")
+
+
+def no_gate(steps: list[Drift], plan: Plan | None) -> None:
+    """No one to show or ask (a fleet member, already confirmed for the whole fleet)."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a converge was asked (`converge`'s options)."""
+
+    deep: bool
+    restart: bool
+    no_wait: bool
+    snapshot_dir: str | None
+    progress: Callable[[str], None] | None
+    gate: Gate
+    adopt: bool
+
+
+@dataclass(frozen=True)
+class Round:
+    """The last round of planning: its plan, the generation active after it, the rounds
+    planned again before it, and whether anything changed (the container or the root)."""
+
+    plan: Plan
+    current: str | None
+    replans: int
+    applied: bool
+
+
+@dataclass
+class Converging:
+    """One converge under way: the steps below share what it has reported so far and
+    whether the container was snapshotted (once per apply) or changed."""
+
+    ctx: Context
+    asked: Asked
+    report: list[str] = field(default_factory=list)
+    snapshotted: bool = False
+    provisioned: bool = False
+
+    def container_first(self) -> list[Drift]:
+        """A stopped container is provisioned first: nothing inside it can be planned before
+        it runs. Returns what apply changes about a running one (said with the plan)."""
+        ctx, asked = self.ctx, self.asked
+        container = check_container(ctx)
+        if ctx.provisioner is not None and container is not None and not container.running:
+            asked.gate(list(container.drifts), None)
+            self.snapshot_once(None)
+            self.report += ctx.provisioner.provision(
+                restart=asked.restart, on_progress=asked.progress
+            )
+            return []
+        self.report += waiting_for_restart(container, asked.restart)
+        return container_changes(container, asked.restart)
+
+    def rounds(self, expect: Expectation, steps: list[Drift]) -> Round:
+        """Plan, show, change the container, execute; again while the agent answers that
+        the root changed under the plan (at most REPLANS times)."""
+        for replans in range(REPLANS + 1):
+            state, plan = self.plan(expect, replans)
+            if plan.empty and not steps:
+                # After a container change on an earlier round: verified as usual.
+                return Round(plan, state.current, replans, applied=self.provisioned)
+            self.asked.gate(steps, plan)
+            steps = self.change_container(steps, state)
+            answer = self.execute(plan, state)
+            if not answer.replan:
+                return Round(plan, answer.current or state.current, replans, applied=True)
+            self.say("another envlock operation changed the root meanwhile: planning again")
         raise OperationError(
             f"the root kept changing while apply planned ({REPLANS + 1} plans overtaken)",
             hint="wait for the other envlock operations on this root, then apply again",
         )
-    current = after_switch(ctx, expect, plan, deep=deep, no_wait=no_wait, progress=progress)
-    scripts_skipped = bool(snapshot_dir) and ctx.profile.script_hashes() != ctx.scripts
-    verify_after(
-        ctx,
-        plan,
-        ignore=("script-modified", "script-missing") if scripts_skipped else (),
-        deep=deep,
-    )
-    return Converged(plan, tuple(report), True, snapshotted, current or active, replans)
+
+    def plan(self, expect: Expectation, replans: int) -> tuple[State, Plan]:
+        """Probe and plan, against the profile's lock (hold=False: apply returns there from
+        a rollback); a snapshot's environment must fit this target."""
+        ctx, asked = self.ctx, self.asked
+        state, drifts = check(ctx, Probe(deep=asked.deep), hold=False, meanwhile=ui.prepare)
+        if asked.snapshot_dir:
+            refuse_incompatible(ctx, asked.snapshot_dir, state)
+        adopt = adopting(ctx, state, asked.adopt, replans, asked.progress)
+        plan = make_plan(expect, state, drifts, adopt=adopt)
+        if asked.snapshot_dir:
+            plan = without_mismatched_scripts(ctx, plan)
+        return state, plan
+
+    def change_container(self, steps: list[Drift], state: State) -> list[Drift]:
+        """The container changes whatever the root's lock says: its snapshot comes first.
+        Returns what is left to change about it (nothing)."""
+        if not steps:
+            return []
+        self.provisioned = True
+        self.snapshot_once(state)
+        provisioner = self.ctx.provisioner
+        if provisioner is not None:
+            self.report += provisioner.provision(
+                restart=self.asked.restart, on_progress=self.asked.progress
+            )
+        return []
+
+    def execute(self, plan: Plan, state: State) -> ApplyAnswer:
+        """The plan, carried out under the root's lock; the container's snapshot, when none
+        was taken yet, by the agent's dialogue once it holds the lock and the plan holds."""
+        taken: list[str] = []
+
+        def under_lock() -> None:
+            taken.extend(snapshot_first(self.ctx, state, self.asked.progress))
+
+        locked = None if self.snapshotted or self.ctx.provisioner is None else under_lock
+        wait, progress = not self.asked.no_wait, self.asked.progress
+        answer = execute(self.ctx, plan, wait=wait, on_progress=progress, when_locked=locked)
+        self.report += taken
+        self.snapshotted = self.snapshotted or bool(taken)
+        return answer
+
+    def snapshot_once(self, state: State | None) -> None:
+        if not self.snapshotted:
+            self.report += snapshot_first(self.ctx, state, self.asked.progress)
+            self.snapshotted = True
+
+    def say(self, text: str) -> None:
+        if self.asked.progress is not None:
+            self.asked.progress(text)
+
+    def converged(self, done: Round, current: str | None) -> Converged:
+        report = tuple(self.report)
+        return Converged(done.plan, report, done.applied, self.snapshotted, current, done.replans)
+
+
+def verify(ctx: Context, plan: Plan, snapshot_dir: str | None, *, deep: bool) -> None:
+    """What apply converged, gathered again; scripts not deployed (a snapshot's pinned
+    hashes that this machine's copies do not match) are not counted."""
+    skipped = bool(snapshot_dir) and ctx.profile.script_hashes() != ctx.scripts
+    ignore = ("script-modified", "script-missing") if skipped else ()
+    verify_after(ctx, plan, ignore=ignore, deep=deep)
 
 
 def adopting(
@@ -176,13 +260,11 @@ def after_switch(
     kinds = {a.kind for a in plan.actions}
     if "switch" not in kinds or "build" in kinds:
         return None
-    state, drifts = check(ctx, deep=deep, hold=False)
+    state, drifts = check(ctx, Probe(deep=deep), hold=False)
     repair = make_plan(expect, state, drifts)
     if repair.empty:
         return None
-    answer = execute(ctx, repair, wait=not no_wait, on_progress=progress)
-    current = answer.get("current")
-    return str(current) if current else None
+    return execute(ctx, repair, wait=not no_wait, on_progress=progress).current
 
 
 def snapshot_first(

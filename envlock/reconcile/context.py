@@ -111,56 +111,81 @@ def is_fleet(ctx: Context) -> bool:
     return getattr(ctx.profile.target.settings, "fleet", None) is not None
 
 
-def probe_request(
-    ctx: Context,
-    *,
-    deep: bool = False,
-    verify: bool = True,
-    warmth: bool = False,
-    lock: bool = False,
-    startup: str | None = None,
-) -> dict[str, Any]:
-    """What the probe is asked (`startup`: whether run's startup set is in place there)."""
-    profile = ctx.profile
-    scripts = None
-    if profile.scripts is not None:
-        scripts = {"dest": profile.scripts.dest, "files": sorted(ctx.scripts)}
-    remote = profile.target.remote
-    return {
-        "root": profile.target.root,
-        "venv": profile.target.venv,
-        "cache_dir": profile.cache_dir,
-        "scripts": scripts,
-        "deep": deep,
-        "verify": verify,
-        "warmth": warmth,
-        "devices": list(ctx.devices),
-        "active_lock": lock,
-        "uv": {"path": ctx.uv, "version": uv_version()} if remote else None,
-        **({"startup": startup} if startup else {}),
-    }
+@dataclass(frozen=True)
+class Probe:
+    """What a probe is asked to gather beyond what every probe reports: `deep` re-hashes
+    every file, `verify` checks the files, `warmth` counts the build's compile cache (files,
+    bytes) instead of only asking whether it holds any, `lock` returns the active
+    generation's own lock, `startup` asks whether run's startup set is in place there."""
+
+    deep: bool = False
+    verify: bool = True
+    warmth: bool = False
+    lock: bool = False
+    startup: str | None = None
+
+
+# What a probe gathers unless asked for more (files verified, nothing else).
+PLAIN = Probe()
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """The probe's request, built once from a context and what is asked; `to_json` is what
+    the agent receives on its stdin."""
+
+    root: str
+    venv: str
+    cache_dir: str
+    scripts: tuple[str, tuple[str, ...]] | None  # (where they are deployed, their names)
+    devices: tuple[str, ...]
+    uv: tuple[str, str] | None  # (path, version) of the uv pushed to a remote target
+    asked: Probe = PLAIN
+
+    @classmethod
+    def of(cls, ctx: Context, asked: Probe = PLAIN) -> ProbeRequest:
+        profile = ctx.profile
+        scripts = None
+        if profile.scripts is not None:
+            scripts = (profile.scripts.dest, tuple(sorted(ctx.scripts)))
+        uv = (ctx.uv, uv_version()) if profile.target.remote else None
+        return cls(
+            profile.target.root,
+            profile.target.venv,
+            profile.cache_dir,
+            scripts,
+            ctx.devices,
+            uv,
+            asked,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        asked, scripts, uv = self.asked, self.scripts, self.uv
+        return {
+            "root": self.root,
+            "venv": self.venv,
+            "cache_dir": self.cache_dir,
+            "scripts": {"dest": scripts[0], "files": list(scripts[1])} if scripts else None,
+            "deep": asked.deep,
+            "verify": asked.verify,
+            "warmth": asked.warmth,
+            "devices": list(self.devices),
+            "active_lock": asked.lock,
+            "uv": {"path": uv[0], "version": uv[1]} if uv else None,
+            **({"startup": asked.startup} if asked.startup else {}),
+        }
 
 
 def gather_state(
-    ctx: Context,
-    *,
-    deep: bool = False,
-    verify: bool = True,
-    warmth: bool = False,
-    lock: bool = False,
-    startup: str | None = None,
-    meanwhile: Callable[[], object] | None = None,
+    ctx: Context, asked: Probe = PLAIN, *, meanwhile: Callable[[], object] | None = None
 ) -> State:
-    """One round trip: the agent, run by the environment's own interpreter, reports state.
-
-    `verify` checks the files, `warmth` counts the build's compile cache (files, bytes)
-    instead of only asking whether it holds any; `lock` returns the active generation's own
-    lock; `meanwhile` runs while the target works."""
+    """One round trip: the agent, run by the environment's own interpreter, reports what
+    `asked` says; `meanwhile` runs while the target works."""
     raw = call_agent(
         ctx.transport,
         ctx.profile.target.root,
         "probe",
-        probe_request(ctx, deep=deep, verify=verify, warmth=warmth, lock=lock, startup=startup),
+        ProbeRequest.of(ctx, asked).to_json(),
         env_python=True,
         meanwhile=meanwhile,
     )
@@ -171,18 +196,13 @@ def gather_state(
 
 def check(
     ctx: Context,
+    asked: Probe = PLAIN,
     *,
-    deep: bool = False,
-    warmth: bool = False,
     hold: bool = True,
-    lock: bool = False,
-    startup: str | None = None,
     meanwhile: Callable[[], object] | None = None,
 ) -> tuple[State, list[Drift]]:
     """Gather and compute drift (see `judge`)."""
-    state = gather_state(
-        ctx, deep=deep, warmth=warmth, lock=lock, startup=startup, meanwhile=meanwhile
-    )
+    state = gather_state(ctx, asked, meanwhile=meanwhile)
     return state, judge(ctx, state, hold=hold)
 
 
@@ -244,13 +264,7 @@ def hold_notice(ctx: Context, state: State) -> str | None:
 
 
 def check_all(
-    ctx: Context,
-    *,
-    deep: bool = False,
-    warmth: bool = False,
-    lock: bool = False,
-    startup: str | None = None,
-    meanwhile: Callable[[], object] | None = None,
+    ctx: Context, asked: Probe = PLAIN, *, meanwhile: Callable[[], object] | None = None
 ) -> tuple[ContainerCheck | None, State | None, list[Drift]]:
     """The container's drift (its provisioner asks the API) and the probe inside it, asked at
     once: each is a round trip and neither needs the other. The state is None when the
@@ -258,9 +272,7 @@ def check_all(
     container's first, then the environment's."""
     provisioner = ctx.provisioner
     if provisioner is None:
-        state, drifts = check(
-            ctx, deep=deep, warmth=warmth, lock=lock, startup=startup, meanwhile=meanwhile
-        )
+        state, drifts = check(ctx, asked, meanwhile=meanwhile)
         return None, state, drifts
     found: list[ContainerCheck] = []
 
@@ -270,9 +282,7 @@ def check_all(
             meanwhile()
 
     try:
-        state, drifts = check(
-            ctx, deep=deep, warmth=warmth, lock=lock, startup=startup, meanwhile=ask_api
-        )
+        state, drifts = check(ctx, asked, meanwhile=ask_api)
     except OperationError:
         if found and not found[0].running:
             return found[0], None, list(found[0].drifts)

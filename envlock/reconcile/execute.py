@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from envlock.base.drift_kinds import Drift, Repair
@@ -14,7 +15,7 @@ from envlock.errors import OperationError
 from envlock.lock.indexes import uv_index_env
 from envlock.profile.read import Profile
 from envlock.reconcile.agentcall import call_agent
-from envlock.reconcile.context import Context, gather_state
+from envlock.reconcile.context import Context, Probe, gather_state
 from envlock.reconcile.drift import compute_drift
 from envlock.reconcile.plan import Plan
 from envlock.targets.base import CommandFailed, Transport
@@ -95,6 +96,46 @@ def script_payload(profile: Profile, pinned: dict[str, str]) -> dict[str, dict[s
     return payload
 
 
+@dataclass(frozen=True)
+class ApplyAnswer:
+    """The agent's answer to an apply, read once (`parse`): nothing past it reads the JSON."""
+
+    current: str | None = None  # the generation active afterwards (None: none, or not said)
+    replan: bool = False  # the root changed since the plan was made: nothing was done
+    freed: int = 0  # the bytes removed (gc)
+    seconds: tuple[float, ...] | None = None  # each action's, as the target measured it
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> ApplyAnswer:
+        """A field left out reads as nothing said; a wrong-typed `freed` is refused, a
+        wrong-typed `seconds` is not said (the switch's time goes unreported)."""
+        current = raw.get("current")
+        return cls(
+            current=str(current) if current else None,
+            replan=bool(raw.get("replan")),
+            freed=_freed(raw.get("freed", 0)),
+            seconds=_seconds(raw.get("seconds")),
+        )
+
+
+# An empty plan asks the agent nothing.
+NOTHING_DONE = ApplyAnswer()
+
+
+def _freed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise OperationError(f"the envlock agent's apply answer: freed is {value!r}, not a number")
+    return int(value)
+
+
+def _seconds(value: Any) -> tuple[float, ...] | None:
+    if not isinstance(value, list):
+        return None
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in value):
+        return None
+    return tuple(float(v) for v in value)
+
+
 def execute(
     ctx: Context,
     plan: Plan,
@@ -102,18 +143,18 @@ def execute(
     wait: bool = True,
     on_progress: Callable[[str], None] | None = None,
     when_locked: Callable[[], object] | None = None,
-) -> dict[str, Any]:
+) -> ApplyAnswer:
     """Carry out a plan on the target (under the root's lock) and return the agent's answer:
-    `{"replan": True}` when the root is no longer what the plan assumed. `when_locked` runs
-    under the lock, before the first change, once the plan is known to hold."""
+    `replan` when the root is no longer what the plan assumed. `when_locked` runs under the
+    lock, before the first change, once the plan is known to hold."""
     if plan.empty:
-        return {"done": []}
+        return NOTHING_DONE
     request = apply_request(ctx, plan, wait=wait)
     request["handshake"] = when_locked is not None
     for action in request["actions"]:
         if action["kind"] == "install-uv":
             upload_uv(ctx.transport, action, on_progress)
-    return call_agent(
+    raw = call_agent(
         ctx.transport,
         ctx.profile.target.root,
         "apply",
@@ -121,6 +162,7 @@ def execute(
         on_progress=on_progress,
         when_locked=when_locked,
     )
+    return ApplyAnswer.parse(raw)
 
 
 def verify_after(
@@ -134,7 +176,7 @@ def verify_after(
     repair (the compile-cache dir, what only reports: the GPU's driver) does not count.
     """
     built = plan is not None and any(a.kind == "build" for a in plan.actions)
-    state = gather_state(ctx, verify=not built, deep=deep and not built)
+    state = gather_state(ctx, Probe(deep=deep and not built, verify=not built))
     drifts = compute_drift(ctx.expectation(), state)
     remaining = [
         d

@@ -36,7 +36,11 @@ from envlock.checkpoint.weights import digests as weight_digests
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock.policy import SHOWN
 from envlock.lock.read import Lock, parse_lock
+from envlock.runs.diff_types import RecordedCache, SnapshotRecord
 from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
+
+# What a side without a snapshot (a lock, a checkpoint alone) has recorded: nothing.
+NOTHING_RECORDED = SnapshotRecord()
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class Checkpoint:
 class Side:
     label: str
     lock: Lock | None
-    snapshot: dict[str, Any] | None = None
+    snapshot: SnapshotRecord | None = None
     checkpoint_config: dict[str, Any] | None = None
     # {file: {field: value}} from config.json, training_args.bin, optimizer param_groups, ...
     run_files: dict[str, Any] | None = None
@@ -76,31 +80,36 @@ class Side:
     def files(self) -> list[str]:
         return list(self.checkpoint.files) if self.checkpoint else []
 
+    @property
+    def record(self) -> SnapshotRecord:
+        """The snapshot's record; an empty one for a side without a snapshot."""
+        return self.snapshot or NOTHING_RECORDED
+
     def packages(self) -> dict[str, str]:
         if self.snapshot is not None:
-            return dict(self.snapshot.get("packages") or {})
+            return dict(self.snapshot.packages)
         return self.lock.versions() if self.lock else {}
 
     def torch(self) -> dict[str, Any]:
         packages = self.packages()
-        found = dict((self.snapshot or {}).get("torch") or {})
-        version = found.get("version") or packages.get("torch")
+        found = self.record.torch
+        version = found.version or packages.get("torch")
         if not version:
             return {}
         label = version.partition("+")[2] or None
         cuda_libs = sorted(f"{name}=={v}" for name, v in packages.items() if is_cuda_library(name))
         return {
             "torch": version,
-            "local label": found.get("local", label),
-            "CUDA": found.get("cuda"),
-            "cuDNN": found.get("cudnn"),
+            "local label": found.local if found.has_local else label,
+            "CUDA": found.cuda,
+            "cuDNN": found.cudnn,
             "CUDA libraries": ", ".join(cuda_libs) or None,
             "triton": packages.get("triton") or packages.get("pytorch-triton"),
         }
 
-    def scripts(self) -> dict[str, str]:
+    def scripts(self) -> dict[str, str | None]:
         if self.snapshot is not None:
-            return dict((self.snapshot.get("scripts") or {}).get("sha256") or {})
+            return dict(self.snapshot.scripts)
         return dict((self.lock.meta.get("scripts") if self.lock else None) or {})
 
     def config(self) -> dict[str, Any]:
@@ -112,7 +121,7 @@ class Side:
             merged.update({f"checkpoint.{k}": v for k, v in pickled.items()})
         if self.checkpoint:
             merged.update({f"checkpoint.{k}": v for k, v in self.checkpoint.optimizer.items()})
-        run_config = (self.snapshot or {}).get("config")
+        run_config = self.record.config
         if run_config is not None:
             merged["run"] = run_config
         flat = flatten(merged)
@@ -126,19 +135,18 @@ class Side:
             flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
         return flat
 
-    def cache(self) -> dict[str, Any] | None:
-        return (self.snapshot or {}).get("cache")
+    def cache(self) -> RecordedCache | None:
+        return self.record.cache
 
     def hardware(self) -> dict[str, Any]:
-        snap = self.snapshot or {}
-        hw = snap.get("hardware") or {}
-        gpus = hw.get("gpus") or []
+        record = self.record
+        gpus = ", ".join(f"{g.name} (sm {g.capability})" for g in record.gpus)
         return {
-            "GPUs": ", ".join(f"{g.get('name')} (sm {g.get('capability')})" for g in gpus) or None,
-            "driver": hw.get("driver"),
-            "python": snap.get("python"),
-            "machine": (snap.get("platform") or {}).get("machine"),
-            "host": (snap.get("host") or {}).get("hostname"),
+            "GPUs": gpus or None,
+            "driver": record.driver,
+            "python": record.python,
+            "machine": record.machine,
+            "host": record.host,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -179,14 +187,15 @@ def load_side(path: str, follow_links: bool = False, weights: bool = False) -> S
         return Side(str(target), parse_lock(target, read_lock_text(target), SHOWN))
     if target.suffix == ".json" and not target.name.endswith(".index.json"):
         snapshot = load_snapshot(target, **follow)
-        return Side(str(target), snapshot_lock(snapshot, target), snapshot)
+        return Side(str(target), snapshot_lock(snapshot, target), SnapshotRecord.of(snapshot))
     if target.name.endswith((*CHECKPOINT_SUFFIXES, ".index.json")):
         # A checkpoint file: what inspect reads of it, and the snapshot beside it if any.
         beside = target.parent / SNAPSHOT_FILE
         found = load_snapshot(target.parent, **follow) if os.path.lexists(beside) else None
         lock = snapshot_lock(found, beside) if found is not None else None
+        record = SnapshotRecord.of(found) if found is not None else None
         checkpoint, unread = read_checkpoint(Choice(target), follow_links, weights)
-        return Side(str(target), lock, found, checkpoint=checkpoint, unread=unread)
+        return Side(str(target), lock, record, checkpoint=checkpoint, unread=unread)
     raise UsageError(
         f"{target}: not a snapshot, checkpoint or lock",
         hint="pass envlock-snapshot.json, a checkpoint file or dir, or pylock.<name>.toml",
@@ -209,7 +218,8 @@ def _directory_side(target: Path, follow_links: bool, weights: bool = False) -> 
             hint="pass a snapshot file, a checkpoint dir or a lock",
         )
     lock = snapshot_lock(snapshot, target) if snapshot is not None else None
-    return Side(str(target), lock, snapshot, None, run, paths, checkpoint, unread)
+    record = SnapshotRecord.of(snapshot) if snapshot is not None else None
+    return Side(str(target), lock, record, None, run, paths, checkpoint, unread)
 
 
 def read_lock_text(path: Path) -> str:

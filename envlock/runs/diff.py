@@ -14,7 +14,7 @@ from envlock import ui
 from envlock.base.cuda import is_cuda_library
 from envlock.runs.describe import Side, flatten, load_side
 from envlock.runs.diff_data import with_metrics_and_data
-from envlock.runs.diff_types import Change, Group
+from envlock.runs.diff_types import Change, Group, RecordedCache
 
 __all__ = ["Change", "Group", "Side", "compare", "flatten", "incomplete", "load_side"]
 
@@ -41,19 +41,19 @@ def known_to_both(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict, dict]:
     return {k: v for k, v in a.items() if k in keys}, {k: v for k, v in b.items() if k in keys}
 
 
-def warmth(cache: dict[str, Any] | None) -> str | None:
-    if not cache:
+def warmth(cache: RecordedCache | None) -> str | None:
+    if cache is None:
         return None
-    if not cache.get("exists") or not cache.get("files"):
+    if not cache.exists or not cache.files:
         return "cold"
-    return f"warm ({ui.size(cache.get('bytes') or 0)})"
+    return f"warm ({ui.size(cache.bytes)})"
 
 
 def cache_group(a: Side, b: Side, *, torch_changed: bool) -> Group:
-    ca, cb = a.cache() or {}, b.cache() or {}
+    ca, cb = a.cache(), b.cache()
     changes = []
-    fa = (ca.get("fingerprint") or {}).get("id")
-    fb = (cb.get("fingerprint") or {}).get("id")
+    fa = ca.fingerprint if ca else None
+    fb = cb.fingerprint if cb else None
     if fa != fb and not torch_changed:  # a new torch build implies a new fingerprint
         changes.append(Change("fingerprint", fa, fb))
     wa, wb = warmth(ca), warmth(cb)
@@ -175,9 +175,9 @@ MANAGED_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
 def env_of(side: Side) -> dict[str, Any]:
-    env = dict((side.snapshot or {}).get("env") or {})
-    return {k: v for k, v in env.items() if k not in MANAGED_ENV}
+    return {k: v for k, v in side.record.env.items() if k not in MANAGED_ENV}
 
 
-def short(hashes: dict[str, str]) -> dict[str, str]:
-    return {k: v[:12] for k, v in hashes.items()}
+def short(hashes: dict[str, str | None]) -> dict[str, str | None]:
+    """Hashes cut for people; a script recorded without one (null) stays so."""
+    return {k: v[:12] if v is not None else None for k, v in hashes.items()}

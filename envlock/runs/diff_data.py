@@ -14,7 +14,7 @@ from typing import Any
 
 from envlock import ui
 from envlock.runs.describe import Side
-from envlock.runs.diff_types import Change, Group
+from envlock.runs.diff_types import Change, Group, SnapshotRecord
 
 METRICS = "metrics"
 DATA = "data"
@@ -51,8 +51,8 @@ def with_metrics_and_data(a: Side, b: Side, groups: list[Group]) -> list[Group]:
     return [metrics_group(a.snapshot, b.snapshot), *groups[:after], data, *groups[after:]]
 
 
-def metrics_group(a: dict[str, Any], b: dict[str, Any]) -> Group:
-    ma, mb = a.get("metrics") or {}, b.get("metrics") or {}
+def metrics_group(a: SnapshotRecord, b: SnapshotRecord) -> Group:
+    ma, mb = a.metrics, b.metrics
     changes = tuple(
         Change(name, ma.get(name), mb.get(name), one_side(name, ma, mb))
         for name in sorted(set(ma) | set(mb))
@@ -61,10 +61,10 @@ def metrics_group(a: dict[str, Any], b: dict[str, Any]) -> Group:
     return Group(METRICS, changes, METRICS_NOTE, counted=False)
 
 
-def data_group(a: dict[str, Any], b: dict[str, Any]) -> Group:
-    if "datasets" not in a or "datasets" not in b:
+def data_group(a: SnapshotRecord, b: SnapshotRecord) -> Group:
+    da, db = a.datasets, b.datasets
+    if da is None or db is None:
         return Group(DATA)  # a snapshot of an older envlock recorded none: nothing to say
-    da, db = a["datasets"] or {}, b["datasets"] or {}
     changes = tuple(
         Change(name, da.get(name), db.get(name), one_side(name, da, db))
         for name in sorted(set(da) | set(db))

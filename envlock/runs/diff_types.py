@@ -1,6 +1,7 @@
-"""The values a diff is made of: a `Change` (one key, its two values) and a `Group` of them
-(torch build, packages, metrics, ...). Their own module, so that diff.py and diff_data.py,
-which both build groups, import them from below instead of from each other."""
+"""The values a diff is made of: what it reads of a snapshot (`SnapshotRecord`, built once
+from the document snapshot_schema.py validated), a `Change` (one key, its two values) and a
+`Group` of them (torch build, packages, metrics, ...). Their own module, so that describe.py,
+diff.py and diff_data.py import them from below instead of from each other."""
 
 from __future__ import annotations
 
@@ -54,3 +55,96 @@ class Group:
 def _change_json(c: Change) -> dict[str, Any]:
     found = {"key": c.key, "a": c.a, "b": c.b, "kind": c.kind}
     return {**found, "also": list(c.also)} if c.also else found
+
+
+# -- a snapshot as a diff reads it ---------------------------------------------------------
+@dataclass(frozen=True)
+class RecordedTorch:
+    """torch as the snapshot recorded it; all None when it recorded none."""
+
+    version: str | None = None
+    local: str | None = None
+    has_local: bool = False  # False: no label recorded (the version's own label is shown)
+    cuda: str | None = None
+    cudnn: str | None = None
+
+    @classmethod
+    def of(cls, raw: dict[str, Any] | None) -> RecordedTorch:
+        found = raw or {}
+        return cls(
+            version=found.get("version"),
+            local=found.get("local"),
+            has_local="local" in found,
+            cuda=found.get("cuda"),
+            cudnn=found.get("cudnn"),
+        )
+
+
+@dataclass(frozen=True)
+class RecordedCache:
+    """The compile cache as the run found it: its build fingerprint and how full it was."""
+
+    fingerprint: str | None
+    exists: bool
+    files: int
+    bytes: int
+
+    @classmethod
+    def of(cls, raw: dict[str, Any] | None) -> RecordedCache | None:
+        if not raw:
+            return None  # none recorded, or recorded empty: nothing to say about it
+        return cls(
+            fingerprint=(raw.get("fingerprint") or {}).get("id"),
+            exists=bool(raw.get("exists")),
+            files=raw.get("files") or 0,
+            bytes=raw.get("bytes") or 0,
+        )
+
+
+@dataclass(frozen=True)
+class RecordedGpu:
+    name: str | None
+    capability: str | None
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """What a diff reads of a snapshot, read once. Built from a validated document
+    (snapshot_schema.py is the one validator): every field but `lock` is optional there, and
+    one left out (or null) reads as nothing recorded."""
+
+    packages: dict[str, str] = field(default_factory=dict)
+    torch: RecordedTorch = RecordedTorch()
+    scripts: dict[str, str | None] = field(default_factory=dict)  # path → sha256
+    config: Any = None  # the run's config (None: none recorded)
+    cache: RecordedCache | None = None
+    gpus: tuple[RecordedGpu, ...] = ()
+    driver: str | None = None
+    python: str | None = None
+    machine: str | None = None
+    host: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    # None: no `datasets` at all (an older envlock), as against none read ({}).
+    datasets: dict[str, dict[str, Any]] | None = None
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> SnapshotRecord:
+        hardware = doc.get("hardware") or {}
+        return cls(
+            packages=dict(doc.get("packages") or {}),
+            torch=RecordedTorch.of(doc.get("torch")),
+            scripts=dict((doc.get("scripts") or {}).get("sha256") or {}),
+            config=doc.get("config"),
+            cache=RecordedCache.of(doc.get("cache")),
+            gpus=tuple(
+                RecordedGpu(g.get("name"), g.get("capability")) for g in hardware.get("gpus") or ()
+            ),
+            driver=hardware.get("driver"),
+            python=doc.get("python"),
+            machine=(doc.get("platform") or {}).get("machine"),
+            host=(doc.get("host") or {}).get("hostname"),
+            env=dict(doc.get("env") or {}),
+            metrics=dict(doc.get("metrics") or {}),
+            datasets=dict(doc["datasets"] or {}) if "datasets" in doc else None,
+        )

@@ -20,7 +20,13 @@ from envlock.lock.links import find_links_for
 from envlock.lock.policy import snapshot_policy
 from envlock.lock.schema import lock_data
 from envlock.profile.read import load_profile
-from envlock.reconcile.context import Context, gather_state, open_context, own_context
+from envlock.reconcile.context import (
+    Context,
+    Probe,
+    gather_state,
+    open_context,
+    own_context,
+)
 from envlock.reconcile.state import State
 from envlock.runs.environment import run_environment
 from envlock.runs.snapshot_doc import (
@@ -105,7 +111,7 @@ def take_snapshot(
     metrics: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Gather (metadata only: no file hashing, no torch import) and build a snapshot."""
-    state = gather_state(ctx, verify=False, warmth=True, lock=True)
+    state = gather_state(ctx, Probe(verify=False, warmth=True, lock=True))
     if state.current_generation is None:
         raise UsageError(
             "nothing applied yet: there is no environment to record",
@@ -154,7 +160,7 @@ def snapshot(
     if place["rank"] != 0 and not all_ranks:
         return None
     ctx = open_context(profile, allow_stale=True)
-    state = gather_state(ctx, verify=False, warmth=True, lock=True)
+    state = gather_state(ctx, Probe(verify=False, warmth=True, lock=True))
     process = dict(place, argv=list(sys.argv))
     doc = snapshot_of(
         ctx,

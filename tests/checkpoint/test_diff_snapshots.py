@@ -13,6 +13,7 @@ import pytest
 
 import envlock as envlock_api
 from envlock.runs.diff import Side, compare
+from envlock.runs.diff_types import SnapshotRecord
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
 
@@ -322,7 +323,7 @@ def test_diff_redacts_old_snapshots_holding_raw_secrets(
 
 # -- one-sided keys and the environment group (issue #20) ---------------------------------
 def side(label: str, **fields: Any) -> Side:
-    return Side(label, None, {"packages": {}, "env": {}, **fields})
+    return Side(label, None, SnapshotRecord.of({"packages": {}, "env": {}, **fields}))
 
 
 def changes(a: Side, b: Side) -> dict[str, dict[str, str]]:

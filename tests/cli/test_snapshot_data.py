@@ -18,6 +18,7 @@ from envlock.agent.dataset import SAMPLE_BYTES, dataset_fingerprint
 from envlock.errors import UsageError
 from envlock.runs.diff import Side, compare, load_side
 from envlock.runs.diff_data import change_text
+from envlock.runs.diff_types import SnapshotRecord
 from envlock.runs.snapshot_doc import checked_metrics
 from envlock.runs.snapshot_schema import validate_snapshot
 from tests.checkpoint.test_diff_snapshots import applied_project
@@ -42,7 +43,7 @@ def fingerprint(files: int, size: int, listing: str, sample: str) -> dict[str, A
 
 
 def side(label: str, **fields: Any) -> Side:
-    return Side(label, None, {"packages": {}, "env": {}, **fields})
+    return Side(label, None, SnapshotRecord.of({"packages": {}, "env": {}, **fields}))
 
 
 def texts(groups: list[Any]) -> dict[str, dict[str, str | None]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,7 +22,10 @@ from envlock.lock.read import parse_lock
 from envlock.lock.resolve import envlock_table
 from envlock.profile.read import load_profile
 from envlock.reconcile.context import (
+    PLAIN,
     Context,
+    Probe,
+    ProbeRequest,
     active_lock,
     check,
     check_all,
@@ -32,7 +36,6 @@ from envlock.reconcile.context import (
     judge,
     open_context,
     own_context,
-    probe_request,
 )
 from envlock.reconcile.state import Hold
 from tests.projects import torch_profile_text
@@ -47,7 +50,7 @@ OTHER_LOCK_TEXT = with_wheels(LOCK_TEXT.replace('"2.1.0"', '"2.0.0"'))
 def test_the_probe_request_says_what_to_gather(tmp_path: Path) -> None:
     ctx = context(tmp_path, Script())
     root = root_of(tmp_path)
-    assert probe_request(ctx) == {
+    assert ProbeRequest.of(ctx).to_json() == {
         "root": root,
         "venv": str(tmp_path / "venv"),
         "cache_dir": ctx.profile.cache_dir,
@@ -59,7 +62,7 @@ def test_the_probe_request_says_what_to_gather(tmp_path: Path) -> None:
         "active_lock": False,
         "uv": None,  # a local target runs envlock's own uv
     }
-    asked = probe_request(ctx, deep=True, verify=False, warmth=True, lock=True)
+    asked = ProbeRequest.of(ctx, Probe(deep=True, verify=False, warmth=True, lock=True)).to_json()
     assert (asked["deep"], asked["verify"], asked["warmth"], asked["active_lock"]) == (
         True,
         False,
@@ -79,7 +82,7 @@ def test_a_remote_target_s_uv_and_a_container_s_devices(tmp_path: Path) -> None:
     )
     assert ctx.uv == f"{target.root}/bin/uv"
     assert ctx.devices == ("/dev/nvidia0", "/dev/nvidiactl")
-    request = probe_request(ctx)
+    request = ProbeRequest.of(ctx).to_json()
     assert request["uv"] == {"path": f"{target.root}/bin/uv", "version": uv_version()}
     assert request["devices"] == ["/dev/nvidia0", "/dev/nvidiactl"]
     assert ctx.expectation().devices == ("/dev/nvidia0", "/dev/nvidiactl")
@@ -205,7 +208,7 @@ def test_what_is_asked_reaches_the_probe_and_the_defaults_ask_little(
     script = Script(*[probe(in_sync(root))] * 4)
     ctx = context(tmp_path, script, box)
     check_all(ctx)
-    check_all(ctx, deep=True, warmth=True, lock=True)
+    check_all(ctx, Probe(deep=True, warmth=True, lock=True))
     check(ctx)
     gather_state(ctx)
     asked = [c.request for c in ctx.transport.calls]  # type: ignore[attr-defined]
@@ -232,7 +235,7 @@ def test_the_expectation_and_request_carry_the_profile_s_venv_gpus_and_scripts(
         root_of(tmp_path),
     )
     assert expect.scripts == {"b.py": "1", "a.py": "2"}
-    assert probe_request(ctx)["scripts"] == {"dest": "/w", "files": ["a.py", "b.py"]}
+    assert ProbeRequest.of(ctx).to_json()["scripts"] == {"dest": "/w", "files": ["a.py", "b.py"]}
 
 
 def test_startup_and_meanwhile_reach_the_probe_through_every_path(tmp_path: Path) -> None:
@@ -240,9 +243,9 @@ def test_startup_and_meanwhile_reach_the_probe_through_every_path(tmp_path: Path
     for box in (None, Provisioner()):
         ctx = context(tmp_path, Script(*[probe(in_sync(root))] * 4), box)
         ran: list[str] = []
-        check_all(ctx, startup="s1", meanwhile=functools.partial(ran.append, "ui"))
-        check(ctx, startup="s2")
-        gather_state(ctx, startup="s3")
+        check_all(ctx, Probe(startup="s1"), meanwhile=functools.partial(ran.append, "ui"))
+        check(ctx, Probe(startup="s2"))
+        gather_state(ctx, Probe(startup="s3"))
         check_all(ctx)
         asked = [c.request for c in ctx.transport.calls]  # type: ignore[attr-defined]
         assert [r.get("startup", "-") for r in asked] == ["s1", "s2", "s3", "-"]
@@ -294,3 +297,30 @@ def test_a_context_read_ahead_is_taken_once(tmp_path: Path) -> None:
     assert isinstance(ctx, Context)
     with pytest.raises(Exception, match="nowhere"):  # taken once: now the file is read
         open_context(path, allow_stale=True)
+
+
+def test_a_probe_request_is_one_value_sent_as_built(tmp_path: Path) -> None:
+    """What is asked travels as one value: the request gather_state sends is the one
+    ProbeRequest.of builds (what commands/ahead.py starts a probe with ahead, to the byte)."""
+    root = root_of(tmp_path)
+    ctx = context(tmp_path, Script(probe(in_sync(root))))
+    asked = Probe(deep=True, warmth=True, startup="s")
+    request = ProbeRequest.of(ctx, asked)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.asked = PLAIN  # type: ignore[misc]
+    gather_state(ctx, asked)
+    (sent,) = ctx.transport.calls  # type: ignore[attr-defined]
+    assert json.dumps(sent.request) == json.dumps(request.to_json())
+    assert (request.root, request.scripts, request.uv, request.devices) == (root, None, None, ())
+
+
+def test_a_plain_probe_verifies_files_and_asks_nothing_more() -> None:
+    assert PLAIN == Probe() == Probe(deep=False, verify=True, warmth=False, lock=False)
+    assert PLAIN.startup is None
+
+
+def test_startup_is_on_the_wire_only_when_asked(tmp_path: Path) -> None:
+    ctx = context(tmp_path, Script())
+    assert "startup" not in ProbeRequest.of(ctx).to_json()
+    assert "startup" not in ProbeRequest.of(ctx, Probe(startup="")).to_json()
+    assert ProbeRequest.of(ctx, Probe(startup="/r/s")).to_json()["startup"] == "/r/s"

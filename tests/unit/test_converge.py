@@ -20,11 +20,14 @@ from typing import Any
 import pytest
 
 from envlock.base.drift_kinds import Drift
-from envlock.converge.converge import REPLANS, converge
+from envlock.commands.apply import refuse_across_fleet
+from envlock.converge.converge import REPLANS, converge, refuse_restart
 from envlock.errors import OperationError, UsageError
 from envlock.profile.read import load_profile
 from envlock.reconcile.context import Context
 from envlock.reconcile.drift import compute_drift
+from envlock.reconcile.execute import NOTHING_DONE, ApplyAnswer, execute
+from envlock.reconcile.plan import Plan
 from envlock.reconcile.state import parse_state
 from envlock.runs.snapshot import build_snapshot
 from envlock.runs.snapshot_file import write_snapshot
@@ -685,3 +688,73 @@ def test_a_repair_that_names_no_generation_leaves_the_switched_one(tmp_path: Pat
     )
     done = converge(context(tmp_path, script))
     assert script.done() and done.current == GEN
+
+
+# -- the agent's apply answer, read once (reconcile/execute.py) ------------------------------
+def test_an_apply_answer_without_fields_says_nothing_was_asked_again() -> None:
+    # The agent's "re-plan" answer carries no freed bytes or seconds; an empty plan asks
+    # the agent nothing and reads as the same empty answer.
+    assert ApplyAnswer.parse({}) == ApplyAnswer(None, False, 0, None) == NOTHING_DONE
+    replan = ApplyAnswer.parse({"replan": True, "done": [], "current": GEN})
+    assert (replan.replan, replan.current, replan.freed, replan.seconds) == (True, GEN, 0, None)
+
+
+@pytest.mark.parametrize(
+    ("raw", "current"),
+    [(GEN, GEN), (None, None), ("", None), (0, None), (3, "3")],
+)
+def test_an_apply_answer_s_current_is_its_text_or_none(raw: Any, current: str | None) -> None:
+    assert ApplyAnswer.parse({"current": raw}).current == current
+
+
+@pytest.mark.parametrize(
+    ("raw", "replan"), [(True, True), (1, True), (False, False), (None, False)]
+)
+def test_an_apply_answer_s_replan_is_its_truth(raw: Any, replan: bool) -> None:
+    assert ApplyAnswer.parse({"replan": raw}).replan is replan
+
+
+def test_an_apply_answer_s_freed_bytes_are_a_number_or_refused() -> None:
+    assert ApplyAnswer.parse({"freed": 4096}).freed == 4096
+    assert ApplyAnswer.parse({"freed": 2.0}).freed == 2
+    for wrong in (None, "12", True, [1]):
+        with pytest.raises(OperationError, match="freed is"):
+            ApplyAnswer.parse({"freed": wrong})
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [([0.25, 1], (0.25, 1.0)), ([], ()), (None, None), ("0.1", None), ([0.1, "x"], None)],
+)
+def test_an_apply_answer_s_seconds_are_numbers_or_not_said(raw: Any, seconds: Any) -> None:
+    assert ApplyAnswer.parse({"seconds": raw}).seconds == seconds
+
+
+def test_an_empty_plan_asks_the_agent_nothing(tmp_path: Path) -> None:
+    ctx = context(tmp_path, Script())  # any command would raise Unscripted
+    assert execute(ctx, Plan((), reason="in sync")) is NOTHING_DONE
+
+
+def test_a_replan_answer_without_current_keeps_the_probed_generation(tmp_path: Path) -> None:
+    root = root_of(tmp_path)
+    moved = in_sync(root, files={"checked": 10, "missing": [{"path": "a.py", "dist": "numpy"}]})
+    script = Script(
+        probe(moved),
+        ("apply", replied({"replan": True})),  # neither current nor done: re-planned
+        probe(in_sync(root)),
+    )
+    done = converge(context(tmp_path, script))
+    assert script.done() and (done.applied, done.current, done.replans) == (False, GEN, 1)
+
+
+# -- the one --restart refusal -----------------------------------------------------------------
+def test_restart_is_refused_without_a_container_for_one_target_and_a_fleet(
+    tmp_path: Path,
+) -> None:
+    plain = context(tmp_path, Script())
+    with pytest.raises(UsageError, match=r"^--restart needs a proxmox-lxc target with a"):
+        refuse_restart(plain, True)
+    refuse_restart(plain, False)
+    refuse_restart(context(tmp_path, Script(), Provisioner()), True)
+    with pytest.raises(UsageError, match=r"^--restart needs a proxmox-lxc target with a"):
+        refuse_across_fleet(plain, adopt=False, snapshot_dir=None, restart=True)

@@ -15,8 +15,10 @@ from click.testing import CliRunner
 from envlock.base.secrets import redact
 from envlock.checkpoint.choose import choose_checkpoint
 from envlock.cli import cli
+from envlock.errors import UsageError
 from envlock.runs.describe import Checkpoint, Side, load_side
 from envlock.runs.diff import compare, incomplete
+from envlock.runs.diff_types import RecordedTorch, SnapshotRecord
 
 
 def touch(path: Path, mtime: float | None = None) -> Path:
@@ -87,7 +89,7 @@ def ckpt(tensors: dict[str, str], params: int, **fields: Any) -> Checkpoint:
 
 
 def side(checkpoint: Checkpoint | None = None, **fields: Any) -> Side:
-    snapshot = {"packages": {}, "env": {}, **fields} if fields else None
+    snapshot = SnapshotRecord.of({"packages": {}, "env": {}, **fields}) if fields else None
     return Side("x", None, snapshot, checkpoint=checkpoint)
 
 
@@ -221,3 +223,77 @@ def test_safetensors_metadata_is_configuration(tmp_path: Path) -> None:
             "checkpoint.__metadata__.hf_token": (redact("x"), None),
         }
     }
+
+
+# -- a snapshot as diff reads it (SnapshotRecord) --------------------------------------------
+MINIMAL = {"schema": 1, "profile": {"name": "p"}, "lock": {"text": "x"}}
+
+
+def test_a_snapshot_that_recorded_only_what_it_must_reads_as_nothing_recorded() -> None:
+    record = SnapshotRecord.of(MINIMAL)
+    assert record == SnapshotRecord()
+    assert (record.torch, record.cache, record.datasets, record.config) == (
+        RecordedTorch(),
+        None,
+        None,
+        None,
+    )
+    # Every optional field null: the same as left out (datasets: none read, not unrecorded).
+    nulls = {k: None for k in ("packages", "torch", "hardware", "scripts", "env", "cache")}
+    nulled = SnapshotRecord.of({**MINIMAL, **nulls, "platform": None, "host": None})
+    assert nulled == record
+    assert SnapshotRecord.of({**MINIMAL, "datasets": None}).datasets == {}
+
+
+def test_torch_s_label_is_the_recorded_one_else_the_version_s() -> None:
+    def label(torch: dict[str, Any]) -> Any:
+        return Side("x", None, SnapshotRecord.of({**MINIMAL, "torch": torch})).torch()
+
+    assert label({"version": "2.11.0+cu128"})["local label"] == "cu128"
+    assert label({"version": "2.11.0+cu128", "local": None})["local label"] is None
+    assert label({"version": "2.11.0", "local": "cu130"})["local label"] == "cu130"
+    found = label({"version": "2.11.0", "cuda": "13.0", "cudnn": "9.1"})
+    assert (found["CUDA"], found["cuDNN"]) == ("13.0", "9.1")
+
+
+def test_a_cache_recorded_empty_says_nothing_and_one_without_bytes_is_warm() -> None:
+    assert SnapshotRecord.of({**MINIMAL, "cache": {}}).cache is None
+    warm = {"dir": "/c", "exists": True, "files": 3, "fingerprint": {"id": "torch-a"}}
+    cold = {**warm, "files": 0, "fingerprint": {"id": "torch-b"}}
+    a = Side("a", None, SnapshotRecord.of({**MINIMAL, "cache": warm}))
+    b = Side("b", None, SnapshotRecord.of({**MINIMAL, "cache": cold}))
+    assert groups(a, b)["compile cache"] == {
+        "fingerprint": ("torch-a", "torch-b"),
+        "compile cache": ("warm (0 B)", "cold"),
+    }
+
+
+def test_hardware_is_read_from_the_record() -> None:
+    doc = {
+        **MINIMAL,
+        "hardware": {"driver": "570", "gpus": [{"name": "H100", "capability": "9.0"}, {}]},
+        "python": "3.11.7",
+        "platform": {"machine": "x86_64"},
+        "host": {"hostname": "n1"},
+    }
+    assert Side("x", None, SnapshotRecord.of(doc)).hardware() == {
+        "GPUs": "H100 (sm 9.0), None (sm None)",
+        "driver": "570",
+        "python": "3.11.7",
+        "machine": "x86_64",
+        "host": "n1",
+    }
+    assert set(Side("lock", None).hardware().values()) == {None}
+
+
+def test_a_script_recorded_without_a_hash_is_compared_not_a_crash() -> None:
+    a = side(scripts={"sha256": {"train.py": None}})
+    b = side(scripts={"sha256": {"train.py": "ab" * 32}})
+    assert groups(a, b)["scripts"] == {"train.py": (None, "ab" * 6)}
+
+
+def test_a_wrong_typed_field_is_refused_before_anything_reads_it(tmp_path: Path) -> None:
+    snapshot = tmp_path / "envlock-snapshot.json"
+    snapshot.write_text(json.dumps({**MINIMAL, "torch": {"version": 3}}))
+    with pytest.raises(UsageError, match=r"torch\.version: expected a string, found 3"):
+        load_side(str(snapshot))
