@@ -1,4 +1,5 @@
-"""Regenerate the speed table of the site's Benchmarks page (docs/benchmarks.md) from bench/results/*.json (`make bench` runs this last).
+"""Regenerate the speed table of the site's Benchmarks page from bench/results/*.json
+(`make bench` runs this last).
 
     python bench/readme_table.py [--check]
 

@@ -20,6 +20,7 @@ build output (docs/reference/ is ignored by git, but for its hand-written index.
 - exit-codes.md: the statuses of envlock/errors.py and run's launcher, with their meanings.
 """
 
+# ruff: noqa: E501  (the tables of prose below read best one entry a line)
 from __future__ import annotations
 
 import argparse
@@ -208,14 +209,22 @@ COMPUTED_DEFAULTS = {
 # Keys a reader takes with `raw` (any TOML value, checked by hand): their type in words.
 RAW_TYPES = {
     "torch.backend": "string",
-    "target.hosts": "table `{ NODE = \"HOST\" }`",
+    "target.hosts": 'table `{ NODE = "HOST" }`',
     "target.vmids": "array of integers ≥ 100",
     "container.mounts": "array of tables `{source, path, ro}`",
 }
 # Tables whose keys are names the user chooses.
 ANY_KEY = {
-    "env": ("any variable name", "string", "set for `envlock run`; values are data, never evaluated (not `VIRTUAL_ENV` or `PYTHONHOME`)"),
-    "data": ("any name (letters, digits, `-`, `_`)", "path: a file, a directory or a glob (`*`, `?`, `**`)", "datasets the runs read, fingerprinted by every snapshot and by `envlock data`"),
+    "env": (
+        "any variable name",
+        "string",
+        "set for `envlock run`; values are data, never evaluated (not `VIRTUAL_ENV` or `PYTHONHOME`)",
+    ),
+    "data": (
+        "any name (letters, digits, `-`, `_`)",
+        "path: a file, a directory or a glob (`*`, `?`, `**`)",
+        "datasets the runs read, fingerprinted by every snapshot and by `envlock data`",
+    ),
 }
 MEANINGS = {
     "profile.name": "`[a-z0-9][a-z0-9_-]*`; names the lock file (`pylock.<name>.toml`)",
@@ -244,7 +253,7 @@ MEANINGS = {
     "target.select.pool": "in this pool",
     "target.select.node": "on this node",
     "target.select.name": "whose name matches this glob",
-    "target.hosts": "a fleet: how to reach each node over ssh (`{ pve1 = \"10.0.0.11\" }`)",
+    "target.hosts": 'a fleet: how to reach each node over ssh (`{ pve1 = "10.0.0.11" }`)',
     "container.ostemplate": "the template `pct create` starts from",
     "container.rootfs": "`STORAGE:SIZE_GB`, e.g. `local-lvm:64`",
     "container.cores": "CPU cores",
@@ -252,8 +261,8 @@ MEANINGS = {
     "container.swap": "MiB",
     "container.hostname": "as in `pct create`; not in a fleet",
     "container.unprivileged": "as in `pct create`",
-    "container.features": "as in `pct create` (`features = [\"nesting=1\"]`)",
-    "container.net": "as in `pct create` (`net = [\"name=eth0,bridge=vmbr0,ip=dhcp\"]`)",
+    "container.features": 'as in `pct create` (`features = ["nesting=1"]`)',
+    "container.net": 'as in `pct create` (`net = ["name=eth0,bridge=vmbr0,ip=dhcp"]`)',
     "container.devices": "GPU passthrough: `/dev/…` paths (`/dev/nvidia0` … `/dev/nvidia-uvm`); no `,`, `=`, whitespace, control characters or `..`",
     "container.mounts": "bind mounts",
     "container.mounts[].source": "absolute path on the node",
@@ -261,7 +270,7 @@ MEANINGS = {
     "container.mounts[].ro": "read-only",
     "container.snapshot-before-apply": "an LXC snapshot before apply changes anything",
     "container.keep-snapshots": "how many `envlock-*` snapshots of the container to keep",
-    "python.version": "`\"3.X\"` or `\"3.X.Y\"`: the interpreter of the environment",
+    "python.version": '`"3.X"` or `"3.X.Y"`: the interpreter of the environment',
     "python.platform": "the uv platform the lock is resolved for",
     "python.download": "whether uv may download a managed CPython for the environment",
     "torch.version": "the torch release (three parts); the backend's local label is added",
