@@ -76,7 +76,8 @@ def value_of(param: Any) -> str:
 
 def default_of(param: Any) -> str:
     default = param.default
-    if getattr(param, "is_flag", False) or default is None or default == () or callable(default):
+    unset = type(default).__name__ == "Sentinel"  # click 8.3's UNSET: no default
+    if getattr(param, "is_flag", False) or default in (None, ()) or callable(default) or unset:
         return ""
     return f"`{default}`"
 
@@ -102,7 +103,7 @@ def commands_page() -> str:
     commands = click_commands()
     for name, command in commands:
         summary = command.get_short_help_str(limit=200)
-        lines.append(f"| [`envlock {name}`](#envlock-{name}) | {cell(summary)} |")
+        lines.append(f"| [`envlock {name}`](#envlock-{name}) | {cell(plain(summary))} |")
     ctx = click.Context(cli, info_name="envlock")
     lines += ["", "## `envlock`", "", "```text", cli.get_help(ctx).rstrip(), "```", ""]
     for name, command in commands:
@@ -121,14 +122,15 @@ def commands_page() -> str:
             for arg in arguments:
                 many = " (one or more)" if arg.nargs == -1 else ""
                 needed = "" if arg.required else " (optional)"
-                lines.append(f"| `{arg.human_readable_name}` | {value_of(arg)}{many}{needed} |")
+                kind = arg.type.name  # path, text, …
+                lines.append(f"| `{arg.human_readable_name}` | {kind}{many}{needed} |")
             lines.append("")
         if options:
             lines += ["| option | value | default | what it does |", "|---|---|---|---|"]
             for opt in options:
                 lines.append(
                     f"| {option_names(opt)} | {value_of(opt)} | {default_of(opt)} "
-                    f"| {cell(opt.help or '')} |"
+                    f"| {cell(plain(opt.help or ''))} |"
                 )
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
@@ -138,8 +140,13 @@ def inspect_help(text: str) -> str:
     """A click docstring as Markdown paragraphs (click's `\\b` no-rewrap marker dropped)."""
     import inspect
 
-    text = inspect.cleandoc(text).replace("\b\n", "")
-    return text.replace("[", "\\[").replace("]", "\\]")
+    return plain(inspect.cleandoc(text).replace("\b\n", ""))
+
+
+def plain(text: str) -> str:
+    """Help text as Markdown shows it: `[env]` no link, `<name>` no HTML tag."""
+    text = text.replace("[", "\\[").replace("]", "\\]")
+    return text.replace("<", "&lt;").replace(">", "&gt;")
 
 
 # -- drift kinds: the kinds table -----------------------------------------------------------
