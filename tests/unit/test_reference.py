@@ -103,15 +103,15 @@ def keys_the_readers_ask_for() -> set[str]:
     keys = set()
     for path in READERS:
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in TABLE_READS
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)
-            ):
-                keys.add(node.args[0].value)
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            # t.text("host"), and the reader's own helper: self.path_value(t, "root", …)
+            at = {**dict.fromkeys(TABLE_READS, 0), "path_value": 1}.get(node.func.attr)
+            if at is None or len(node.args) <= at:
+                continue
+            key = node.args[at]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                keys.add(key.value)
     return keys
 
 
@@ -121,7 +121,7 @@ def test_every_profile_key_is_in_the_reference() -> None:
     from envlock.profile.read import _ProfileReader
 
     asked = keys_the_readers_ask_for() - set(_ProfileReader.TABLES)  # (read as tables)
-    assert {"name", "api-url", "vmids", "keep-snapshots", "pass-env", "build"} <= asked
+    assert {"name", "api-url", "vmids", "keep-snapshots", "pass-env", "build", "dest"} <= asked
     assert asked - documented == set(), "add the key to docs/gen_reference.py's examples"
     tables = set(re.findall(r"^## `\[([a-z]+)\]`", text, re.M))
     assert tables == set(_ProfileReader.TABLES)
