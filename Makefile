@@ -2,11 +2,12 @@
 PYTHON ?= python3
 UV := $(PYTHON) -m uv
 
-.PHONY: mutate-report help setup demo test lint bench mutate system-deps clean
+.PHONY: mutate-report help setup demo test test-fast lint bench mutate system-deps clean
 
 help:
 	@echo "make demo   lock, apply, check and run the local CPU-torch profile"
 	@echo "make test   install what the tests need and run the whole suite"
+	@echo "make test-fast  the pure and unit tests (tests/unit), under a minute"
 	@echo "make lint   ruff and mypy"
 	@echo "make bench  run the benchmarks in bench/ and print ratios"
 	@echo "make mutate mutation testing of the pure core and security helpers (not in test)"
@@ -42,6 +43,11 @@ system-deps:
 
 test: setup system-deps
 	.venv/bin/python -m pytest
+
+# The pure and unit tests: no LXC, sshd, LazyFS or system packages. Other slices by marker,
+# e.g. `.venv/bin/python -m pytest -m "not lxc and not sshd and not lazyfs"`.
+test-fast: setup
+	.venv/bin/python -m pytest -q tests/unit
 
 lint: setup
 	.venv/bin/ruff check envlock tests bench

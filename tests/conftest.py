@@ -3,10 +3,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,30 @@ def pytest_configure(config: pytest.Config) -> None:
     # here is reset to the default in each child instead.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# What a test needs beyond Python and uv, named by the fixtures that set it up: each is a
+# marker, so `-m "not lxc"` (or sshd, lazyfs, pve) deselects the tests that need it. A test's
+# fixtures are read whole (the fixtures its fixtures use included), so a test that reaches a
+# container through a helper fixture is marked as well. Every test under tests/unit is `unit`.
+NEEDS = {
+    "lxc": {"lxc_container", "rootfs_tarball"},
+    "sshd": {"node_sshd", "bare_node_sshd"},
+    "lazyfs": {"lazyfs_bin", "lazy"},
+    "pve": {"fakepve", "fakepve_url", "pve_api"},
+    "tmpfs": {"tmpfs"},
+}
+UNIT = Path(__file__).resolve().parent / "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in NEEDS.items():
+            if names & fixtures:
+                item.add_marker(marker)
+        if UNIT in Path(str(item.fspath)).resolve().parents:
+            item.add_marker("unit")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -87,3 +112,43 @@ def run_envlock(
 @pytest.fixture
 def envlock() -> Envlock:
     return run_envlock
+
+
+# The host's own device files, which no test may replace: as root, a regressed rename onto
+# one of them (a test linking to the real /dev/null) breaks every later shell on the machine.
+HOST_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def damaged_devices() -> list[str]:
+    return [path for path in HOST_DEVICES if not stat.S_ISCHR(os.lstat(path).st_mode)]
+
+
+def untracked_files() -> set[str] | None:
+    """The checkout's untracked files (ignored ones aside); None outside a git checkout."""
+    listed = subprocess.run(
+        ["git", "-C", str(CHECKOUT), "ls-files", "--others", "--exclude-standard", "-z"],
+        capture_output=True,
+    )
+    if listed.returncode != 0:
+        return None
+    return {name.decode(errors="replace") for name in listed.stdout.split(b"\0") if name}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def machine_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Before and after every test module: the host's devices are still devices and the
+    checkout has no new untracked files. A module that breaks either fails, by name."""
+    module = request.node.nodeid
+    broken = damaged_devices()
+    if broken:
+        pytest.fail(f"before {module}: {', '.join(broken)} is no longer a character device")
+    before = untracked_files()
+    yield
+    broken = damaged_devices()
+    if broken:
+        pytest.fail(f"{module} replaced the host's {', '.join(broken)} (not a device any more)")
+    after = untracked_files()
+    if before is not None and after is not None and after - before:
+        new = ", ".join(repr(name) for name in sorted(after - before))
+        pytest.fail(f"{module} wrote into the checkout: new untracked {new}")

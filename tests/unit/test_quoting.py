@@ -48,6 +48,15 @@ ECHO_ARGV = "import json, sys; print(json.dumps(sys.argv[1:]))"
 ECHO_ENV = "import json, os, sys; print(json.dumps({k: os.environ.get(k) for k in sys.argv[1:]}))"
 
 
+@pytest.fixture(autouse=True)
+def in_a_scratch_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shells these tests start parse hostile values (`a|tee x`, `>x`): if a quoting rule
+    ever breaks, what they write lands in the test's own directory, never in the checkout."""
+    scratch = tmp_path / "cwd"
+    scratch.mkdir()
+    monkeypatch.chdir(scratch)
+
+
 def hostile(tmp_path: Path) -> tuple[list[str], Path]:
     marker = tmp_path / "pwned"
     return [value.format(marker=marker) for value in HOSTILE], marker
