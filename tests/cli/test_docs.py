@@ -146,7 +146,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "WARNING" not in done.stderr, done.stderr
     for name in ("commands", "profile", "drift-kinds", "json", "exit-codes"):
-        assert (site / "reference" / name / "index.html").is_file(), name
+        assert (site / "reference" / f"{name}.html").is_file(), name
     remote = re.compile(r"""<(?:link|script|img)[^>]+(?:href|src)=["']https?://""")
     for page in site.rglob("*.html"):
         assert not remote.search(page.read_text()), page
