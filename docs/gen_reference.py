@@ -143,6 +143,13 @@ def inspect_help(text: str) -> str:
     return plain(inspect.cleandoc(text).replace("\b\n", ""))
 
 
+def html_safe(text: str) -> str:
+    """`<lock id>` shown, not read as an HTML tag (outside code spans)."""
+    parts = text.split("`")
+    parts[::2] = [part.replace("<", "&lt;").replace(">", "&gt;") for part in parts[::2]]
+    return "`".join(parts)
+
+
 def plain(text: str) -> str:
     """Help text as Markdown shows it: `[env]` no link, `<name>` no HTML tag."""
     text = text.replace("[", "\\[").replace("]", "\\]")
@@ -519,29 +526,38 @@ def profile_page() -> str:
 
 
 # -- --json documents: the schema registry and the declared shapes ---------------------------
-def shape(check: Any) -> str:
-    """A declared shape in words, read from what the check refuses and accepts."""
-    from envlock.schema import Invalid
+def shape(check: Any, depth: int = 0) -> str:
+    """A declared shape in words, read from how envlock.schema composed the check (the
+    names its builders close over: `obj`'s fields, `items`' inner check, `kind`'s words)."""
+    import inspect
 
-    def expected(value: Any) -> str | None:
-        try:
-            check(value, "v")
-        except Invalid as exc:
-            found = re.search(r"expected (.*), found ", str(exc))
-            return found.group(1) if found else str(exc)
-        return None
-
-    base = expected(object()) or "any value"
-    if base == "a string":
-        base = expected("\x00") or base
-    if base == "a list":
-        inner = expected([object()])
-        inner_string = expected(["\x00"])
-        inner = inner_string if inner == "a string" and inner_string else inner
-        base = f"a list of {re.sub(r'^an? ', '', inner) + 's'}" if inner else base
-    if expected(None) is None:
-        base += " or null"
-    return base
+    builder = check.__qualname__.split(".")[0]
+    bound = inspect.getclosurevars(check).nonlocals
+    if builder == "nullable":
+        return f"{shape(bound['inner'], depth)} or null"
+    if builder == "items":
+        inner = shape(bound["inner"], depth)
+        if inner.startswith("an object: "):
+            return f"a list of objects, each: {inner.removeprefix('an object: ')}"
+        return f"a list of {re.sub(r'^an? ', '', inner)}" + ("s" if " " not in inner[3:] else "")
+    if builder == "mapping":
+        return f"an object of {shape(bound['keys'], depth)} → {shape(bound['values'], depth)}"
+    if builder == "obj":
+        fields, required = bound["fields"], set(bound["required"])
+        if depth or not fields:
+            return "an object"
+        parts = []
+        for name, inner in fields.items():
+            optional = "" if name in required else ", optional"
+            parts.append(f"`{name}` ({shape(inner, depth + 1)}{optional})")
+        parts += [f"`{name}`" for name in bound["required"] if name not in fields]
+        return f"an object: {', '.join(parts)}"
+    if builder in ("kind", "matching"):
+        return str(bound["expected"])
+    if builder == "json_data":
+        return "any JSON value"
+    doc = (check.__doc__ or builder).strip().splitlines()[0].rstrip(".")
+    return doc[:1].lower() + doc[1:]
 
 
 def json_page() -> str:
@@ -576,9 +592,9 @@ def json_page() -> str:
             "|---|---|---|",
         ]
         for name, check in required.items():
-            lines.append(f"| `{name}` | {cell(shape(check))} | always |")
+            lines.append(f"| `{name}` | {cell(html_safe(shape(check)))} | always |")
         for name, check in optional.items():
-            lines.append(f"| `{name}` | {cell(shape(check))} | in some outcomes |")
+            lines.append(f"| `{name}` | {cell(html_safe(shape(check)))} | in some outcomes |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
