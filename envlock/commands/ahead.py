@@ -16,7 +16,6 @@ exactly that command line (it writes the request and the command's stdin itself)
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -91,25 +90,28 @@ class LocalPython:
 def start_interpreter(path: str) -> None:
     """A local profile's probe interpreter, started before the profile's code loads: it
     loads its own code and waits for the request (start_probe writes it). Read here with
-    tomlread alone, as profile.py reads [target] root: a root read otherwise only makes a
-    command line nobody asks for, and that process is stopped unread at exit."""
+    tomlread alone, [target] root found by the profile reader's own rule (local_paths.py): a
+    root read otherwise only makes a command line nobody asks for, and that process is
+    stopped unread at exit."""
     from envlock.base.pythons import own_python
     from envlock.base.tomlread import load_toml  # TOML is parsed there alone (test_trust_lock)
     from envlock.reconcile.agentcode import agent_bootstrap
+    from envlock.targets.local_paths import controller_path, default_local_root
 
     data = load_toml(Path(path))
     target, profile = data.get("target"), data.get("profile")
     if not isinstance(target, dict) or target.get("type") != "local":
         return
     name = profile.get("name") if isinstance(profile, dict) else None
-    root = target.get("root", f"~/.local/share/envlock/{name}")
-    if not isinstance(root, str) or not isinstance(name, str):
+    if not isinstance(name, str):
         return
-    expanded = Path(os.path.expanduser(root))
-    full = expanded if expanded.is_absolute() else Path(path).parent.resolve() / expanded
+    root = target.get("root", default_local_root(name))
+    if not isinstance(root, str):
+        return
     program = agent_bootstrap("probe")
     transport = cast("Transport", LocalPython())
-    started.start(own_python(transport, program, "probe", root=os.path.normpath(full)), None)
+    full = str(controller_path(root, Path(path)))
+    started.start(own_python(transport, program, "probe", root=full), None)
 
 
 def in_one_call(remote: bool, *, snapshot: bool, artifacts: bool) -> bool:

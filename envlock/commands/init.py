@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,44 +15,61 @@ from envlock import ui
 from envlock.commands.starter_file import refuse_existing, write_starter
 from envlock.errors import UsageError
 from envlock.starters.template import (
-    FLAG_EXAMPLES,
-    TARGET_TYPES,
     Starter,
     StarterTarget,
+    init_flags,
     misplaced_ssh_flags,
     missing_flags,
-    ssh_types,
     starter_text,
 )
+from envlock.targets.base import TargetType
+from envlock.targets.registry import TARGET_TYPES
 
 if TYPE_CHECKING:
     from envlock.commands.init_from import ImportResult
 
 
-@click.command("init")
+class InitCommand(click.Command):
+    """`envlock init`, whose --target choices and per-type options are read from the
+    registry (targets/registry.py) whenever click asks (help, parsing): a registered type
+    brings its starter's options with it."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        # The same objects each time click asks while parsing: built once per table.
+        options = target_options(tuple(TARGET_TYPES.items()))
+        return [params[0], *options, *params[1:]]  # after PROFILE
+
+
+@functools.lru_cache(maxsize=4)
+def target_options(rows: tuple[tuple[str, TargetType], ...]) -> tuple[click.Parameter, ...]:
+    """--target, then the options of the types' starter rows, each once, its help naming
+    the types that take it: `--host` is "ssh / proxmox-lxc: the host …"."""
+    types = dict(rows)
+    target = click.Option(
+        ["--target", "target_type"],
+        type=click.Choice(tuple(types)),
+        default="local",
+        show_default=True,
+        help="Where the environment lives.",
+    )
+    return (
+        target,
+        *(
+            click.Option(
+                [flag.option, flag.key.replace("-", "_")],
+                type=click.IntRange(*flag.integer) if flag.integer else None,
+                multiple=flag.repeatable,
+                metavar=flag.metavar,
+                help=f"{' / '.join(names)}: {flag.help}",
+            )
+            for flag, names in init_flags(types)
+        ),
+    )
+
+
+@click.command("init", cls=InitCommand)
 @click.argument("profile", type=click.Path(dir_okay=False, path_type=Path), metavar="PROFILE")
-@click.option(
-    "--target",
-    "target_type",
-    type=click.Choice(TARGET_TYPES),
-    default="local",
-    show_default=True,
-    help="Where the environment lives.",
-)
-@click.option("--host", help="ssh / proxmox-lxc: the host (or node) to ssh to.")
-@click.option("--user", help="ssh / proxmox-lxc: the login name.")
-@click.option("--port", type=click.IntRange(1, 65535), help="ssh / proxmox-lxc: the ssh port.")
-@click.option("--identity-file", metavar="KEY", help="ssh / proxmox-lxc: the ssh key to use.")
-@click.option(
-    "--ssh-option",
-    "ssh_options",
-    multiple=True,
-    metavar="OPTION",
-    help="ssh / proxmox-lxc: an ssh -o option, e.g. UserKnownHostsFile=FILE (repeatable).",
-)
-@click.option("--node", help="proxmox-lxc: the Proxmox node's name.")
-@click.option("--vmid", type=click.IntRange(100), help="proxmox-lxc: the container's VMID.")
-@click.option("--api-url", help="proxmox-lxc: the Proxmox API (https://NODE:8006).")
 @click.option("--root", help="Where generations are built (default: beside the profile).")
 @click.option("--venv", help="The stable venv path, a link to the active generation.")
 @click.option("--python", "python", help="The Python version (default: this machine's).")
@@ -73,14 +92,6 @@ if TYPE_CHECKING:
 def command(
     profile: Path,
     target_type: str,
-    host: str | None,
-    user: str | None,
-    port: int | None,
-    identity_file: str | None,
-    ssh_options: tuple[str, ...],
-    node: str | None,
-    vmid: int | None,
-    api_url: str | None,
     root: str | None,
     venv: str | None,
     python: str | None,
@@ -90,21 +101,10 @@ def command(
     find_links: tuple[str, ...],
     offline: bool,
     as_json: bool,
+    **flags: Any,
 ) -> None:
     """Write a starter profile at PROFILE: commented, valid as written."""
-    target = StarterTarget(
-        target_type,
-        host or None,
-        user,
-        port,
-        node,
-        vmid,
-        api_url,
-        root,
-        venv,
-        identity_file,
-        ssh_options,
-    )
+    target = StarterTarget(target_type, root, venv, flag_values(flags))
     starter = starter_of(profile, target, python, torch, backend, find_links, offline)
     result = init_of(profile, starter, from_venv=from_venv, python_given=python, quiet=as_json)
     if as_json:
@@ -112,6 +112,11 @@ def command(
     else:
         render_text(result)
     sys.exit(result.code)
+
+
+def flag_values(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The target types' options as click gave them, by [target] key."""
+    return {flag.key: given[flag.key.replace("-", "_")] for flag, _ in init_flags(TARGET_TYPES)}
 
 
 def starter_of(
@@ -126,13 +131,15 @@ def starter_of(
     """The options, checked together, as the starter profile they describe."""
     if backend is not None and torch is None:
         raise UsageError("--backend needs --torch VERSION", hint="e.g. --torch 2.13.0")
-    if misplaced_ssh_flags(target):
-        raise UsageError(f"--identity-file and --ssh-option go with --target {ssh_types()}")
+    misplaced = misplaced_ssh_flags(target)
+    if misplaced is not None:
+        raise UsageError(misplaced)
     missing = missing_flags(target)
     if missing:
         flag = missing[0]
         raise UsageError(
-            f"--target {target.type} needs --{flag}", hint=f"e.g. {FLAG_EXAMPLES[flag]}"
+            f"--target {target.type} needs {flag.option}",
+            hint=f"e.g. {flag.option} {flag.example}",
         )
     return Starter(
         name=profile_name(profile),

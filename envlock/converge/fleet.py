@@ -30,14 +30,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from envlock import ui
 from envlock.errors import EXIT_FAILED, EXIT_INTERRUPTED, EnvlockError, UsageError, cause_of
 from envlock.proxmox.members import Member, list_members, restrict
 from envlock.reconcile.context import Context, is_fleet  # noqa: F401 (apply's import)
-from envlock.targets.pct import ContainerNotRunning, PctTransport
-from envlock.targets.ssh import Sessions
+from envlock.targets.base import Multiplexed, NotRunning, Sessions
 
 if TYPE_CHECKING:
     # Imported where a summary is drawn: every command imports this module for
@@ -76,8 +75,8 @@ def member_context(ctx: Context, member: Member, sessions: Sessions | None = Non
         ctx.profile, target=dataclasses.replace(target, settings=settings)
     )
     transport = profile.target.transport()
-    if sessions is not None and isinstance(transport, PctTransport):
-        transport.node.sessions = sessions
+    if sessions is not None and isinstance(transport, Multiplexed):
+        transport.use_sessions(sessions)
     return Context(profile, ctx.lock, transport, ctx.stale)
 
 
@@ -138,7 +137,7 @@ class Fleet:
         with self.node_locks[member.node]:
             if member.node not in self.node_ready:
                 try:
-                    mctx.transport.node.open_master()  # type: ignore[attr-defined]
+                    cast(Multiplexed, mctx.transport).open_master()
                     self.node_ready[member.node] = None
                 except EnvlockError as exc:
                     self.node_ready[member.node] = exc
@@ -153,11 +152,11 @@ class Fleet:
         progress = self.progress(member)
         try:
             if not member.running and not include_stopped:
-                raise ContainerNotRunning(f"container {member.vmid} is {member.status}")
+                raise NotRunning(f"container {member.vmid} is {member.status}")
             mctx = member_context(self.ctx, member, self.sessions)
             self.open_node(member, mctx)
             result = work(mctx, progress)
-        except ContainerNotRunning as exc:
+        except NotRunning as exc:
             result = MemberResult(EXIT_FAILED, "stopped", note=exc.message)
         except EnvlockError as exc:
             result = MemberResult(exc.exit_code, "failed", note=exc.message)

@@ -45,6 +45,7 @@ from envlock.profile.fields import (
 from envlock.profile.model import PYTORCH_INDEX, Dependencies, Profile, Scripts, TorchSpec
 from envlock.profile.packages import dependencies_of, torch_spec
 from envlock.targets.base import Target
+from envlock.targets.local_paths import controller_path, default_local_root
 from envlock.targets.registry import TARGET_TYPES
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ class _ProfileReader:
                 hint=suggest_value(kind, list(TARGET_TYPES)),
             )
         remote = target_type.remote
-        default_root = None if remote else f"~/.local/share/envlock/{name}"
+        default_root = None if remote else default_local_root(name)
         root = self.path_value(t, "root", default_root, absolute=remote)
         venv = self.path_value(t, "venv", str(PurePosixPath(root) / "venv"), absolute=remote)
         settings = target_type.read_settings(t, lambda value: str(self.local_path(value)))
@@ -218,9 +219,7 @@ class _ProfileReader:
 
     def local_path(self, value: str) -> Path:
         """A controller-side path: `~` expanded, relative paths taken from the profile's dir."""
-        expanded = Path(os.path.expanduser(value))
-        full = expanded if expanded.is_absolute() else self.path.parent.resolve() / expanded
-        return Path(os.path.normpath(full))
+        return controller_path(value, self.path)
 
     # -- [python] ---------------------------------------------------------------------------
     def read_python(self, target: Target) -> tuple[str, str, bool]:

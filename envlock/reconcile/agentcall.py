@@ -11,9 +11,7 @@ from typing import IO, Any, cast
 from envlock.base.pythons import own_python
 from envlock.errors import OperationError, UsageError
 from envlock.reconcile.agentcode import agent_bootstrap as agent_bootstrap
-from envlock.targets.base import Result, Transport
-from envlock.targets.pct import PctFailed
-from envlock.targets.ssh import ConnectionLost
+from envlock.targets.base import ConnectionLost, Result, Transport, TransportFailed
 
 PROGRESS_PREFIX = "envlock-progress: "
 OS_HINTS = {
@@ -63,43 +61,69 @@ def call_agent(
     answer: on two cores the two overlap). `when_locked` (apply only) runs once the agent
     holds the root's lock and found the plan still holds, before its first change; the
     agent waits for it, and stops without changing anything if it raises."""
-    dialogue = Dialogue(json.dumps(request).encode()) if when_locked is not None else None
-    failed: list[BaseException] = []
-    said: list[str] = []  # the agent's progress lines: proof that it started
-
-    def stderr_line(line: str) -> None:
-        if line.startswith(PROGRESS_PREFIX):
-            said.append(line[len(PROGRESS_PREFIX) :])
-        if dialogue is not None and when_locked is not None and line == LOCKED_READY:
-            try:
-                when_locked()
-            except BaseException as exc:  # raised below, after the agent stopped
-                failed.append(exc)
-                dialogue.answer(b"abort\n")
-            else:
-                dialogue.answer(b"go\n")
-        elif on_progress is not None and line.startswith(PROGRESS_PREFIX):
-            on_progress(line[len(PROGRESS_PREFIX) :])
+    listener = Listener(json.dumps(request).encode(), on_progress, when_locked)
 
     def run() -> Result:
         return transport.run(
             agent_argv(transport, root, command, env_python=env_python),
-            stdin=cast(IO[bytes], dialogue) if dialogue else json.dumps(request).encode(),
-            on_stderr_line=stderr_line,
+            stdin=listener.stdin(),
+            on_stderr_line=listener.line,
         )
 
     try:
         result = run() if meanwhile is None else run_while(run, meanwhile)
     except OperationError as exc:
-        raise cut_short(transport, command, said, exc) from exc
-    if failed:
-        raise failed[0]
-    if said and not answered(result):
+        raise cut_short(transport, command, listener.said, exc) from exc
+    if listener.failed:
+        raise listener.failed[0]
+    if listener.said and not answered(result):
         try:
             parse_answer(transport, command, result)
         except OperationError as exc:
-            raise cut_short(transport, command, said, exc) from exc
+            raise cut_short(transport, command, listener.said, exc) from exc
     return parse_answer(transport, command, result)
+
+
+class Listener:
+    """What an agent call hears on the agent's stderr: its progress lines (kept, as proof
+    that it started, and handed on), and with `when_locked` its word that it holds the lock,
+    answered through its stdin (a Dialogue)."""
+
+    def __init__(
+        self,
+        request: bytes,
+        on_progress: Callable[[str], None] | None,
+        when_locked: Callable[[], object] | None,
+    ) -> None:
+        self.request = request
+        self.on_progress = on_progress
+        self.when_locked = when_locked
+        self.dialogue = Dialogue(request) if when_locked is not None else None
+        self.said: list[str] = []  # the agent's progress lines: proof that it started
+        self.failed: list[BaseException] = []  # when_locked's, raised once the agent stopped
+
+    def stdin(self) -> bytes | IO[bytes]:
+        return cast(IO[bytes], self.dialogue) if self.dialogue else self.request
+
+    def line(self, line: str) -> None:
+        progress = line[len(PROGRESS_PREFIX) :] if line.startswith(PROGRESS_PREFIX) else None
+        if progress is not None:
+            self.said.append(progress)
+        if self.dialogue is not None and line == LOCKED_READY:
+            self.answer_locked(self.dialogue)
+        elif self.on_progress is not None and progress is not None:
+            self.on_progress(progress)
+
+    def answer_locked(self, dialogue: Dialogue) -> None:
+        """The agent holds the lock: run when_locked, and tell it to go on or to stop."""
+        assert self.when_locked is not None
+        try:
+            self.when_locked()
+        except BaseException as exc:  # raised by call_agent, after the agent stopped
+            self.failed.append(exc)
+            dialogue.answer(b"abort\n")
+        else:
+            dialogue.answer(b"go\n")
 
 
 def answered(result: Result) -> bool:
@@ -115,14 +139,15 @@ def cut_short(
     transport: Transport, command: str, said: list[str], exc: OperationError
 ) -> OperationError:
     """A transport failure after the agent had started (its progress lines prove it) is
-    not pct's "the command did not start": say what cut it short, and how far it got."""
+    not "the command did not start" (pct's words): say what cut it short, and how far it
+    got. The transport's errors are asked through their base classes (targets/base.py)."""
     if not said:
         return exc
     how_far = f'the agent\'s {command} had started (its last words: "{said[-1]}")'
     after = "nothing is half-switched (a switch is one rename); `envlock check` says "
     if isinstance(exc, ConnectionLost):
         return OperationError(
-            f"{transport.name}: the ssh connection was lost after {how_far}",
+            f"{transport.name}: {exc.connection} was lost after {how_far}",
             hint=f"check the network path to the host; {after}what the target holds now, and "
             "`envlock apply` again converges",
         )
@@ -135,8 +160,8 @@ def cut_short(
     detail = exc.message.removeprefix(f"{transport.name}: ")
     return OperationError(
         f"{transport.name}: {how_far} when it was cut short: {detail}",
-        # pct's hint says the command did not start: here it did.
-        hint=None if isinstance(exc, PctFailed) else exc.hint,
+        # Its hint says the command did not start (pct's): here it did.
+        hint=None if isinstance(exc, TransportFailed) and exc.hint_says_not_started else exc.hint,
     )
 
 

@@ -1,68 +1,32 @@
 """A starter profile, written by `envlock init`: every table explained in a line, valid as
-written. Pure: options (or what a survey of an existing environment found) → TOML text."""
+written. Pure: options (or what a survey of an existing environment found) → TOML text.
+What it writes for each target type is that type's starter row (targets/registry.py)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-
-@dataclass(frozen=True)
-class StarterType:
-    """What a starter of one target type says and needs: every fact `init` and the starter
-    text read about a type lives in its row of STARTER_TYPES, nowhere else."""
-
-    explain: str  # the comment above [target]
-    root: str  # default root and venv ({name}: the profile's); relative: beside the profile
-    venv: str
-    required: tuple[str, ...] = ()  # the flags (as `init` names them) it cannot do without
-    over_ssh: bool = False  # reached over ssh: host, user, port and the ssh flags apply
-    container: bool = False  # a Proxmox container: node, vmid and api-url apply
-
-
-STARTER_TYPES = {
-    "local": StarterType(
-        "# Where: this machine. Relative paths are taken from this file's directory.",
-        root=".envlock/{name}",
-        venv=".envlock/{name}/venv",
-    ),
-    "ssh": StarterType(
-        "# Where: a host reached over ssh (your ssh config and keys are used).",
-        root="/opt/envlock",
-        venv="/opt/venv",
-        required=("host",),
-        over_ssh=True,
-    ),
-    "proxmox-lxc": StarterType(
-        "# Where: a Proxmox LXC container, reached over ssh to its node and `pct exec`.",
-        root="/opt/envlock",
-        venv="/opt/venv",
-        required=("host", "vmid"),
-        over_ssh=True,
-        container=True,
-    ),
-}
-TARGET_TYPES = tuple(STARTER_TYPES)
-FLAG_EXAMPLES = {"host": "--host pve1", "vmid": "--vmid 200"}
-SSH_FLAGS = ("identity_file", "ssh_options")
+from envlock.targets.base import InitFlag, TargetType
+from envlock.targets.registry import TARGET_TYPES
 
 
 @dataclass(frozen=True)
 class StarterTarget:
-    """Where the environment will live, as `init`'s flags give it."""
+    """Where the environment will live, as `init`'s flags give it: root and venv, and the
+    flags of the type's starter row (targets/registry.py), by [target] key."""
 
     type: str = "local"
-    host: str | None = None
-    user: str | None = None
-    port: int | None = None
-    node: str | None = None
-    vmid: int | None = None
-    api_url: str | None = None
     root: str | None = None
     venv: str | None = None
-    identity_file: str | None = None
-    ssh_options: Sequence[str] = ()
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def given(self, key: str) -> Any:
+        """A flag's value, None when it was not given (or given empty, as `--host ""`)."""
+        value = self.values.get(key)
+        return None if isinstance(value, (str, tuple, list)) and not value else value
 
 
 @dataclass(frozen=True)
@@ -85,25 +49,42 @@ class Starter:
     notes: Sequence[str] = field(default_factory=tuple)
 
 
-def missing_flags(target: StarterTarget) -> list[str]:
-    required = STARTER_TYPES[target.type].required
-    return [f for f in required if getattr(target, f) is None]
+def init_flags(types: Mapping[str, TargetType]) -> list[tuple[InitFlag, tuple[str, ...]]]:
+    """Every flag of the types' starter rows, once, in the rows' order, with the names of
+    the types that take it (its help names them)."""
+    flags: dict[str, InitFlag] = {}
+    for kind in types.values():
+        for flag in kind.starter.flags:
+            flags.setdefault(flag.key, flag)
+    return [
+        (flag, tuple(n for n, k in types.items() if flag in k.starter.flags))
+        for flag in flags.values()
+    ]
 
 
-def misplaced_ssh_flags(target: StarterTarget) -> bool:
-    """Whether ssh's own flags were given for a type that is not reached over ssh."""
-    given = any(getattr(target, f) for f in SSH_FLAGS)
-    return given and not STARTER_TYPES[target.type].over_ssh
+def missing_flags(target: StarterTarget) -> list[InitFlag]:
+    """The flags the type cannot do without that were not given."""
+    row = TARGET_TYPES[target.type].starter
+    return [f for f in row.flags if f.key in row.required and target.given(f.key) is None]
 
 
-def ssh_types() -> str:
-    return " or ".join(name for name, kind in STARTER_TYPES.items() if kind.over_ssh)
+def misplaced_ssh_flags(target: StarterTarget) -> str | None:
+    """The refusal when ssh's own flags were given for a type that is not reached over ssh
+    (a key or option the user meant would be dropped), else None."""
+    types = TARGET_TYPES
+    if types[target.type].over_ssh:
+        return None
+    ssh_own = [flag for flag, _ in init_flags(types) if flag.over_ssh]
+    if not any(target.given(flag.key) is not None for flag in ssh_own):
+        return None
+    over_ssh = " or ".join(name for name, kind in types.items() if kind.over_ssh)
+    return f"{' and '.join(f.option for f in ssh_own)} go with --target {over_ssh}"
 
 
 def default_paths(target: StarterTarget, name: str) -> tuple[str, str]:
     """A root and venv path: the flags', else the type's defaults."""
-    kind = STARTER_TYPES[target.type]
-    return target.root or kind.root.format(name=name), target.venv or kind.venv.format(name=name)
+    row = TARGET_TYPES[target.type].starter
+    return target.root or row.root.format(name=name), target.venv or row.venv.format(name=name)
 
 
 def starter_text(starter: Starter) -> str:
@@ -162,23 +143,14 @@ def starter_text(starter: Starter) -> str:
 
 def target_lines(target: StarterTarget, name: str) -> list[str]:
     root, venv = default_paths(target, name)
-    kind = STARTER_TYPES[target.type]
-    lines = [kind.explain, "[target]", f"type = {q(target.type)}"]
-    if kind.over_ssh:
-        lines.append(f"host = {q(target.host or 'HOST')}")
-        lines += [f"user = {q(target.user)}"] if target.user else []
-        lines += [f"port = {target.port}"] if target.port else []
-        lines += [f"identity-file = {q(target.identity_file)}"] if target.identity_file else []
-        lines += [f"ssh-options = {toml_list(target.ssh_options)}"] if target.ssh_options else []
-    if kind.container:
-        lines += [f"node = {q(target.node)}"] if target.node else []
-        lines.append(f"vmid = {target.vmid if target.vmid is not None else 100}")
-        lines += [f"api-url = {q(target.api_url)}"] if target.api_url else []
-        lines += [
-            "# The API secret (for [container] provisioning) comes from the environment:",
-            '# secret-env = "PVE_PASSWORD"',
-        ]
+    row = TARGET_TYPES[target.type].starter
+    lines = [row.explain, "[target]", f"type = {q(target.type)}"]
+    for flag in row.flags:
+        value = target.given(flag.key)
+        value = flag.placeholder if value is None else value
+        lines += [f"{flag.key} = {toml_value(value)}"] if value is not None else []
     lines += [
+        *row.notes,
         "# Generations are built under root; venv is a link to the active one.",
         f"root = {q(root)}",
         f"venv = {q(venv)}",
@@ -205,6 +177,14 @@ def torch_lines(starter: Starter) -> list[str]:
 def q(value: str) -> str:
     # A JSON string with ASCII escapes is a valid TOML basic string (DEL aside).
     return json.dumps(value, ensure_ascii=True).replace("\x7f", "\\u007f")
+
+
+def toml_value(value: str | int | Sequence[str]) -> str:
+    if isinstance(value, str):
+        return q(value)
+    if isinstance(value, int):
+        return str(value)
+    return toml_list(value)
 
 
 def toml_list(values: Sequence[str]) -> str:

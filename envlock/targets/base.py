@@ -1,13 +1,16 @@
-"""What every target shares: the transport interface (run an argv, get a Result), the
-target types of the registry, and the provisioner interface of a container."""
+"""What every target shares: the transport interface (run an argv, get a Result) and how a
+transport fails, the target types of the registry (with what `envlock init` writes for each),
+and the provisioner interface of a container."""
 
 from __future__ import annotations
 
 import shlex
 import subprocess
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any, Protocol
+from typing import IO, Any, ClassVar, Protocol, runtime_checkable
 
 from envlock.base.drift_kinds import Drift
 from envlock.base.tomlread import Table
@@ -64,6 +67,81 @@ class Transport(Protocol):
         """Start argv with stdio passed through (interactive), or with pipes for the caller
         to speak through (`piped`: never a terminal); the caller waits for it."""
         ...
+
+
+# -- how a transport fails ----------------------------------------------------------------
+# Each transport's own errors derive from TransportFailed; code outside targets/ catches
+# these classes (or asks the error), never a transport's own: a new type's transport adds
+# its classes, and every caller already knows what to do with them.
+
+
+class TransportFailed(OperationError):
+    """A transport could not carry a command to the target, or lost it under way: never the
+    command's own failure (a command that ran and exited non-zero is a Result)."""
+
+    # Its hint says the command did not start (pct's own refusals): a caller that knows the
+    # command had started (the agent's progress proves it) drops that hint.
+    hint_says_not_started: ClassVar[bool] = False
+
+
+class ConnectionLost(TransportFailed):
+    """The connection ended under a running command (it may have started, or finished)."""
+
+    def __init__(self, message: str, *, connection: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.connection = connection  # in words: "the ssh connection"
+
+
+class NotRunning(TransportFailed):
+    """The machine or container the commands run in is not running."""
+
+
+@runtime_checkable
+class Multiplexed(Protocol):
+    """A transport whose commands share one connection per machine (ssh's master): a fleet
+    opens it once per node before the node's members run, and starts their clients in
+    sessions of its own."""
+
+    def open_master(self) -> None: ...
+
+    def use_sessions(self, sessions: Sessions) -> None: ...
+
+
+class Sessions:
+    """Local clients (ssh) started in sessions of their own, for a fleet's members: a
+    terminal's Ctrl-C goes to its whole foreground process group, and the fleet lets the
+    members in flight finish rather than lose their connections. `end()` ends the local
+    clients still running (when a second Ctrl-C stops waiting for them) and refuses new ones."""
+
+    def __init__(self) -> None:
+        self.live: set[subprocess.Popen[bytes]] = set()
+        self.lock = threading.Lock()
+        self.ended = False
+
+    @contextmanager
+    def started(self, argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+        with self.lock:
+            if self.ended:
+                raise OperationError("interrupted: no new connection starts")
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            self.live.add(proc)
+        try:
+            yield proc
+        finally:
+            with self.lock:
+                self.live.discard(proc)
+
+    def end(self) -> None:
+        with self.lock:
+            self.ended = True
+            for proc in self.live:
+                proc.terminate()  # a no-op once it has exited
 
 
 # -- target types -------------------------------------------------------------------------
@@ -143,13 +221,48 @@ class Provisioner(Protocol):
 
 
 @dataclass(frozen=True)
+class InitFlag:
+    """One option of `envlock init` that sets a [target] key of the starter profile. The
+    types whose starter rows hold the same flag share the option; its help names them."""
+
+    option: str  # "--ssh-option"
+    key: str  # the [target] key it writes ("ssh-options"); click's name is key with "_"
+    help: str  # after the names of the types that take it: "ssh / proxmox-lxc: …"
+    metavar: str | None = None
+    integer: tuple[int, int | None] | None = None  # an integer in this range, else text
+    repeatable: bool = False  # a list: the option may be given again
+    placeholder: str | int | None = None  # written when not given, for the user to edit
+    example: str = ""  # for the hint when a type needs it: "e.g. --host pve1"
+    # An option of the ssh connection: given for a type that is not reached over ssh, init
+    # refuses it rather than drop a key or an option the user meant.
+    over_ssh: bool = False
+
+
+@dataclass(frozen=True)
+class StarterRow:
+    """What `envlock init` writes for a type, and the options it takes for it."""
+
+    explain: str  # the comment above [target]
+    root: str  # default root and venv ({name}: the profile's); relative: beside the profile
+    venv: str
+    flags: tuple[InitFlag, ...] = ()  # in the order their keys are written
+    required: tuple[str, ...] = ()  # the keys of the flags it cannot do without
+    notes: tuple[str, ...] = ()  # comment lines after the keys (where a secret comes from)
+
+
+@dataclass(frozen=True)
 class TargetType:
-    """One kind of target, as registered in targets/registry.py."""
+    """One kind of target, as registered in targets/registry.py: everything the rest of
+    envlock asks of a type is here, so a new type is one module and one registry line."""
 
     name: str
     remote: bool  # paths are the target's (absolute), uv and the agent are pushed there
     read_settings: Callable[[Table, LocalPath], Any]
     transport: Callable[[Any], Transport]
+    starter: StarterRow  # what `envlock init --target NAME` writes, and its options
+    over_ssh: bool = False  # reached over ssh: init's ssh options apply to it
+    # The classes its transport raises (each a TransportFailed; callers catch the base).
+    failures: tuple[type[TransportFailed], ...] = ()
     # [container]: parsed by the type that has one, given the type's [target] settings;
     # None means the table is refused.
     read_container: Callable[[Table, Any], Any] | None = None

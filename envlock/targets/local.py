@@ -12,8 +12,11 @@ from typing import IO
 
 from envlock.base import started
 from envlock.base.tomlread import Table
-from envlock.errors import OperationError
-from envlock.targets.base import LocalPath, Result, TargetType
+from envlock.targets.base import LocalPath, Result, StarterRow, TargetType, TransportFailed
+
+
+class LocalFailed(TransportFailed):
+    """A local command could not be started (its program is not there)."""
 
 
 class LocalTransport:
@@ -45,7 +48,7 @@ class LocalTransport:
                 env=dict(env) if env is not None else None,
             )
         except FileNotFoundError:
-            raise OperationError(f"command not found: {argv[0]}") from None
+            raise LocalFailed(f"command not found: {argv[0]}") from None
         return communicate(proc, argv, stdin, on_stderr_line)
 
     def command_line(self, argv: list[str]) -> list[str] | None:
@@ -138,4 +141,10 @@ LOCAL = TargetType(
     remote=False,
     read_settings=read_local_settings,
     transport=lambda settings: LocalTransport(),
+    starter=StarterRow(
+        "# Where: this machine. Relative paths are taken from this file's directory.",
+        root=".envlock/{name}",
+        venv=".envlock/{name}/venv",
+    ),
+    failures=(LocalFailed,),
 )

@@ -13,8 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from envlock.base.tomlread import Table
 from envlock.errors import UsageError
-from envlock.targets.base import LocalPath, Provisioner, Result, TargetType, Transport
-from envlock.targets.pct import PctTransport
+from envlock.targets.base import (
+    InitFlag,
+    LocalPath,
+    Provisioner,
+    Result,
+    StarterRow,
+    TargetType,
+    Transport,
+)
+from envlock.targets.pct import PCT_FAILURES, PctTransport
+from envlock.targets.ssh import SSH_FAILURES, SSH_FLAGS
 
 if TYPE_CHECKING:
     # Read when a profile names this type: the registry lists every type, and a local
@@ -69,11 +78,39 @@ def lxc_provisioner(settings: LxcSettings, container: Container) -> Provisioner:
     return LxcProvisioner(settings, container)
 
 
+# `envlock init`'s options for a container, after ssh's (to its node).
+CONTAINER_FLAGS = (
+    InitFlag("--node", "node", "the Proxmox node's name."),
+    InitFlag(
+        "--vmid",
+        "vmid",
+        "the container's VMID.",
+        integer=(100, None),
+        placeholder=100,
+        example="200",
+    ),
+    InitFlag("--api-url", "api-url", "the Proxmox API (https://NODE:8006)."),
+)
+
 PROXMOX_LXC = TargetType(
     name="proxmox-lxc",
     remote=True,
     read_settings=read_lxc_settings,
     transport=lxc_transport,
+    starter=StarterRow(
+        "# Where: a Proxmox LXC container, reached over ssh to its node and `pct exec`.",
+        root="/opt/envlock",
+        venv="/opt/venv",
+        flags=(*SSH_FLAGS, *CONTAINER_FLAGS),
+        required=("host", "vmid"),
+        notes=(
+            "# The API secret (for [container] provisioning) comes from the environment:",
+            '# secret-env = "PVE_PASSWORD"',
+        ),
+    ),
+    over_ssh=True,
+    # Its commands go through ssh to the node, then pct: either may fail.
+    failures=(*SSH_FAILURES, *PCT_FAILURES),
     read_container=read_lxc_container,
     provisioner=lxc_provisioner,
 )

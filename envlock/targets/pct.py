@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import IO
 
 from envlock.errors import OperationError
-from envlock.targets.base import Result
+from envlock.targets.base import NotRunning, Result, Sessions, TransportFailed
 from envlock.targets.ssh import SshTransport
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -44,24 +44,35 @@ MISSING_NAME = re.compile(
 )
 
 
-class ContainerNotRunning(OperationError):
+class ContainerNotRunning(NotRunning):
     pass
 
 
-class ContainerMissing(OperationError):
+class ContainerMissing(TransportFailed):
     pass
 
 
-class CommandMissing(OperationError):
+class CommandMissing(TransportFailed):
     pass
 
 
-class NodeHasNoPct(OperationError):
+class NodeHasNoPct(TransportFailed):
     pass
 
 
-class PctFailed(OperationError):
+class PctFailed(TransportFailed):
     """pct itself (or the lxc-attach it runs) failed before the command started."""
+
+    hint_says_not_started = True
+
+
+PCT_FAILURES: tuple[type[TransportFailed], ...] = (
+    ContainerNotRunning,
+    ContainerMissing,
+    CommandMissing,
+    NodeHasNoPct,
+    PctFailed,
+)
 
 
 class PctTransport:
@@ -140,6 +151,14 @@ class PctTransport:
             f"start it: `pct start {self.vmid}` on the node {self.node_name}, or `envlock "
             "apply` when the profile declares a [container]"
         )
+
+    def open_master(self) -> None:
+        """The node's ssh master connection, up (shared by the node's containers)."""
+        self.node.open_master()
+
+    def use_sessions(self, sessions: Sessions) -> None:
+        """The node hop's ssh clients start in the fleet's sessions."""
+        self.node.sessions = sessions
 
     def detect_keep_env(self) -> None:
         """Learn once per connection whether the node's pct knows `--keep-env`."""

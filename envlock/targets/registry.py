@@ -1,5 +1,6 @@
-"""The target types a profile may name in [target] type. A new type is a module that
-defines a TargetType, plus one line here."""
+"""The target types a profile may name in [target] type, and `envlock init --target` offers.
+A new type is a module that defines a TargetType (its settings, transport, failures and
+starter row), plus one line here; tests/unit/test_target_table.py walks every row."""
 
 from __future__ import annotations
 

@@ -13,9 +13,7 @@ import re
 import shlex
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -23,7 +21,16 @@ from typing import IO
 from envlock.base import started
 from envlock.base.tomlread import Table, shown
 from envlock.errors import OperationError
-from envlock.targets.base import LocalPath, Result, TargetType
+from envlock.targets.base import (
+    ConnectionLost,
+    InitFlag,
+    LocalPath,
+    Result,
+    Sessions,
+    StarterRow,
+    TargetType,
+    TransportFailed,
+)
 from envlock.targets.local import communicate, spawn_ignoring_signals
 
 SSH_FAILED = 255
@@ -41,43 +48,6 @@ def control_dir() -> Path:
     if path.stat().st_uid != os.getuid() or path.stat().st_mode & 0o077:
         raise OperationError(f"{path} is not a private directory", hint="remove it and retry")
     return path
-
-
-class Sessions:
-    """ssh clients started in sessions of their own, for a fleet's members: a terminal's
-    Ctrl-C goes to its whole foreground process group, and the fleet lets the members in
-    flight finish rather than lose their connections. `end()` ends the local clients still
-    running (when a second Ctrl-C stops waiting for them) and refuses new ones."""
-
-    def __init__(self) -> None:
-        self.live: set[subprocess.Popen[bytes]] = set()
-        self.lock = threading.Lock()
-        self.ended = False
-
-    @contextmanager
-    def started(self, argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
-        with self.lock:
-            if self.ended:
-                raise OperationError("interrupted: no new connection starts")
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-            self.live.add(proc)
-        try:
-            yield proc
-        finally:
-            with self.lock:
-                self.live.discard(proc)
-
-    def end(self) -> None:
-        with self.lock:
-            self.ended = True
-            for proc in self.live:
-                proc.terminate()  # a no-op once it has exited
 
 
 class SshTransport:
@@ -150,6 +120,10 @@ class SshTransport:
         if not self.master_running():
             self.run(["true"])
 
+    def use_sessions(self, sessions: Sessions) -> None:
+        """Start every client of this transport in a session of its own (a fleet's)."""
+        self.sessions = sessions
+
     def remote_command(self, argv: list[str], env: Mapping[str, str] | None) -> str:
         """The one string the remote shell parses: `env K=V … argv`, quoted once."""
         if env:
@@ -208,17 +182,18 @@ class SshTransport:
             last = text.strip().splitlines()[-1]
             raise ConnectionLost(
                 f"{self.name}: the ssh connection was lost while the command ran: {last}",
+                connection="the ssh connection",
                 hint="check the network path to the host; the command may have started: "
                 "`envlock check` says what the target holds now",
             )
         problem = connection_problem(text)
         if problem is not None:
             message, hint = problem
-            raise OperationError(f"{self.name}: {message}", hint=hint)
+            raise SshFailed(f"{self.name}: {message}", hint=hint)
 
 
-class ConnectionLost(OperationError):
-    """ssh's connection ended under a running command (it may have started, or finished)."""
+class SshFailed(TransportFailed):
+    """ssh could not connect: its host key, the login, the address or the network."""
 
 
 # OpenSSH's words for a connection that ends under a command (client, or its master).
@@ -371,9 +346,37 @@ def insecure_ssh_option(name: str, value: str) -> str | None:
     return None
 
 
+# `envlock init`'s options for a target reached over ssh (proxmox-lxc's node too).
+SSH_FLAGS = (
+    InitFlag("--host", "host", "the host (or node) to ssh to.", placeholder="HOST", example="pve1"),
+    InitFlag("--user", "user", "the login name."),
+    InitFlag("--port", "port", "the ssh port.", integer=(1, 65535)),
+    InitFlag(
+        "--identity-file", "identity-file", "the ssh key to use.", metavar="KEY", over_ssh=True
+    ),
+    InitFlag(
+        "--ssh-option",
+        "ssh-options",
+        "an ssh -o option, e.g. UserKnownHostsFile=FILE (repeatable).",
+        metavar="OPTION",
+        repeatable=True,
+        over_ssh=True,
+    ),
+)
+SSH_FAILURES: tuple[type[TransportFailed], ...] = (SshFailed, ConnectionLost)
+
 SSH = TargetType(
     name="ssh",
     remote=True,
     read_settings=read_ssh_settings,
     transport=lambda settings: settings.transport(),
+    starter=StarterRow(
+        "# Where: a host reached over ssh (your ssh config and keys are used).",
+        root="/opt/envlock",
+        venv="/opt/venv",
+        flags=SSH_FLAGS,
+        required=("host",),
+    ),
+    over_ssh=True,
+    failures=SSH_FAILURES,
 )

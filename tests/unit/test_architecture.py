@@ -55,9 +55,8 @@ def unit_of(module: str) -> str:
     """The name a layer lists for a module: its folder (envlock.lock.read → envlock.lock),
     or the module itself at the top of the package."""
     parts = module.split(".")
-    if len(parts) >= 3 or (PACKAGE / parts[-1]).is_dir() and len(parts) == 2:
-        return ".".join(parts[:2])
-    return module
+    in_a_folder = len(parts) >= 3 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir())
+    return ".".join(parts[:2]) if in_a_folder else module
 
 
 def layer_of(module: str) -> int:

@@ -1,50 +1,80 @@
-"""The starter's table of target types (starter.STARTER_TYPES): each type's facts in one row,
-read by `init` and by the starter text alike, and naming exactly the registered types."""
+"""The starter reads each target type's row (TargetType.starter, targets/registry.py): its
+paths, the flags it needs and takes, and which of ssh's flags it refuses; `init` and the
+starter text read nothing else about a type."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from envlock.starters.template import (
-    STARTER_TYPES,
     StarterTarget,
     default_paths,
+    init_flags,
     misplaced_ssh_flags,
     missing_flags,
-    ssh_types,
     target_lines,
 )
 from envlock.targets.registry import TARGET_TYPES
 
 
-def test_the_table_names_every_registered_type_and_agrees_on_which_are_remote() -> None:
-    assert set(STARTER_TYPES) == set(TARGET_TYPES)
-    for name, kind in STARTER_TYPES.items():
-        assert kind.over_ssh == TARGET_TYPES[name].remote, name
-    assert ssh_types() == "ssh or proxmox-lxc"
+def target(kind: str, **values: Any) -> StarterTarget:
+    return StarterTarget(kind, values={key.replace("_", "-"): v for key, v in values.items()})
+
+
+def test_init_s_flags_are_the_rows_flags_each_once_with_the_types_that_take_it() -> None:
+    options = [(flag.option, names) for flag, names in init_flags(TARGET_TYPES)]
+    ssh = ("ssh", "proxmox-lxc")
+    assert options == [
+        ("--host", ssh),
+        ("--user", ssh),
+        ("--port", ssh),
+        ("--identity-file", ssh),
+        ("--ssh-option", ssh),
+        ("--node", ("proxmox-lxc",)),
+        ("--vmid", ("proxmox-lxc",)),
+        ("--api-url", ("proxmox-lxc",)),
+    ]
 
 
 @pytest.mark.parametrize(
     ("kind", "paths", "missing", "keyed"),
     [
         ("local", (".envlock/t", ".envlock/t/venv"), [], ()),
-        ("ssh", ("/opt/envlock", "/opt/venv"), ["host"], ("host", "identity-file")),
-        ("proxmox-lxc", ("/opt/envlock", "/opt/venv"), ["host", "vmid"], ("host", "vmid")),
+        ("ssh", ("/opt/envlock", "/opt/venv"), ["--host"], ("host", "identity-file")),
+        ("proxmox-lxc", ("/opt/envlock", "/opt/venv"), ["--host", "--vmid"], ("host", "vmid")),
     ],
 )
 def test_each_type_reads_its_row(
     kind: str, paths: tuple[str, str], missing: list[str], keyed: tuple[str, ...]
 ) -> None:
-    bare = StarterTarget(kind)
+    row = TARGET_TYPES[kind].starter
+    bare = target(kind)
     assert default_paths(bare, "t") == paths
     assert default_paths(StarterTarget(kind, root="/r", venv="/v"), "t") == ("/r", "/v")
-    assert missing_flags(bare) == missing
-    keyed_target = StarterTarget(kind, host="h", vmid=200, identity_file="k")
-    keys = {line.split(" = ")[0] for line in target_lines(keyed_target, "t") if " = " in line}
+    assert [flag.option for flag in missing_flags(bare)] == missing
+    assert missing_flags(target(kind, host="", vmid=200)) == missing_flags(target(kind, vmid=200))
+    keyed_target = target(kind, host="h", vmid=200, identity_file="k")
+    lines = target_lines(keyed_target, "t")
+    keys = {line.split(" = ")[0] for line in lines if " = " in line and line[0] != "#"}
     assert set(keyed) <= keys
-    assert "vmid" in keys if STARTER_TYPES[kind].container else "vmid" not in keys
-    assert ("host" in keys) == STARTER_TYPES[kind].over_ssh
-    with_key = StarterTarget(kind, identity_file="k")
-    assert misplaced_ssh_flags(with_key) == (not STARTER_TYPES[kind].over_ssh)
-    assert misplaced_ssh_flags(StarterTarget(kind, ssh_options=("A=b",))) == (kind == "local")
-    assert not misplaced_ssh_flags(bare)
+    assert keys - {"type", "root", "venv"} <= {flag.key for flag in row.flags}
+    assert ("vmid" in keys) == any(flag.key == "vmid" for flag in row.flags)
+    assert ("host" in keys) == TARGET_TYPES[kind].over_ssh
+    refused = misplaced_ssh_flags(target(kind, identity_file="k"))
+    assert (refused is not None) == (not TARGET_TYPES[kind].over_ssh)
+    assert misplaced_ssh_flags(target(kind, ssh_options=("A=b",))) == refused
+    assert misplaced_ssh_flags(bare) is None
+    if refused is not None:
+        assert refused == "--identity-file and --ssh-option go with --target ssh or proxmox-lxc"
+
+
+def test_a_flag_not_given_writes_its_placeholder_or_nothing() -> None:
+    lines = target_lines(target("proxmox-lxc"), "t")
+    assert 'host = "HOST"' in lines and "vmid = 100" in lines
+    assert not any(line.startswith(("user", "port", "node", "api-url")) for line in lines)
+    assert '# secret-env = "PVE_PASSWORD"' in lines
+    given = target_lines(target("ssh", host="h", port=2222, ssh_options=("A=b", "C=d")), "t")
+    assert 'host = "h"' in given and "port = 2222" in given
+    assert 'ssh-options = ["A=b", "C=d"]' in given
