@@ -111,10 +111,12 @@ def commands_page() -> str:
         usage = " ".join(command.collect_usage_pieces(sub))
         lines += [f"## `envlock {name}`", "", f"`envlock {name} {usage}`", ""]
         lines += [inspect_help(command.help or ""), ""]
-        arguments = [p for p in command.params if isinstance(p, click.Argument)]
+        # get_params: a command may add options of its own there (init: one per target key)
+        params = [p for p in command.get_params(sub) if p.name != "help"]
+        arguments = [p for p in params if isinstance(p, click.Argument)]
         options = [
             p
-            for p in command.params
+            for p in params
             if isinstance(p, click.Option) and p.name != "verbose" and not p.hidden
         ]
         if arguments:
