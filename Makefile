@@ -11,6 +11,7 @@ help:
 	@echo "make lint   ruff and mypy"
 	@echo "make bench  run the benchmarks in bench/ and print ratios"
 	@echo "make mutate mutation testing of the pure core and security helpers (not in test)"
+	@echo "make docs   build the documentation site into site/ (strict; make docs-serve serves it)"
 
 # uv comes from its PyPI wheel; envlock's own environment is a uv project (.venv).
 setup:
@@ -25,6 +26,17 @@ demo: setup
 	.venv/bin/envlock apply -y profiles/local-cpu.toml
 	.venv/bin/envlock check profiles/local-cpu.toml
 	.venv/bin/envlock run profiles/local-cpu.toml -- python -c "import torch; print('torch', torch.__version__, 'sum =', torch.ones(3).sum().item())"
+
+# The documentation site (mkdocs.yml; docs/gen_reference.py writes the Reference pages from the
+# code first). Strict: a broken link, a missing page or an unknown anchor fails. Offline: no
+# theme fonts or plugins fetch anything. `make test` builds it too (tests/cli/test_docs.py).
+.PHONY: docs docs-serve
+export NO_MKDOCS_2_WARNING := 1
+docs: setup
+	.venv/bin/mkdocs build --strict
+
+docs-serve: setup
+	.venv/bin/mkdocs serve
 
 system-deps:
 	bash tests/setup/system-deps.sh lxc debootstrap openssh-server

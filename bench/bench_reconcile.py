@@ -21,7 +21,7 @@ of fresh runs, beside the baseline that bounds it:
 check and `--version`, run and the generation's python are measured in turn (`paired`), so
 a load that comes and goes on a shared machine weighs on both sides of a ratio alike.
 Each row carries the goal it is held to (issue "Speed"); bench/readme_table.py renders the
-README's table from bench/results/reconcile.json.
+Benchmarks page's table (docs/benchmarks.md) from bench/results/reconcile.json.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""Regenerate the README's speed table from bench/results/*.json (`make bench` runs this last).
+"""Regenerate the speed table of the site's Benchmarks page from bench/results/*.json
+(`make bench` runs this last).
 
     python bench/readme_table.py [--check]
 
-The table sits between the markers below in README.md; everything else there is prose.
---check exits 1 when the README's table is not what the results say (nothing written).
+The table sits between the markers below in docs/benchmarks.md (it was the README's, hence
+the name); everything else there is prose.
+--check exits 1 when the page's table is not what the results say (nothing written).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-README = REPO / "README.md"
+README = REPO / "docs" / "benchmarks.md"  # the page the table is on
 START = "<!-- bench:speed:start (bench/readme_table.py writes this table) -->"
 END = "<!-- bench:speed:end -->"
 
@@ -161,7 +163,7 @@ def table() -> str:
 def main() -> int:
     text = README.read_text()
     if START not in text or END not in text:
-        print(f"README.md has no {START} … {END} block", file=sys.stderr)
+        print(f"{README.relative_to(REPO)} has no {START} … {END} block", file=sys.stderr)
         return 1
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)

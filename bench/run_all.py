@@ -1,6 +1,7 @@
 """Run every benchmark in bench/ and print its table (`make bench`).
 
-Each writes bench/results/<name>.json; the README's figures come from those files.
+Each writes bench/results/<name>.json; the site's Benchmarks page
+(docs/benchmarks.md) takes its figures from those files.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def main() -> int:
         ]
         if subprocess.run(remote, cwd=REPO).returncode != 0:
             failed.append(name)
-    # The README's speed table, from the results just written.
+    # The Benchmarks page's speed table, from the results just written.
     if subprocess.run([sys.executable, str(BENCH / "readme_table.py")], cwd=REPO).returncode:
         failed.append("readme_table.py")
     if failed:

@@ -2,8 +2,8 @@
 
 The scripts run with the generation's own Python, from a directory outside the checkout, in
 an environment whose lock does not hold envlock: what they import as `envlock` is the
-stdlib-only API that `envlock run` puts on PYTHONPATH. The README's example is run as it is
-written there.
+stdlib-only API that `envlock run` puts on PYTHONPATH. The example of the site's snapshots
+page (docs/guides/snapshots-and-diff.md, once the README's) is run as it is written there.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from tests.conftest import run_envlock
 from tests.projects import write_seed_project
 from tests.wheelhouse import build_wheelhouse
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = "## Snapshots and diffs"
+CHECKOUT = Path(__file__).resolve().parents[2]
+PAGE = CHECKOUT / "docs" / "guides" / "snapshots-and-diff.md"
+SECTION = "# Snapshots and diffs"
 
 
 class Project:
@@ -61,12 +62,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
 
 def readme_example() -> tuple[str, list[str], list[str]]:
     """The section's train.py, its console commands, and the output of the last one."""
-    text = README.read_text()
+    text = PAGE.read_text()
     section = text[text.index(SECTION) :]
     section = section[: section.index("\n## ", 1)]
     script = re.search(r"```python\n(.*?)```", section, re.S)
     console = re.search(r"```console\n(.*?)```", section, re.S)
-    assert script and console, "the README's snapshot section lost its example"
+    assert script and console, "the snapshots page lost its example"
     lines = console.group(1).splitlines()
     commands = [line[2:] for line in lines if line.startswith("$ ")]
     output = lines[max(i for i, line in enumerate(lines) if line.startswith("$ ")) + 1 :]
@@ -81,7 +82,7 @@ def squeezed(lines: list[str]) -> list[str]:
 def test_readme_example_runs_as_written(project: Project) -> None:
     script, commands, expected = readme_example()
     (project.dir / "train.py").write_text(script)
-    assert not project.dir.resolve().is_relative_to(README.parent)  # outside the checkout
+    assert not project.dir.resolve().is_relative_to(CHECKOUT)  # outside the checkout
     last = None
     for command in commands:
         argv = shlex.split(command)
