@@ -57,13 +57,14 @@ MAX_JSON_ENTRIES = 50_000  # entries of one list in `--json` output; the rest co
 GiB = 2**30
 # The size of one file read as untrusted bytes, by what it is (untrusted.py checks it on the
 # open descriptor). Checkpoints are large but only their headers and pickles are read, whose
-# own limits are above; a cache archive is streamed to the target, never held.
+# own limits are above; a cache archive is streamed to the target, never held. Each
+# checkpoint format's row (checkpoint/formats.py) names the key its bytes are read under.
 MAX_BYTES = {
     "snapshot": 64 * MiB,  # envlock-snapshot.json: a real one is a few hundred kB
     "lock": 64 * MiB,  # pylock.toml from a snapshot or given to diff
-    "json": MAX_JSON_BYTES,  # config.json, trainer_state.json, *.index.json beside a checkpoint
-    "pickle": MAX_PICKLE_BYTES,  # a raw pickle (.pkl, DCP .metadata, pickle.dump files)
-    "checkpoint": 16 * 2**40,  # a torch zip or safetensors file: its tensor bytes are not read
+    "json": MAX_JSON_BYTES,  # JSON beside a checkpoint: config.json, a sharded index
+    "pickle": MAX_PICKLE_BYTES,  # a pickle read whole (a raw pickle, DCP's .metadata)
+    "checkpoint": 16 * 2**40,  # a file of tensors: its tensor bytes are not read
     "cache archive": 256 * GiB,  # a compile-cache archive (cache restore)
 }
 

@@ -13,11 +13,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from envlock.checkpoint.dcp import is_dcp_dir
+from envlock.checkpoint.formats import (
+    CHECKPOINT_NAMES,
+    MEMBER_SUFFIXES,
+    WEIGHT_SUFFIXES,
+    is_checkpoint_dir,
+)
 from envlock.checkpoint.runfiles import is_run_file
 
-TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
-CHECKPOINT_SUFFIXES = (*TORCH_SUFFIXES, ".safetensors")
+CHECKPOINT_SUFFIXES = WEIGHT_SUFFIXES  # formats.py's weight files, by runs/describe.py's name
 _DIGITS = re.compile(r"\d+")
 _STEP_WORDS = re.compile(r"step|iter|epoch|ckpt|checkpoint", re.IGNORECASE)
 
@@ -59,7 +63,7 @@ def _mtime(path: Path) -> float:
 
 
 def _is_weights(path: Path) -> bool:
-    return path.name.endswith(CHECKPOINT_SUFFIXES) and not is_run_file(path.name)
+    return path.name.endswith(WEIGHT_SUFFIXES) and not is_run_file(path.name)
 
 
 def alternatives(directory: Path) -> list[Path]:
@@ -85,22 +89,22 @@ def _is_member(child: Path) -> bool:
     """A part of a checkpoint other than a run file: weights, an index, a pickle, DCP."""
     if is_run_file(child.name):
         return False
-    if child.name.endswith((*CHECKPOINT_SUFFIXES, ".index.json", ".pkl")):
+    if child.name.endswith(MEMBER_SUFFIXES):
         return True
-    return is_dcp_dir(child) and not child.is_symlink()
+    return is_checkpoint_dir(child) and not child.is_symlink()
 
 
 def has_members(directory: Path) -> bool:
     """Whether `directory` holds more than run files: something `inspect` reads as weights."""
-    return is_dcp_dir(directory) or any(_is_member(c) for c in directory.iterdir())
+    return is_checkpoint_dir(directory) or any(_is_member(c) for c in directory.iterdir())
 
 
 def holds_checkpoint(directory: Path) -> bool:
     """Whether `directory` itself holds checkpoint files, run files or DCP folders."""
     return any(
-        child.name.endswith((*CHECKPOINT_SUFFIXES, ".index.json"))
+        child.name.endswith(CHECKPOINT_NAMES)
         or is_run_file(child.name)
-        or (is_dcp_dir(child) and not child.is_symlink())
+        or (is_checkpoint_dir(child) and not child.is_symlink())
         for child in directory.iterdir()
     )
 
@@ -110,7 +114,7 @@ def choose_checkpoint(directory: Path, *, single: bool = False) -> Choice | None
 
     `single`: a directory whose one checkpoint member is a file means that file (diff reads
     it alone, so `step10.pt` compares with another run's `step20.pt`)."""
-    if is_dcp_dir(directory):
+    if is_checkpoint_dir(directory):
         return Choice(directory)
     if holds_checkpoint(directory):
         several = alternatives(directory)
@@ -126,12 +130,12 @@ def choose_checkpoint(directory: Path, *, single: bool = False) -> Choice | None
     subdirs = [
         p
         for p in directory.iterdir()
-        if p.is_dir() and not p.is_symlink() and (is_dcp_dir(p) or holds_checkpoint(p))
+        if p.is_dir() and not p.is_symlink() and (is_checkpoint_dir(p) or holds_checkpoint(p))
     ]
     if not subdirs:
         return None
     ordered = _newest_first(subdirs)
-    inner = choose_checkpoint(ordered[0]) if not is_dcp_dir(ordered[0]) else None
+    inner = choose_checkpoint(ordered[0]) if not is_checkpoint_dir(ordered[0]) else None
     if inner is not None and inner.path != ordered[0]:  # checkpoint-N/ keeping step files
         return Choice(inner.path, inner.candidates)
     return Choice(ordered[0], ordered)

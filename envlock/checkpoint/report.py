@@ -18,6 +18,25 @@ class FileInfo:
 
 
 @dataclass(frozen=True)
+class Part:
+    """What one file (or an index and its shards, or a DCP directory) holds: what a format's
+    reader (formats.py) gives."""
+
+    format: str
+    root: Any
+    files: tuple[FileInfo, ...]
+    stubbed: tuple[str, ...] = ()
+    allowance: int = 0  # bytes of pickle or JSON read: what the walk may spend (tree.py)
+    notes: tuple[str, ...] = ()
+    metadata: tuple[tuple[str, str], ...] = ()  # a safetensors file's __metadata__
+
+
+def one_file(path: str, fmt: str) -> tuple[FileInfo, ...]:
+    """The file list of a part read from one file (its size is filled in by the reader)."""
+    return (FileInfo(path, fmt, 0),)
+
+
+@dataclass(frozen=True)
 class CheckpointReport:
     """The inert object tree of a checkpoint plus the files it came from."""
 

@@ -12,26 +12,24 @@ row-major order without copying (a strided view, a sparse or nested tensor, a DC
 along another dim than the first) is listed as not compared: never counted as equal.
 
 The reading itself (what a side may spend, spans, the streamed read) is tensor_bytes.py;
-where a DCP tensor's chunks lie is weights_dcp.py.
+where a tensor's bytes lie is its format's (formats.py: weights_files.py, weights_dcp.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from envlock.base.limits import MiB, Refused, printable
-from envlock.base.untrusted import Unsafe, open_untrusted
+from envlock.base.untrusted import Unsafe
+from envlock.checkpoint import formats
 from envlock.checkpoint.inert import DTYPE_BITS, DTYPE_ITEMSIZE, TensorInfo
 from envlock.checkpoint.report import CheckpointReport
 from envlock.checkpoint.tensor_bytes import Reader, Span, nbytes, row_major, stream
 from envlock.checkpoint.tree import key_text
-from envlock.checkpoint.weights_dcp import dcp_spans
-from envlock.errors import EnvlockError, OperationError
+from envlock.errors import EnvlockError
 
 
 @dataclass(frozen=True)
@@ -143,59 +141,11 @@ def _why(info: TensorInfo) -> str:
 
 
 def _spans(reader: Reader, info: TensorInfo) -> list[Span] | None:
-    """Where the tensor's row-major bytes lie, in order; None if they do not lie so."""
+    """Where the tensor's row-major bytes lie, in order (its format's row in formats.py
+    says); None if they do not lie so."""
     if not row_major(info) or info.dtype not in {**DTYPE_ITEMSIZE, **DTYPE_BITS}:
         return None
-    storage = info.storage
-    assert storage is not None
-    found = reader.by_name.get(storage.file)
-    if found is None or found.format == "dcp-metadata":
-        return dcp_spans(reader, storage.file, storage.key, info)
-    path = Path(found.path)
-    if found.format == "safetensors":
-        return [Span(path, _safetensors_start(reader, path) + info.offset, nbytes(info))]
-    if found.format != "torch-zip":
-        return None
-    if info.dtype in DTYPE_BITS and info.offset:
-        return None  # an element offset inside a packed byte
-    start = info.offset * DTYPE_ITEMSIZE.get(info.dtype, 1)
-    where = _storages(reader, path).get(storage.key)
-    if where is None:
-        raise OperationError(f"{path}: storage {printable(storage.key, 100)} is not in the zip")
-    if start + nbytes(info) > where[1]:
-        raise OperationError(f"{path}: a tensor past the end of its storage")
-    return [Span(path, where[0] + start, nbytes(info))]
-
-
-def _storages(reader: Reader, path: Path) -> dict[str, tuple[int, int]]:
-    """Where each storage's bytes lie in a torch zip (stored raw, as torch writes them)."""
-    if path in reader.zips:
-        return reader.zips[path]
-    found: dict[str, tuple[int, int]] = {}
-    with open_untrusted(path, "checkpoint", **reader.gate(path)) as f:
-        size = os.fstat(f.fileno()).st_size
-        with zipfile.ZipFile(f) as archive:
-            members = [i for i in archive.infolist() if i.filename.count("/") == 2]
-        for info in members:
-            _, folder, key = info.filename.split("/")
-            if folder != "data" or info.compress_type != zipfile.ZIP_STORED:
-                continue  # a compressed storage is not torch's: its tensors are unread
-            f.seek(info.header_offset)
-            local = f.read(30)  # the local header: its name and extra field lengths
-            if len(local) != 30 or local[:4] != b"PK\x03\x04":
-                continue
-            name, extra = struct.unpack("<HH", local[26:30])
-            start = info.header_offset + 30 + name + extra
-            if start + info.file_size <= size:
-                found[key] = (start, info.file_size)
-    reader.zips[path] = found
-    return found
-
-
-def _safetensors_start(reader: Reader, path: Path) -> int:
-    with open_untrusted(path, "checkpoint", **reader.gate(path)) as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-    return 8 + length
+    return formats.spans(reader, info)
 
 
 def _digest(reader: Reader, spans: list[Span]) -> str:

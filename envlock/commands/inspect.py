@@ -12,6 +12,7 @@ import click
 
 from envlock import ui
 from envlock.base.limits import command_budget
+from envlock.checkpoint.formats import advertised
 from envlock.checkpoint.reader import inspect_checkpoint
 from envlock.checkpoint.summary import bounded_lists, summary
 from envlock.commands.common import json_option
@@ -53,7 +54,15 @@ def render_text(result: InspectResult) -> None:
         render(result.report)
 
 
-@click.command("inspect")
+HELP = f"""Show a checkpoint's keys, tensor shapes, dtypes, parameter counts, sizes and config.
+
+    PATH is {", ".join(advertised())} or a directory holding them. Nothing in the checkpoint is
+    executed and torch is not needed; reading stays within fixed limits of time and memory,
+    and inside the checkpoint's directory unless --follow-links is given.
+    """  # the formats are formats.py's rows
+
+
+@click.command("inspect", help=HELP)
 @click.argument("path", type=click.Path(path_type=Path), metavar="PATH")
 @json_option
 @click.option(
@@ -68,13 +77,6 @@ def render_text(result: InspectResult) -> None:
     help="Read symlinks and index shards that lead outside the checkpoint's directory.",
 )
 def command(path: Path, as_json: bool, pattern: str | None, follow_links: bool) -> None:
-    """Show a checkpoint's keys, tensor shapes, dtypes, parameter counts, sizes and config.
-
-    PATH is a torch.save file (.pt/.pth), a .safetensors file, a sharded *.index.json or a
-    directory holding them. Nothing in the checkpoint is executed and torch is not needed;
-    reading stays within fixed limits of time and memory, and inside the checkpoint's
-    directory unless --follow-links is given.
-    """
     result = inspect_of(path, pattern=pattern, follow_links=follow_links)
     if as_json:
         ui.emit_json(KIND, result.to_json())
@@ -86,7 +88,14 @@ inspect_cmd = command  # its name before every command's was `command`
 
 
 def render(data: dict[str, Any]) -> None:
-    """Print an inspect report for people."""
+    """Print an inspect report for people: its totals, its tables, then its config,
+    structure and notes."""
+    _print_totals(data)
+    _print_tables(data)
+    _print_tail(data)
+
+
+def _print_totals(data: dict[str, Any]) -> None:
     out = ui.out
     size, tensors = data["size"], data["tensors"]
     out.print(
@@ -106,18 +115,26 @@ def render(data: dict[str, Any]) -> None:
     if data["suspicious_globals"]:
         names = _listed(data["suspicious_globals"])
         out.print(f"[bold red]⚠ code-running globals, described and not executed:[/] {names}")
+
+
+def _print_tables(data: dict[str, Any]) -> None:
+    out = ui.out
     if data["sections"]:
-        out.print(_sections_table(data["sections"], size["total_bytes"]))
+        out.print(_sections_table(data["sections"], data["size"]["total_bytes"]))
     for section in data["sections"]:
         if len(section["prefixes"]) > 1:
             out.print(_prefix_table(section))
-    if tensors["dtypes"]:
-        out.print(_dtype_table(tensors["dtypes"]))
+    if data["tensors"]["dtypes"]:
+        out.print(_dtype_table(data["tensors"]["dtypes"]))
     for title, rows in (("first tensors", data["first"]), ("largest tensors", data["largest"])):
         if rows:
             out.print(_tensor_table(title, rows))
     if data["shared_storage"]:
         out.print(_shared_table(data["shared_storage"]))
+
+
+def _print_tail(data: dict[str, Any]) -> None:
+    out = ui.out
     if data["config"]:
         out.print(_config_tree(data["config"]))
     out.print(_structure_tree(data["structure"]))
