@@ -123,37 +123,49 @@ def walk_into(path, base, found, unreadable, say, deadline=None):
         return
     if stat.S_ISREG(st.st_mode):
         found.append((path[cut:], st.st_size, st.st_mtime_ns, path))
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        return  # FIFOs, sockets, devices are not data a run reads as files
-    regular = stat.S_ISREG
-    append = found.append
+    elif stat.S_ISDIR(st.st_mode):  # FIFOs, sockets, devices are not data a run reads as files
+        walk_tree(path, cut, found, unreadable, say, deadline)
+
+
+def walk_tree(path, cut, found, unreadable, say, deadline):
+    """Every regular file under the directory `path`, depth first, links to directories
+    not followed; the deadline and progress are looked at once a directory."""
     stack = [path]
     next_say = PROGRESS_EVERY
     while stack:
         directory = stack.pop()
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                            continue
-                        st = entry.stat()  # follows a link to a file; a loop fails here
-                    except OSError:
-                        unreadable.add(entry.path[cut:])
-                        continue
-                    if regular(st.st_mode):
-                        full = entry.path
-                        append((full[cut:], st.st_size, st.st_mtime_ns, full))
-        except OSError:
-            unreadable.add(directory[cut:] + "/")
+        if not list_directory(directory, cut, stack, found, unreadable):
             continue
         if deadline is not None and time.monotonic() > deadline:  # once a directory: cheap
             raise OutOfTime(found)
         if say is not None and len(found) >= next_say:
             say(f"{len(found):,} files listed")
             next_say += PROGRESS_EVERY
+
+
+def list_directory(directory, cut, stack, found, unreadable):
+    """Append `directory`'s regular files to `found` and its subdirectories to `stack`;
+    False when it cannot be listed (it is then unreadable)."""
+    regular = stat.S_ISREG
+    append = found.append
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    st = entry.stat()  # follows a link to a file; a loop fails here
+                except OSError:
+                    unreadable.add(entry.path[cut:])
+                    continue
+                if regular(st.st_mode):
+                    full = entry.path
+                    append((full[cut:], st.st_size, st.st_mtime_ns, full))
+    except OSError:
+        unreadable.add(directory[cut:] + "/")
+        return False
+    return True
 
 
 def sampled(files):

@@ -104,6 +104,10 @@ class _OverBudget(Exception):
     """The scan passed the command's budget of opcodes (not the per-pickle MAX_OPCODES)."""
 
 
+def _too_many() -> Refused:
+    return Refused("the pickle's count of opcodes", f"{MAX_OPCODES:,}")
+
+
 def _too_deep(depth: int) -> Refused:
     return Refused(f"the pickle's nesting ({depth:,} levels so far)", f"{MAX_DEPTH} levels")
 
@@ -120,8 +124,9 @@ class _Machine:
         self.budget = MAX_EXPANSION + EXPANSION_PER_BYTE * len(data)
 
     def run(self) -> None:
-        # Runs once per opcode: the common ones are inline, the rest go through `_execute`.
-        data, end, stack, marks, memo = self.data, len(self.data), self.stack, self.marks, self.memo
+        # Runs once per opcode: the commonest (small ints, marks) are inline, memo ops and
+        # the other fast kinds one call away, the rest go through `_execute`.
+        data, end, stack, marks = self.data, len(self.data), self.stack, self.marks
         pos = opcodes = 0
         limit = self.limit
         while pos < end:
@@ -129,60 +134,73 @@ class _Machine:
             kind = _KIND[op]
             opcodes += 1  # each makes one object at most
             if opcodes > limit:
-                if limit < MAX_OPCODES:
-                    raise _OverBudget
-                raise Refused("the pickle's count of opcodes", f"{MAX_OPCODES:,}")
-            if kind in (_PUT, _GET):
-                stop = pos + 1 + _WIDTH[op]
-                index = int.from_bytes(data[pos + 1 : stop], "little")
-                if stop > end:
-                    raise pickle.UnpicklingError("pickle data was truncated")
-                if kind == _GET:
-                    value = memo.get(index)
-                    if value is None:
-                        raise pickle.UnpicklingError(f"memo value not found at index {index}")
-                    stack.append(value)
-                elif index <= len(memo) and len(stack) > (marks[-1] if marks else 0):
-                    memo[index] = stack[-1]
-                else:
-                    self._put(index)  # raises
-                pos = stop
-            elif kind == _FIXED_LEAF:
+                raise _OverBudget if limit < MAX_OPCODES else _too_many()
+            if kind == _FIXED_LEAF:
                 small = op == 0x4B and pos + 1 < end  # BININT1, the commonest
                 stack.append(SMALL_INTS[data[pos + 1]] if small else self._fixed(op, pos))
                 pos += 1 + _WIDTH[op]
             elif kind == _MARK:
                 marks.append(len(stack))
                 pos += 1
-            elif kind == _REDUCE:  # the callable below the argument tuple becomes the result
-                if len(stack) - 2 < (marks[-1] if marks else 0):
-                    raise pickle.UnpicklingError("unpickling stack underflow")
-                args = stack.pop()
-                self._spend(args.size)  # the call copies its argument tuple
-                stack[-1] = Value(args.depth + 1, 1, 0, False, CHOSEN)
-                pos += 1
-            elif kind in (_TUPLE, _TUPLE_N):
-                items = self._pop_mark() if kind == _TUPLE else self._pop(_TUPLE_LENGTH[op])
-                self._push(self._tuple(items))
-                pos += 1
-            elif kind == _SIZED_LEAF:
-                stop = self._sized(pos)
-                stack.append(self._long(pos, stop) if op in _LONGS else LEAF)
-                pos = stop
-            elif kind == _EMPTY:
-                stack.append(EMPTY_TUPLE)
-                pos += 1
             elif kind == _STOP:
                 self._top()
                 self.opcodes = opcodes
                 return
             else:
-                width = _WIDTH.get(op)
-                if width is None:
-                    raise pickle.UnpicklingError(f"invalid opcode {op:#04x} at byte {pos}")
-                arg_at, pos = pos + 1, self._skip(op, width, pos + 1)
-                self._execute(chr(op), data[arg_at:pos])
+                pos = self._step(kind, op, pos)
         raise pickle.UnpicklingError("the pickle ends without a STOP opcode: it is truncated")
+
+    def _step(self, kind: int, op: int, pos: int) -> int:
+        """One opcode other than the inline ones; where the next one starts."""
+        if kind in (_PUT, _GET):
+            return self._memo_op(kind, op, pos)
+        if kind == _REDUCE:
+            self._reduce()
+        elif kind in (_TUPLE, _TUPLE_N):
+            items = self._pop_mark() if kind == _TUPLE else self._pop(_TUPLE_LENGTH[op])
+            self._push(self._tuple(items))
+        elif kind == _SIZED_LEAF:
+            stop = self._sized(pos)
+            self.stack.append(self._long(pos, stop) if op in _LONGS else LEAF)
+            return stop
+        elif kind == _EMPTY:
+            self.stack.append(EMPTY_TUPLE)
+        else:
+            return self._slow(op, pos)
+        return pos + 1
+
+    def _memo_op(self, kind: int, op: int, pos: int) -> int:
+        """BINGET/BINPUT and their long forms: a reference to a memo slot, or a new one."""
+        stop = pos + 1 + _WIDTH[op]
+        index = int.from_bytes(self.data[pos + 1 : stop], "little")
+        if stop > len(self.data):
+            raise pickle.UnpicklingError("pickle data was truncated")
+        if kind == _GET:
+            value = self.memo.get(index)
+            if value is None:
+                raise pickle.UnpicklingError(f"memo value not found at index {index}")
+            self.stack.append(value)
+        elif index <= len(self.memo) and len(self.stack) > self._fence():
+            self.memo[index] = self.stack[-1]
+        else:
+            self._put(index)  # raises
+        return stop
+
+    def _reduce(self) -> None:
+        """The callable below the argument tuple becomes the result."""
+        if len(self.stack) - 2 < self._fence():
+            raise pickle.UnpicklingError("unpickling stack underflow")
+        args = self.stack.pop()
+        self._spend(args.size)  # the call copies its argument tuple
+        self.stack[-1] = Value(args.depth + 1, 1, 0, False, CHOSEN)
+
+    def _slow(self, op: int, pos: int) -> int:
+        width = _WIDTH.get(op)
+        if width is None:
+            raise pickle.UnpicklingError(f"invalid opcode {op:#04x} at byte {pos}")
+        arg_at, stop = pos + 1, self._skip(op, width, pos + 1)
+        self._execute(chr(op), self.data[arg_at:stop])
+        return stop
 
     # --- the stack, as _pickle.c guards it: nothing below the last mark may be popped -------
 
@@ -316,24 +334,11 @@ class _Machine:
         if ord(c) in _LEAVES:  # the text forms of protocol 0, GLOBAL and PERSID
             self._push(self._text_leaf(c, arg))
         elif c in "gp":  # GET, PUT with a decimal index
-            text = arg[:-1]
-            if not (text.isdigit() and len(text) < 20):
-                raise pickle.UnpicklingError(f"bad memo index {text[:20]!r}")
-            if c == "g":
-                self._get(int(text))
-            else:
-                self._put(int(text))
+            self._text_memo(c, arg)
         elif c in "]}\x8f":  # EMPTY_LIST, EMPTY_DICT, EMPTY_SET
             self._push(Value(1, 1, 0, False))
         elif c in "ld\x91":  # LIST, DICT, FROZENSET
-            items = self._pop_mark()
-            made = Value(1 + max((v.depth for v in items), default=0), 1, len(items), False)
-            if c == "d":
-                self._pairs(made, items)
-            elif c == "\x91":
-                self._hashed(made, items)
-                made.frozen, made.key, made.keys = True, CHOSEN, None
-            self._push(made)
+            self._push(self._container(c))
         elif c in "asbu\x90e":  # APPEND, SETITEM, BUILD; SETITEMS, ADDITEMS, APPENDS
             self._mutate(c)
         elif c in "\x81\x92oi":  # NEWOBJ, NEWOBJ_EX, OBJ, INST
@@ -343,6 +348,26 @@ class _Machine:
             self._push(LEAF)
         else:
             self._stack_opcode(c, arg)
+
+    def _text_memo(self, c: str, arg: bytes) -> None:
+        text = arg[:-1]
+        if not (text.isdigit() and len(text) < 20):
+            raise pickle.UnpicklingError(f"bad memo index {text[:20]!r}")
+        if c == "g":
+            self._get(int(text))
+        else:
+            self._put(int(text))
+
+    def _container(self, c: str) -> Value:
+        """LIST, DICT or FROZENSET of the items above the mark."""
+        items = self._pop_mark()
+        made = Value(1 + max((v.depth for v in items), default=0), 1, len(items), False)
+        if c == "d":
+            self._pairs(made, items)
+        elif c == "\x91":
+            self._hashed(made, items)
+            made.frozen, made.key, made.keys = True, CHOSEN, None
+        return made
 
     def _stack_opcode(self, c: str, arg: bytes) -> None:
         if c == "0":  # POP: a mark right at the top goes first

@@ -257,6 +257,26 @@ def plain(obj: Any) -> Any:
 
 def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
     """A JSON-able rendering of an inert value: objects become dicts with their class name."""
+    leaf = _plain_leaf(obj, budget)
+    if leaf is not _BRANCH:
+        return leaf
+    # Charged before looking inside: one shared list may be reached a thousand times.
+    if depth > 20 or not budget.spend(1 + _children_count(obj)):
+        return "<...>"
+    if isinstance(obj, dict):
+        return {key_text(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [_plain(v, budget, depth + 1) for v in obj]
+    if isinstance(obj, Stub):
+        return _plain_stub(obj, budget, depth)
+    return str(obj) if isinstance(obj, complex) else f"<{type(obj).__name__}>"
+
+
+_BRANCH = object()  # what _plain_leaf answers for a value it does not render whole
+
+
+def _plain_leaf(obj: Any, budget: _Budget) -> Any:
+    """A value rendered whole (a number, a text, a tensor's description), or _BRANCH."""
     if obj is None or isinstance(obj, bool):
         return obj
     if isinstance(obj, int):  # JSON and str() choke on ints of thousands of digits
@@ -274,16 +294,7 @@ def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
         return f"<{len(obj)} bytes>"
     if is_stub_class(obj):
         return f"<global {obj.global_name()}>"
-    # Charged before looking inside: one shared list may be reached a thousand times.
-    if depth > 20 or not budget.spend(1 + _children_count(obj)):
-        return "<...>"
-    if isinstance(obj, dict):
-        return {key_text(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | set | frozenset):
-        return [_plain(v, budget, depth + 1) for v in obj]
-    if isinstance(obj, Stub):
-        return _plain_stub(obj, budget, depth)
-    return str(obj) if isinstance(obj, complex) else f"<{type(obj).__name__}>"
+    return _BRANCH
 
 
 def _children_count(obj: Any) -> int:
