@@ -13,6 +13,7 @@ from envlock import ui
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_USAGE, UsageError
 from envlock.profile.read import load_profile
+from envlock.profile.sources import PATH, requests
 
 KIND = "data"
 
@@ -97,9 +98,9 @@ def data_of(profile: str, *, deep: bool, quiet: bool) -> DataResult:
     if not prof.data:
         raise UsageError(
             f"{prof.path.name} names no datasets",
-            hint='add a [data] table, e.g. train = "/workspace/data/train"',
+            hint=f"add a [data] table, e.g. {PATH.example}",
         )
-    request = {"datasets": prof.data, "deep": deep, "progress": not quiet}
+    request = {"datasets": requests(prof.data), "deep": deep, "progress": not quiet}
     with ui.status("fingerprinting the datasets", quiet=quiet):
         answer = call_agent(
             prof.target.transport(), prof.target.root, "data", request, on_progress=ui.info

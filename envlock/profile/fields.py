@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 
 # Matched with fullmatch: "$" would also accept a value that ends in a newline.
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
-DATA_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 BACKEND_RE = re.compile(r"cpu|cu\d{2,3}|rocm\d+\.\d+(\.\d+)?|xpu|pypi")
 PLATFORM_RE = re.compile(
     r"linux|(x86_64|aarch64)-(manylinux2014|manylinux_2_\d+|unknown-linux-(gnu|musl))"

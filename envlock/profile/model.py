@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envlock.profile.sources import DataSource
 from envlock.targets.base import Target
 
 if TYPE_CHECKING:
@@ -90,9 +91,9 @@ class Profile:
     pass_env: tuple[str, ...] = ()
     # [gpu] count: how many GPUs the environment expects to see; None when not declared.
     gpu_count: int | None = None
-    # [data]: the datasets a run reads (name -> file, directory or glob on the target),
-    # fingerprinted by snapshots and `envlock data`.
-    data: dict[str, str] = field(default_factory=dict)
+    # [data]: the datasets a run reads (name -> a source of a kind in profile/sources.py:
+    # a file, directory or glob on the target), fingerprinted by snapshots and `envlock data`.
+    data: dict[str, DataSource] = field(default_factory=dict)
     sha256: str = field(repr=False, default="")
 
     @property

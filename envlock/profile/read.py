@@ -29,7 +29,6 @@ from envlock.base.tomlread import (
 )
 from envlock.profile.fields import (
     BACKEND_RE,
-    DATA_NAME_RE,
     INTERPRETER_ENV,
     JOINED_ENV,
     NAME_RE,
@@ -44,6 +43,7 @@ from envlock.profile.fields import (
 )
 from envlock.profile.model import PYTORCH_INDEX, Dependencies, Profile, Scripts, TorchSpec
 from envlock.profile.packages import dependencies_of, torch_spec
+from envlock.profile.sources import DataSource, read_sources
 from envlock.targets.base import Target
 from envlock.targets.local_paths import controller_path, default_local_root
 from envlock.targets.registry import TARGET_TYPES
@@ -299,18 +299,13 @@ class _ProfileReader:
             env[key] = value
         return env
 
-    def read_data(self, target: Target) -> dict[str, str]:
-        """[data] name = "path": a file, a directory or a glob (`*`, `?`, `[…]`, `**`)."""
+    def read_data(self, target: Target) -> dict[str, DataSource]:
+        """[data] name = source: a path (a file, a directory or a glob) or another kind of
+        profile/sources.py's table."""
         t = self.table("data")
         if t is None:
             return {}
-        data: dict[str, str] = {}
-        for key in list(t.data):
-            if not DATA_NAME_RE.fullmatch(key):
-                t.fail(key, 'expected a dataset name (letters, digits, "-" and "_")')
-            data[key] = self.path_value(t, key, None, absolute=target.remote)
-        t.finish()
-        return data
+        return read_sources(t, lambda key: self.path_value(t, key, None, absolute=target.remote))
 
     def read_scripts(self, target: Target) -> Scripts | None:
         t = self.table("scripts")

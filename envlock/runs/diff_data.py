@@ -13,24 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from envlock import ui
+from envlock.profile.sources import kind_of_fingerprint
 from envlock.runs.describe import Side
 from envlock.runs.diff_types import Change, Group, SnapshotRecord
 
 METRICS = "metrics"
 DATA = "data"
 METRICS_NOTE = "what each run measured: the symptom, not counted as a difference"
-# A fingerprint's fields that say what the dataset holds (its path is where it was read,
-# and newest_mtime is part of the listing).
-COMPARED = (
-    "missing",
-    "incomplete",
-    "files",
-    "bytes",
-    "listing_sha256",
-    "sample_sha256",
-    "content_sha256",
-    "unreadable",
-)
 
 
 def with_metrics_and_data(a: Side, b: Side, groups: list[Group]) -> list[Group]:
@@ -78,7 +67,12 @@ def one_side(name: str, a: dict[str, Any], b: dict[str, Any]) -> str:
 
 
 def fingerprint_differs(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return any(a.get(k) != b.get(k) for k in COMPARED)
+    """Whether two fingerprints say different data: the fields their kind compares (its
+    path is where it was read), or two kinds."""
+    kind = kind_of_fingerprint(a)
+    if kind is not kind_of_fingerprint(b):
+        return True
+    return any(a.get(k) != b.get(k) for k in kind.compared)
 
 
 # -- for people ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 
 from envlock import __version__
 from envlock.profile.read import Profile
+from envlock.profile.sources import requests
 from envlock.reconcile.context import Context, own_context
 from envlock.reconcile.state import State
 from envlock.runs.startup_set import package_dir, python_path, remote_dir, ship
@@ -85,7 +86,7 @@ def run_context(profile: Profile, scripts: Sequence[str], target: str) -> dict[s
         },
         "env": sorted(profile.env),
         "target": target,
-        "data": dict(profile.data),  # fingerprinted by each snapshot the command writes
+        "data": requests(profile.data),  # fingerprinted by each snapshot the command writes
     }
 
 

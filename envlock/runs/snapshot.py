@@ -20,6 +20,7 @@ from envlock.lock.links import find_links_for
 from envlock.lock.policy import snapshot_policy
 from envlock.lock.schema import lock_data
 from envlock.profile.read import load_profile
+from envlock.profile.sources import DataSource, paths, requests
 from envlock.reconcile.context import (
     Context,
     Probe,
@@ -57,7 +58,8 @@ def build_snapshot(
     fingerprints of the profile's [data] and of `data` (one agent call, time-bounded)."""
     profile = ctx.profile
     measured = checked_or_usage(checked_metrics, metrics)
-    datasets = fingerprint_datasets(ctx, {**profile.data, **checked_or_usage(checked_data, data)})
+    named = paths(checked_or_usage(checked_data, data))
+    datasets = fingerprint_datasets(ctx, {**profile.data, **named})
     # The lock of the generation that actually runs (after a rollback, not the profile's).
     ran = own_context(ctx, state).lock
     source = profile.scripts.source if profile.scripts else None
@@ -91,14 +93,14 @@ def checked_or_usage(check: Callable[[Any], dict[str, Any]], value: Any) -> dict
         raise UsageError(str(exc)) from None
 
 
-def fingerprint_datasets(ctx: Context, datasets: Mapping[str, str]) -> dict[str, Any]:
+def fingerprint_datasets(ctx: Context, datasets: Mapping[str, DataSource]) -> dict[str, Any]:
     """Each dataset's fingerprint, taken on the target by the agent within DATA_SECONDS
     (a path not there is recorded as missing; one too big to walk in time as incomplete)."""
     if not datasets:
         return {}
     from envlock.reconcile.agentcall import call_agent  # only a snapshot with [data] pays
 
-    request = {"datasets": dict(datasets), "deep": False, "seconds": DATA_SECONDS}
+    request = {"datasets": requests(datasets), "deep": False, "seconds": DATA_SECONDS}
     answer = call_agent(ctx.transport, ctx.profile.target.root, "data", request)
     return dict(answer["datasets"])
 

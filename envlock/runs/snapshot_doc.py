@@ -6,8 +6,9 @@ Python build it from a probe of the target; `envlock.snapshot()` inside a comman
 through `document()` here, so the two kinds of snapshot cannot drift apart.
 
 Stdlib only, Python 3.8+, no envlock imports outside the guard: the in-process API
-(envlock/startup/envlock_api) runs this module in one namespace with the agent and
-base/secrets.py, the way reconcile/agentcall.py ships the agent.
+(envlock/startup/envlock_api) runs this module in one namespace with what the guard imports
+(startup/envlock_write.py, base/secrets.py, agent/datanames.py), the way
+reconcile/agentcall.py ships the agent.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
+    from envlock.agent.datanames import DATA_NAME
     from envlock.base.atomic import write_atomic
     from envlock.base.secrets import redact_argv, redact_config, redact_env, redact_text
 
@@ -39,8 +41,6 @@ MAX_CONFIG_DEPTH = 32
 # A metric: a name a person would type, and a finite number; a snapshot holds few of them.
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,63}")
 MAX_METRICS = 256
-# A dataset's name, as the profile's [data] allows it.
-DATA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 # What a snapshot may spend fingerprinting its datasets, all together (a million files on a
 # slow file system would otherwise hold up the checkpoint it is written beside).
 DATA_SECONDS = 60.0

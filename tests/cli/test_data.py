@@ -1,14 +1,34 @@
-"""Dataset fingerprints: what each level sees (listing, sample, deep), and `envlock data`."""
+"""Dataset fingerprints: what each level sees (listing, sample, deep), and `envlock data`;
+every kind of [data] source read, fingerprinted, snapshotted and compared."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from envlock.agent.dataset import SAMPLE_BYTES, SAMPLE_FILES, dataset_fingerprint, sampled
+from envlock.agent.datanames import DATA_NAME
+from envlock.agent.dataset import (
+    SAMPLE_BYTES,
+    SAMPLE_FILES,
+    dataset_fingerprint,
+    fingerprints,
+    sampled,
+)
+from envlock.base.tomlread import Table
+from envlock.errors import ProfileError
+from envlock.profile.read import load_profile
+from envlock.profile.sources import KINDS, DataSource, read_sources
+from envlock.runs import snapshot_doc
+from envlock.runs.diff_data import data_group
+from envlock.runs.environment import run_context
+from envlock.runs.snapshot import fingerprint_datasets
+from envlock.runs.startup_set import startup_files
 from tests.conftest import Envlock
 
 
@@ -105,3 +125,102 @@ def test_envlock_data_refuses_what_is_not_there(data_profile: Path, envlock: Env
     data_profile.write_text(data_profile.read_text() + '"bad name" = "x"\n')
     bad = envlock("data", data_profile)
     assert bad.returncode == 2 and "[data] bad name" in bad.stderr
+
+
+# -- every kind of [data] source (profile/sources.py), walked through what reads it ---------
+def local_path(tmp_path: Path) -> tuple[str, Path]:
+    """A [data] value of the path kind and the dataset it names."""
+    data = make_dataset(tmp_path / "train", files=5, size=100)
+    return '"train"', data
+
+
+SOURCE_EXAMPLES = {"path": local_path}
+
+
+def test_every_source_kind_has_an_example() -> None:
+    assert set(SOURCE_EXAMPLES) == set(KINDS)
+    assert all(kind.example.split(" = ")[0] for kind in KINDS.values())
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_source_kind_is_read_fingerprinted_snapshotted_and_compared(
+    kind: str, tmp_path: Path, envlock: Envlock
+) -> None:
+    profile = tmp_path / "d.toml"
+    assert envlock("init", profile).returncode == 0
+    value, data = SOURCE_EXAMPLES[kind](tmp_path)
+    with profile.open("a") as handle:
+        handle.write(f"\n[data]\ntrain = {value}\n")
+    # Profile reading: a typed source of its kind.
+    prof = load_profile(profile)
+    source = prof.data["train"]
+    assert source.kind == kind and isinstance(source, DataSource)
+    # `envlock data`: the agent fingerprints what the row sends it.
+    result = envlock("data", "--json", profile)
+    assert result.returncode == 0, result.stderr
+    fingerprint = json.loads(result.stdout)["datasets"]["train"]
+    assert (fingerprint["files"], fingerprint["bytes"]) == (5, 500)
+    # A snapshot: `envlock snapshot`'s agent call, and envlock.snapshot()'s inside a run
+    # (the run context carries the same request, as JSON).
+    ctx = SimpleNamespace(transport=prof.target.transport(), profile=prof)
+    taken = fingerprint_datasets(ctx, prof.data)  # type: ignore[arg-type]
+    carried = json.loads(json.dumps(run_context(prof, [], "local")["data"]))
+    inside = fingerprints(carried)
+    assert taken["train"]["listing_sha256"] == inside["train"]["listing_sha256"]
+    assert taken["train"]["listing_sha256"] == fingerprint["listing_sha256"]
+    # diff: the same data is no change; a file added is one.
+    assert data_group({"datasets": taken}, {"datasets": inside}).changes == ()
+    (data / "shard0" / "new.bin").write_bytes(b"new")
+    grown = fingerprint_datasets(ctx, prof.data)  # type: ignore[arg-type]
+    changes = data_group({"datasets": taken}, {"datasets": grown}).changes
+    assert [c.key for c in changes] == ["train"]
+
+
+NAME_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import envlock  # the startup API: no real envlock is importable in this interpreter
+doc = envlock.namespace("doc", envlock.SHARED)
+said = {}
+for name in json.load(sys.stdin):
+    try:
+        doc["checked_data"]({name: "/d"})
+        said[name] = True
+    except ValueError:
+        said[name] = False
+print(json.dumps(said))
+"""
+NAMES = ["train", "val-2", "A_b", "x" * 64, "x" * 65, "../x", "-lead", "a b", "a\n", ""]
+
+
+def test_one_dataset_name_rule_for_the_profile_the_snapshot_and_the_shipped_api(
+    tmp_path: Path,
+) -> None:
+    """[data]'s names, envlock.snapshot(data=…)'s in envlock and in the start-up set's copy
+    (run where no envlock is importable) and a snapshot file's schema: one rule."""
+    for rel, content in startup_files().items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(content)
+    api = tmp_path / "startup" / "envlock_api"
+    shipped = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", NAME_PROBE, str(api)],
+        input=json.dumps(NAMES),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    expected = {name: bool(DATA_NAME.fullmatch(name)) for name in NAMES}
+    assert json.loads(shipped.stdout) == expected
+    assert sum(expected.values()) == 4
+    package = Path(snapshot_doc.__file__).parents[1]
+    written = [
+        p.relative_to(package) for p in package.rglob("*.py") if DATA_NAME.pattern in p.read_text()
+    ]
+    assert written == [Path("agent/datanames.py")]  # the profile and the snapshot import it
+    for name, ok in expected.items():
+        table = Table("p.toml", "data", {name: "/d"})
+        if ok:
+            assert read_sources(table, table.text)[name] == DataSource("path", "/d")
+        else:
+            with pytest.raises(ProfileError):
+                read_sources(table, table.text)

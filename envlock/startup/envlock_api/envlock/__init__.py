@@ -63,7 +63,12 @@ PACKAGE = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 )
 # startup/envlock_write.py first: snapshot_doc's write_file calls its write_atomic.
-SHARED = ("startup/envlock_write.py", "base/secrets.py", "runs/snapshot_doc.py")
+SHARED = (
+    "startup/envlock_write.py",
+    "base/secrets.py",
+    "agent/datanames.py",
+    "runs/snapshot_doc.py",
+)
 LOCK_COPY = os.path.join(".envlock", "pylock.toml")
 
 _loaded = {}  # type: dict  # name -> namespace, loaded once per process
