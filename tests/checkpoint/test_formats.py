@@ -169,7 +169,8 @@ def test_each_format_is_inspected(row: Format, tmp_path: Path) -> None:
             inspect_checkpoint(path)
         return
     report = inspect_checkpoint(path)
-    assert reads_its_format(report, row) and report.tensors() or report.root
+    assert reads_its_format(report, row)
+    assert report.tensors() or report.root  # a raw pickle of training state holds none
     result = inspect_of(path, pattern=None, follow_links=False)
     assert row.name in result.report["format"]
 
