@@ -260,8 +260,3 @@ def spans(reader: Reader, info: TensorInfo) -> list[Span] | None:
         if where is not None:
             return where
     return None
-
-
-def tensor_file_formats() -> tuple[str, ...]:
-    """Every FileInfo format a row lists (the rest, "json", hold no tensors)."""
-    return tuple(n for f in FORMATS for n in f.file_formats())

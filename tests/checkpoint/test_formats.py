@@ -135,21 +135,19 @@ def test_every_row_has_an_example() -> None:
     assert set(EXAMPLES) == {row.name for row in FORMATS}
 
 
-def test_the_tables_suffixes_are_the_ones_choose_and_inspect_use() -> None:
-    assert formats.WEIGHT_SUFFIXES == (
-        ".pt",
-        ".pth",
-        ".bin",
-        ".ckpt",
-        ".pt.tar",
-        ".pth.tar",
-        ".safetensors",
-    )
-    assert set(formats.MEMBER_SUFFIXES) == {*formats.WEIGHT_SUFFIXES, ".index.json", ".pkl"}
+def test_the_table_keeps_the_names_inspect_always_read() -> None:
+    torch = (".pt", ".pth", ".bin", ".ckpt", ".pt.tar", ".pth.tar")
+    assert formats.WEIGHT_SUFFIXES[:7] == (*torch, ".safetensors")  # an index's shards
+    assert {".index.json"} <= set(formats.CHECKPOINT_NAMES) - set(formats.WEIGHT_SUFFIXES)
+    assert {".pkl"} <= set(formats.MEMBER_SUFFIXES) - set(formats.CHECKPOINT_NAMES)
+
+
+def test_each_row_names_its_own_formats_and_a_limit() -> None:
+    names = [row.name for row in FORMATS]
+    listed = [n for row in FORMATS for n in row.file_formats()]
+    assert len(set(names)) == len(names) and len(set(listed)) == len(listed)
     assert all(row.limit in MAX_BYTES for row in FORMATS)
-    assert len({n for row in FORMATS for n in row.file_formats()}) == len(
-        formats.tensor_file_formats()
-    )
+    assert all(row.sniff or row.named for row in FORMATS)  # each can be recognised
 
 
 @pytest.mark.parametrize("row", ROWS)
