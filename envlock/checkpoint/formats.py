@@ -30,7 +30,7 @@ from envlock.checkpoint.weights_dcp import dcp_spans
 from envlock.checkpoint.weights_files import safetensors_spans, torch_zip_spans
 from envlock.errors import OperationError, UsageError
 
-ReadFn = Callable[[Path, bool, Path | None], Part]  # (path, follow_links, within) → Part
+LoadFn = Callable[[Path, bool, Path | None], Part]  # (path, follow_links, within) → Part
 SpanFn = Callable[[Reader, str, TensorInfo], list[Span] | None]  # (reader, file, tensor)
 
 # What a member of a checkpoint directory is (choose.py and reader.py decide by it):
@@ -46,7 +46,7 @@ class Format:
 
     name: str  # the report's format, and its files' unless `files` says otherwise
     member: str  # WEIGHTS, INDEX, EXTRA or DIRECTORY
-    read: ReadFn
+    load: LoadFn  # a path of it, read through the gate into a Part
     limit: str  # the MAX_BYTES key its bytes are read under (base/limits.py)
     suffixes: tuple[str, ...] = ()  # the names a directory's member of it has
     sniff: Callable[[bytes, bytes], bool] | None = None  # (first 16 bytes, last byte)
@@ -216,7 +216,7 @@ def read_file(path: Path, follow_links: bool, within: Path | None) -> Part:
     """One file (or a DCP directory); `within`: the directory it was found in, if any."""
     fmt = named_format(path)
     if fmt is not None:
-        return fmt.read(path, follow_links, within)
+        return fmt.load(path, follow_links, within)
     return read_sniffed(path, follow_links, within)
 
 
@@ -226,7 +226,7 @@ def read_sniffed(path: Path, follow_links: bool, within: Path | None) -> Part:
     # Each reader opens the file again through the same gate (what it opens is checked again).
     fmt = sniffed(head, last)
     if fmt is not None:
-        return fmt.read(path, follow_links, within)
+        return fmt.load(path, follow_links, within)
     if path.name.endswith(WEIGHT_SUFFIXES):
         what = "empty" if not head else "neither a torch zip archive nor a safetensors file"
         raise OperationError(f"{path}: {what}: the checkpoint is truncated or corrupt")

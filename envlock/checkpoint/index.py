@@ -26,7 +26,7 @@ class Shards:
     loops), and how one is read."""
 
     suffixes: tuple[str, ...]
-    read: Callable[[Path, bool, Path | None], Part]
+    load: Callable[[Path, bool, Path | None], Part]
 
 
 def inside(path: Path, directory: Path) -> bool:
@@ -97,7 +97,7 @@ def read_index(path: Path, follow_links: bool, within: Path | None, shards: Shar
         if shard_path.resolve() in read:  # one file under two spellings is read once
             continue
         read.add(shard_path.resolve())
-        gathered.add(shard_path, shards.read(shard_path, follow_links, path.parent))
+        gathered.add(shard_path, shards.load(shard_path, follow_links, path.parent))
     missing = [k for k in names if k not in gathered.tensors]
     if missing:
         example = shown(missing[0], 100)

@@ -37,7 +37,7 @@ def inspect_checkpoint(path: str | Path, *, follow_links: bool = False) -> Check
     with printable_errors(path), command_budget("inspect"):
         folder = formats.directory_format(path)
         if folder is not None:  # its keys are fully-qualified names: shown by their first
-            part = folder.read(path, follow_links, None)
+            part = folder.load(path, follow_links, None)
             return CheckpointReport(
                 str(path), part.format, _sized(part.files), by_first_name(part.root),
                 part.stubbed, part.notes, part.allowance,
