@@ -26,6 +26,7 @@ from envlock.profile.read import load_profile
 from envlock.profile.sources import KINDS, DataSource, read_sources
 from envlock.runs import snapshot_doc
 from envlock.runs.diff_data import data_group
+from envlock.runs.diff_types import SnapshotRecord
 from envlock.runs.environment import run_context
 from envlock.runs.snapshot import fingerprint_datasets
 from envlock.runs.startup_set import startup_files
@@ -169,10 +170,10 @@ def test_each_source_kind_is_read_fingerprinted_snapshotted_and_compared(
     assert taken["train"]["listing_sha256"] == inside["train"]["listing_sha256"]
     assert taken["train"]["listing_sha256"] == fingerprint["listing_sha256"]
     # diff: the same data is no change; a file added is one.
-    assert data_group({"datasets": taken}, {"datasets": inside}).changes == ()
+    assert data_group(SnapshotRecord(datasets=taken), SnapshotRecord(datasets=inside)).changes == ()
     (data / "shard0" / "new.bin").write_bytes(b"new")
     grown = fingerprint_datasets(ctx, prof.data)  # type: ignore[arg-type]
-    changes = data_group({"datasets": taken}, {"datasets": grown}).changes
+    changes = data_group(SnapshotRecord(datasets=taken), SnapshotRecord(datasets=grown)).changes
     assert [c.key for c in changes] == ["train"]
 
 
