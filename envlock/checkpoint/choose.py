@@ -21,7 +21,6 @@ from envlock.checkpoint.formats import (
 )
 from envlock.checkpoint.runfiles import is_run_file
 
-CHECKPOINT_SUFFIXES = WEIGHT_SUFFIXES  # formats.py's weight files, by runs/describe.py's name
 _DIGITS = re.compile(r"\d+")
 _STEP_WORDS = re.compile(r"step|iter|epoch|ckpt|checkpoint", re.IGNORECASE)
 

@@ -21,9 +21,9 @@ from envlock.base.cuda import is_cuda_library
 from envlock.base.limits import Refused
 from envlock.base.secrets import redact_value
 from envlock.base.untrusted import FOLLOW_HINT, Unsafe, read_untrusted
+from envlock.checkpoint import formats
 from envlock.checkpoint import summary as summaries
 from envlock.checkpoint.choose import (
-    CHECKPOINT_SUFFIXES,
     Choice,
     choose_checkpoint,
     has_members,
@@ -188,7 +188,7 @@ def load_side(path: str, follow_links: bool = False, weights: bool = False) -> S
     if target.suffix == ".json" and not target.name.endswith(".index.json"):
         snapshot = load_snapshot(target, **follow)
         return Side(str(target), snapshot_lock(snapshot, target), SnapshotRecord.of(snapshot))
-    if target.name.endswith((*CHECKPOINT_SUFFIXES, ".index.json")):
+    if target.name.endswith(formats.CHECKPOINT_NAMES):
         # A checkpoint file: what inspect reads of it, and the snapshot beside it if any.
         beside = target.parent / SNAPSHOT_FILE
         found = load_snapshot(target.parent, **follow) if os.path.lexists(beside) else None
@@ -272,7 +272,7 @@ def refuse_links_out(path: Path, follow_links: bool) -> None:
         return
     directory = path if path.is_dir() and not path.is_symlink() else path.parent
     members = sorted(directory.iterdir()) if path.is_dir() else [path]
-    named = (*CHECKPOINT_SUFFIXES, ".index.json", ".pkl")
+    named = formats.MEMBER_SUFFIXES
     for member in members:
         out = not member.resolve().is_relative_to(directory.resolve())
         # A link to a device or FIFO is refused for what it is when it is opened.
