@@ -541,7 +541,7 @@ def test_the_ownership_rule_and_its_agent_twin_agree(base: Path, other: pwd.stru
 # (file, function) -> the os.O_* flags its writes must carry: the write functions themselves,
 # and the few streams that cannot be one buffer.
 ALLOWED = {
-    ("atomic.py", "create_temp"): {"O_EXCL", "O_NOFOLLOW"},
+    ("base/atomic.py", "create_temp"): {"O_EXCL", "O_NOFOLLOW"},
     ("agent/core.py", "create_temp"): {"O_EXCL", "O_NOFOLLOW"},
     ("startup/envlock_write.py", "create_temp"): {"O_EXCL", "O_NOFOLLOW"},
     # The root's flock file: reopened every time, never through a link.
