@@ -5,6 +5,7 @@ start-up modules, shipped alone to targets, import nothing of envlock's but thei
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,57 @@ def test_the_top_of_the_package_is_small_and_every_folder_is_a_layer() -> None:
     listed = {unit for _, units in LAYERS for unit in units}
     assert [f for f in folders if f"envlock.{f}" not in listed] == []
     assert [m for m in top if m != "__init__" and f"envlock.{m}" not in listed] == []
+
+
+ARCHITECTURE = PACKAGE.parent / "ARCHITECTURE.md"
+LISTED = re.compile(r"^- `([\w/]+\.py)` — ", re.MULTILINE)
+TABLE = re.compile(r"`([\w/]+\.py)` `([A-Z][A-Z_]+)`")
+
+
+def section(text: str, title: str) -> str:
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def modules_to_name() -> set[str]:
+    """Every module of the package by its path under envlock/, but a folder's __init__.py
+    that holds nothing except its docstring."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        body = ast.parse(path.read_text()).body
+        only_a_docstring = all(
+            isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body
+        )
+        if path.name == "__init__.py" and only_a_docstring and path.parent != PACKAGE:
+            continue
+        found.add(path.relative_to(PACKAGE).as_posix())
+    return found
+
+
+def test_architecture_md_names_every_module_in_a_line() -> None:
+    listed = LISTED.findall(section(ARCHITECTURE.read_text(), "The modules"))
+    assert sorted(m for m in listed if listed.count(m) > 1) == []
+    assert sorted(modules_to_name() - set(listed)) == []  # modules the page does not name
+    assert sorted(set(listed) - modules_to_name()) == []  # names of modules that are gone
+
+
+def test_every_table_architecture_md_names_is_in_its_module() -> None:
+    tables = TABLE.findall(section(ARCHITECTURE.read_text(), "The tables"))
+    assert len(tables) >= 7
+    for module, name in tables:
+        tree = ast.parse((PACKAGE / module).read_text())
+        assigned = {
+            target.id
+            for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)
+        }
+        assert name in assigned, f"ARCHITECTURE.md names {module} {name}, which it lacks"
+
+
+def test_the_page_check_catches_a_module_it_does_not_name() -> None:
+    text = section(ARCHITECTURE.read_text(), "The modules")
+    planted = text.replace("- `base/uvbin.py` — ", "- uvbin — ")
+    assert "base/uvbin.py" in modules_to_name() - set(LISTED.findall(planted))
