@@ -24,6 +24,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         trust_facts,
         write_atomic,
     )
+    from envlock.agent.cuda import cuda_major
     from envlock.agent.files import (
         canonical,
         site_packages,
@@ -153,32 +154,9 @@ def version_py(path):
     return found
 
 
-# torch's own CUDA library families: a copy of envlock/base/cuda.py's lists, since the agent ships
-# alone (stdlib only) and cannot import envlock. Keep the two in step.
-TORCH_CUDA_FAMILIES = frozenset(
-    [
-        "cublas",
-        "cuda-cupti",
-        "cuda-nvrtc",
-        "cuda-runtime",
-        "cudnn",
-        "cufft",
-        "cufile",
-        "curand",
-        "cusolver",
-        "cusparse",
-        "cusparselt",
-        "nccl",
-        "nvjitlink",
-        "nvshmem",
-        "nvtx",
-    ]
-)
-# Unsuffixed families versioned like the toolkit (nvidia-cublas 13.1.0.3 is CUDA 13; the
-# unsuffixed nvidia-cufft of CUDA 13.0 is 12.0.0.61, so its major says nothing).
-TOOLKIT_VERSIONED = frozenset(
-    ["cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "nvjitlink", "nvtx"]
-)
+# torch's own requirements name its CUDA build: its library families and, beside
+# cuda-toolkit, cuda-bindings, pinned at the build's version (agent/cuda.py).
+TORCH_PINNED = ("cuda-toolkit", "cuda-bindings")
 
 
 def required_cuda_majors(requires):
@@ -193,17 +171,11 @@ def required_cuda_majors(requires):
         named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?(.*)", spec)
         if named is None:
             continue
-        name = canonical(named.group(1))
-        suffixed = re.match(r"^nvidia-([a-z0-9-]+?)-cu(\d+)$", name)
-        if suffixed:
-            if suffixed.group(1) in TORCH_CUDA_FAMILIES:
-                majors.add(suffixed.group(2))
-            continue
-        family = name[len("nvidia-") :] if name.startswith("nvidia-") else None
-        if name in ("cuda-toolkit", "cuda-bindings") or family in TOOLKIT_VERSIONED:
-            pinned = re.search(r"(?:===?|~=|>=)\s*(\d+)\.", named.group(3))
-            if pinned:
-                majors.add(pinned.group(1))
+        pinned = re.search(r"(?:===?|~=|>=)\s*(\d+\.)", named.group(3))
+        version = pinned.group(1) if pinned else ""
+        major = cuda_major(canonical(named.group(1)), version, TORCH_PINNED)
+        if major:
+            majors.add(major)
     return majors
 
 

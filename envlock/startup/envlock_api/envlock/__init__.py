@@ -62,8 +62,8 @@ __all__ = ["snapshot"]
 PACKAGE = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 )
-# startup/envlock_write.py first: snapshot_doc's write_file calls its write_atomic.
-SHARED = ("startup/envlock_write.py", "base/secrets.py", "runs/snapshot_doc.py")
+# The agent's core first: snapshot_doc's write_file calls its write_atomic.
+SHARED = ("agent/core.py", "base/secrets.py", "runs/snapshot_doc.py")
 LOCK_COPY = os.path.join(".envlock", "pylock.toml")
 
 _loaded = {}  # type: dict  # name -> namespace, loaded once per process
