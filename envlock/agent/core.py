@@ -469,6 +469,13 @@ def not_regular(path, mode):
         raise UnsafeFile("kind", what, f"refusing: {path} is {what}, not a regular file")
 
 
+# What one probe reads of an environment's METADATA files (a polluting install writes them,
+# and `check` shows what they say); envlock/base/limits.py lists them with envlock's others.
+MAX_ENV_TEXT = 4096  # characters of one Name/Version/Requires-Dist value
+MAX_ENV_HEADER = 16 << 20  # bytes of one METADATA file's header part
+MAX_ENV_HEADERS = 256 << 20  # bytes of all of them one probe reads (its budget)
+
+
 def progress(message):
     sys.stderr.write(f"envlock-progress: {message}\n")
     sys.stderr.flush()

@@ -13,6 +13,9 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         COMMANDS,
         HOLD,
         LOCK_COPY,
+        MAX_ENV_HEADER,
+        MAX_ENV_HEADERS,
+        MAX_ENV_TEXT,
         AgentError,
         current_generation,
         list_generations,
@@ -53,13 +56,8 @@ def installed_distributions(site):
     return found
 
 
-# What one probe reads of the environment's METADATA files: a copy of MAX_ENV_TEXT and
-# MAX_ENV_HEADER in envlock/base/limits.py (tests/trust/test_gate.py checks they agree),
-# since a polluting install writes these files and `check` shows what they say.
-MAX_ENV_TEXT = 4096  # characters of one Name/Version/Requires-Dist value
-MAX_ENV_HEADER = 16 << 20  # bytes of one METADATA file's header part
+# What one probe reads of the environment's METADATA files: MAX_ENV_* (agent/core.py).
 HEADER_BYTES = [0]  # read by this probe so far, in all METADATA files (one process a command)
-MAX_ENV_HEADERS = 256 << 20  # the probe's budget for them together
 
 
 def metadata_headers(path, wanted=("name", "version", "requires-dist")):

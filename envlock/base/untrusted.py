@@ -43,11 +43,11 @@ def open_untrusted(
         where = printable(str(path), 500)
         raise OperationError(f"{where}: cannot read it ({exc.strerror or exc})") from None
     except core.UnsafeFile as exc:
-        raise refusal(exc, printable(str(path), 500), kind, str(within), hint) from None
+        raise translated(exc, printable(str(path), 500), kind, str(within), hint) from None
     return handle
 
 
-def refusal(exc: core.UnsafeFile, where: str, kind: str, within: str, hint: str) -> Refused:
+def translated(exc: core.UnsafeFile, where: str, kind: str, within: str, hint: str) -> Refused:
     """The agent's refusal in envlock's words and classes (`where`: the path, printable)."""
     if exc.why == "kind":
         return _refused(where, exc.detail)

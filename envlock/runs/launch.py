@@ -26,14 +26,13 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
+from envlock.agent.start import NOT_EXECUTABLE, NOT_FOUND  # a shell's 126 and 127
 from envlock.base.pythons import own_python
 from envlock.errors import EXIT_USAGE, OperationError
 from envlock.reconcile.agentcode import program
 from envlock.targets.base import Transport
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# Exit statuses a shell uses: the command is not executable / was not found.
-NOT_EXECUTABLE, NOT_FOUND = 126, 127
 
 # Runs on the target in an isolated interpreter (envlock/base/pythons.py: 3.8+, stdlib only, in
 # `/`), the generation's own when it may be trusted: agent/programs/launcher.py, with the rules

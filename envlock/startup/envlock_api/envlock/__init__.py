@@ -64,7 +64,6 @@ PACKAGE = os.path.dirname(
 )
 # The agent's core first: snapshot_doc's write_file calls its write_atomic.
 SHARED = ("agent/core.py", "base/secrets.py", "runs/snapshot_doc.py")
-LOCK_COPY = os.path.join(".envlock", "pylock.toml")
 
 _loaded = {}  # type: dict  # name -> namespace, loaded once per process
 
@@ -174,8 +173,9 @@ def gather(run):
 
 def lock_text(run, probe):
     """The lock this generation was built from (its own copy), else the profile's lock."""
+    agent = namespace("agent", agent_files())
     candidates = [
-        os.path.join(run["root"], "generations", run["generation"], LOCK_COPY),
+        os.path.join(run["root"], "generations", run["generation"], agent["LOCK_COPY"]),
         os.path.join(
             os.path.dirname(run["profile"]["path"]),
             "pylock.{}.toml".format(run["profile"]["name"]),
