@@ -366,6 +366,18 @@ def make_durable(tree):
     return "fsync"
 
 
+def file_stats(tree):
+    """The lstat of each file under `tree`, as du would walk it (one gone meanwhile, or that
+    cannot be read, is skipped)."""
+    for dirpath, _, names in os.walk(tree):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            yield st
+
+
 def fsync_path(path):
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))

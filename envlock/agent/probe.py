@@ -18,6 +18,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         MAX_ENV_TEXT,
         AgentError,
         current_generation,
+        file_stats,
         list_generations,
         open_untrusted,
         read_history,
@@ -200,15 +201,10 @@ def cache_fingerprint(torch, dists, hardware):
 def cache_warmth(path):
     files = size = 0
     newest = 0.0
-    for dirpath, _, names in os.walk(path):
-        for name in names:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            files += 1
-            size += st.st_size
-            newest = max(newest, st.st_mtime)
+    for st in file_stats(path):
+        files += 1
+        size += st.st_size
+        newest = max(newest, st.st_mtime)
     return {"files": files, "bytes": size, "last_used": newest or None}
 
 
