@@ -55,7 +55,7 @@ def unit_of(module: str) -> str:
     """The name a layer lists for a module: its folder (envlock.lock.read → envlock.lock),
     or the module itself at the top of the package."""
     parts = module.split(".")
-    if len(parts) >= 3 or (PACKAGE / parts[-1]).is_dir() and len(parts) == 2:
+    if len(parts) >= 3 or ((PACKAGE / parts[-1]).is_dir() and len(parts) == 2):
         return ".".join(parts[:2])
     return module
 
