@@ -11,6 +11,11 @@ The agent is several modules (this core, files, probe, apply, cache) that
 reconcile/agentcall.py ships together and runs in one namespace; in the repository
 they import each other instead. Each command registers itself in COMMANDS.
 
+The rules both sides need are written here once: the atomic write, the gate for bytes from
+elsewhere, the ownership rule (agent/cuda.py holds the CUDA families). The controller imports
+them (envlock/base/atomic.py, untrusted.py, ownership.py) and only gives AgentError envlock's
+error classes; the start-up set loads this file beside it.
+
 Compatible with Python 3.8+ (the target's interpreter is not ours to choose).
 """
 

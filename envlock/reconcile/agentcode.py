@@ -38,8 +38,8 @@ def agent_modules(command: str) -> tuple[str, ...]:
 
 @functools.cache
 def agent_bootstrap(command: str = "probe") -> str:
-    """The one-line program that runs agent `command` (compressed: the command line stays
-    small, and base64 needs no quoting care)."""
+    """The program that runs agent `command`: the bootstrap, called with the agent's modules
+    compressed (the command line stays small, and base64 needs no quoting care)."""
     sources = [(name, agent_source(name)) for name in agent_modules(command)]
     packed = packed_sources(sources)
     key = hashlib.sha256(repr(packed).encode()).hexdigest()[:20]
