@@ -568,11 +568,13 @@ def shipped_programs() -> dict[str, tuple[str, dict[str, set[str]]]]:
     from envlock.runs.launch import LAUNCHER
     from envlock.runs.startup_set import INSTALLER
 
-    allowed = {scope: flags for (_, scope), flags in ALLOWED.items()}
+    def allowed(*modules: str) -> dict[str, set[str]]:
+        return {scope: flags for (rel, scope), flags in ALLOWED.items() if rel in modules}
+
     return {
         "agent bootstrap": (agent_bootstrap("probe"), {}),
-        "startup installer": (INSTALLER, allowed),
-        "remote launcher": (LAUNCHER, allowed),
+        "startup installer": (INSTALLER, allowed("agent/start.py")),
+        "remote launcher": (LAUNCHER, allowed("agent/start.py", "agent/programs/launcher.py")),
     }
 
 
