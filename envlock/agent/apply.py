@@ -24,6 +24,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         AgentError,
         append_history,
         current_generation,
+        file_stats,
         list_generations,
         make_durable,
         progress,
@@ -437,16 +438,7 @@ def do_cleanup(req, action):
 def unshared_bytes(path):
     """What removing a tree gives back, as du would count it: files no other link holds
     (uv hardlinks most of a venv from its cache, which keeps those)."""
-    total = 0
-    for dirpath, _, names in os.walk(path):
-        for name in names:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if st.st_nlink == 1:
-                total += st.st_size
-    return total
+    return sum(st.st_size for st in file_stats(path) if st.st_nlink == 1)
 
 
 FREED = []  # type: list  # bytes given back by the cleanups of this apply

@@ -11,6 +11,11 @@ The agent is several modules (this core, files, probe, apply, cache) that
 reconcile/agentcall.py ships together and runs in one namespace; in the repository
 they import each other instead. Each command registers itself in COMMANDS.
 
+The rules both sides need are written here once: the atomic write, the gate for bytes from
+elsewhere, the ownership rule (agent/cuda.py holds the CUDA families). The controller imports
+them (envlock/base/atomic.py, untrusted.py, ownership.py) and only gives AgentError envlock's
+error classes; the start-up set loads this file beside it.
+
 Compatible with Python 3.8+ (the target's interpreter is not ours to choose).
 """
 
@@ -56,8 +61,12 @@ def record_hash(path):
 
 
 # -- writing files: by descriptor, never through a link ------------------------------------
-# The agent's copy of envlock/base/atomic.py's write_atomic (the agent cannot import envlock): keep
-# them in step; tests/trust/test_writes.py runs both on the same cases.
+# The one write_atomic of envlock: the controller's envlock/base/atomic.py gives it envlock's
+# errors, the start-up set (envlock_megacache, the in-process `envlock.snapshot()`) loads this
+# file beside it. The temp file is created exclusively beside its destination, never through
+# a link (O_EXCL|O_NOFOLLOW), its mode set on the open descriptor, and only the rename uses a
+# name: a user who may write the directory (a shared checkpoint folder) can swap names around
+# us but cannot make us write through, or change the mode of, anything we did not create.
 TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -66,9 +75,39 @@ def write_atomic(path, data, mode=0o644):
     on the descriptor, fsync, rename, fsync of the directory. A destination that is not a
     regular file (a link, a FIFO, a device) is refused. `data` is bytes, or a function that
     writes a stream to the open file (an archive member, the stat index)."""
+    path = os.fspath(path)
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     refuse_non_regular(path)
+    tmp = write_temp(path, data, mode)
+    try:
+        # Again, just before the rename: the directory may be shared, the checks are cheap.
+        refuse_non_regular(path)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def write_new(path, data, mode=0o644):
+    """Like write_atomic, but never replaces a file: FileExistsError when `path` exists.
+    The link that publishes the file is the check, so nothing can appear in between."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = write_temp(path, data, mode)
+    try:
+        os.link(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    fsync_dir(directory)
+
+
+def write_temp(path, data, mode):
+    """A temp file beside `path` holding `data` on disk, still the one written (its name)."""
     fd, tmp = create_temp(path, mode)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -79,14 +118,12 @@ def write_atomic(path, data, mode=0o644):
             handle.flush()
             os.fsync(handle.fileno())
             ours = os.fstat(handle.fileno())
-        refuse_non_regular(path)
         refuse_replaced(tmp, ours)
-        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(directory)
+    return tmp
 
 
 def create_temp(path, mode):
@@ -97,7 +134,7 @@ def create_temp(path, mode):
         )
         try:
             fd = os.open(tmp, TEMP_FLAGS, 0o600)
-        except FileExistsError:
+        except FileExistsError:  # a name someone planted (or chance): take another
             continue
         try:
             os.fchmod(fd, mode)
@@ -132,15 +169,30 @@ def refuse_non_regular(path):
     if not stat.S_ISREG(st.st_mode):
         raise AgentError(
             "not-regular",
-            f"{path} exists and is not a regular file: envlock replaces only regular files; "
-            "remove it or write elsewhere",
+            f"{path} exists and is not a regular file ({kind_of(st.st_mode)}): envlock "
+            "replaces only regular files; remove it or write elsewhere",
         )
+
+
+# What a path that is not a regular file is, in the words of a refusal.
+FILE_KINDS = {
+    stat.S_IFLNK: "a symlink",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def kind_of(mode):
+    return FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
 # Caches named by hashes (the compiled agents here, the controller's usercache.py) keep what
 # no one asks for again: their entries written longer ago than this go when a new one is.
 STALE_DAYS = 30
-# A compiled agent's name in the target's cache (reconcile/agentcode.py's BOOTSTRAP).
+# A compiled agent's name in the target's cache (agent/programs/bootstrap.py).
 COMPILED = re.compile(r"agent-[0-9a-f]{20}-[A-Za-z0-9_.-]+")
 
 
@@ -164,6 +216,7 @@ def prune_compiled(directory, kept):
 
 
 def fsync_dir(directory):
+    """Make a rename durable (a power cut must not bring the old name back)."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -171,15 +224,19 @@ def fsync_dir(directory):
     try:
         os.fsync(fd)
     except OSError:
-        pass
+        pass  # some filesystems refuse fsync on a directory; the rename stands
     finally:
         os.close(fd)
 
 
 # -- whose paths these are ----------------------------------------------------------------
-# The agent's twin of envlock/base/ownership.py's `untrusted` (keep them in step; a test runs both
-# on the same shapes). The rule the code cache (BOOTSTRAP's `mine`) follows, for the root and
-# the compile-cache dir: what root's processes write and load must be root's.
+# The ownership rule (envlock/base/ownership.py says it for the controller, which imports it):
+# what root's processes write and load must be root's, for the root, the compile-cache dir and
+# the controller's own caches. The code cache's `cache_is_mine` (programs/bootstrap.py) is a
+# cheaper form of it, for one directory.
+MAX_LINKS = 40  # as the kernel's own limit on symlinks in one lookup
+
+
 def untrusted(path, uid=None):
     """Why `path` is not this user's to trust, or None. It and each existing parent must be
     owned by this user or root and not writable by group or others; a parent may be a
@@ -211,7 +268,7 @@ def untrusted(path, uid=None):
                 return f"{here} is a symlink: name the directory itself"
             if st.st_uid not in (uid, 0):
                 return f"{here} is a symlink owned by {owner_name(st.st_uid)}"
-            if hops > 40:
+            if hops > MAX_LINKS:
                 return f"{here}: too many levels of symlinks"
             target = os.readlink(here)
             current = "/" if target.startswith("/") else current
@@ -314,6 +371,18 @@ def make_durable(tree):
     return "fsync"
 
 
+def file_stats(tree):
+    """The lstat of each file under `tree`, as du would walk it (one gone meanwhile, or that
+    cannot be read, is skipped)."""
+    for dirpath, _, names in os.walk(tree):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            yield st
+
+
 def fsync_path(path):
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -369,41 +438,27 @@ def read_json(path, default=None):
         return default
 
 
-# Bytes from elsewhere (a METADATA file a polluting install wrote) are opened only by this
-# function: the rule of envlock/base/untrusted.py's `open_untrusted`, for the agent, which cannot
-# import envlock. Keep the two in step; tests/trust/test_gate.py checks that they agree.
-UNTRUSTED_KINDS = {
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFDIR: "a directory",
-}
-
-
+# The gate for bytes from elsewhere (a METADATA file a polluting install wrote, a snapshot, a
+# checkpoint member): such files are opened only by this function, here and in the controller
+# (envlock/base/untrusted.py gives it envlock's limits and errors).
 def open_untrusted(path, limit=None, within=None):
     """`path` open for reading (binary) once its descriptor shows a regular file of at most
-    `limit` bytes, inside `within` when given; AgentError("unsafe", ...) otherwise (exit 3).
+    `limit` bytes, inside `within` when given; UnsafeFile (exit 3) otherwise.
 
-    Judged by name first (opening some devices acts), then on the descriptor, which is what
-    counts: the name may be swapped in between. OSError (missing, unreadable) is the caller's."""
+    Judged by name first (opening some devices acts: a watchdog starts counting down), then
+    on the descriptor, which is what counts: the name may be swapped in between. OSError
+    (missing, unreadable) is the caller's."""
     not_regular(path, os.stat(path).st_mode)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         info = os.fstat(fd)
         not_regular(path, info.st_mode)
         if within is not None:
-            # Linux names what the descriptor opened in /proc; elsewhere the name, resolved.
-            proc = f"/proc/self/fd/{fd}"
-            opened = os.path.realpath(proc if os.path.isdir("/proc/self/fd") else path)
-            top = os.path.realpath(within)
-            if opened != top and not opened.startswith(top.rstrip(os.sep) + os.sep):
-                raise AgentError(
-                    "unsafe", f"refusing: {path} is a link out of {within} (to {opened})"
-                )
+            refuse_outside(fd, path, within)
         if limit is not None and info.st_size > limit:
-            raise AgentError(
-                "unsafe",
+            raise UnsafeFile(
+                "size",
+                info.st_size,
                 f"refusing: {path}: a file of {info.st_size} bytes exceeds {limit} bytes",
             )
         os.set_blocking(fd, True)
@@ -413,10 +468,29 @@ def open_untrusted(path, limit=None, within=None):
         raise
 
 
+def refuse_outside(fd, path, within):
+    """UnsafeFile unless what descriptor `fd` opened lies inside `within` (a link out)."""
+    # Linux names what the descriptor opened in /proc; elsewhere the name, resolved.
+    proc = f"/proc/self/fd/{fd}"
+    opened = os.path.realpath(proc if os.path.isdir("/proc/self/fd") else path)
+    top = os.path.realpath(within)
+    if opened != top and not opened.startswith(top.rstrip(os.sep) + os.sep):
+        raise UnsafeFile(
+            "outside", opened, f"refusing: {path} is a link out of {within} (to {opened})"
+        )
+
+
 def not_regular(path, mode):
     if not stat.S_ISREG(mode):
-        what = UNTRUSTED_KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise AgentError("unsafe", f"refusing: {path} is {what}, not a regular file")
+        what = kind_of(mode)
+        raise UnsafeFile("kind", what, f"refusing: {path} is {what}, not a regular file")
+
+
+# What one probe reads of an environment's METADATA files (a polluting install writes them,
+# and `check` shows what they say); envlock/base/limits.py lists them with envlock's others.
+MAX_ENV_TEXT = 4096  # characters of one Name/Version/Requires-Dist value
+MAX_ENV_HEADER = 16 << 20  # bytes of one METADATA file's header part
+MAX_ENV_HEADERS = 256 << 20  # bytes of all of them one probe reads (its budget)
 
 
 def progress(message):
@@ -476,6 +550,13 @@ def root_fingerprint(root):
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
 
+def state_digest(state):
+    """The hash both sides of `envlock run`'s one call compute of a state (the agent's `run`
+    and the controller, envlock/runs/one_call.py): of its JSON as it travels (keys sorted)."""
+    travelled = json.loads(json.dumps(state))
+    return hashlib.sha256(json.dumps(travelled, sort_keys=True).encode()).hexdigest()
+
+
 def read_history(root, limit=200):
     try:
         with open(os.path.join(root, "history.jsonl")) as handle:
@@ -506,6 +587,15 @@ class AgentError(Exception):
     def __init__(self, kind, message):
         Exception.__init__(self, message)
         self.kind = kind
+
+
+class UnsafeFile(AgentError):
+    """A file open_untrusted refused, and why: "kind" (`detail`: what the file is, "a FIFO"),
+    "outside" (`detail`: the path its descriptor opened) or "size" (`detail`: its bytes)."""
+
+    def __init__(self, why, detail, message):
+        AgentError.__init__(self, "unsafe", message)
+        self.why, self.detail = why, detail
 
 
 COMMANDS = {}  # type: dict  # name -> function(request); filled in by the other modules

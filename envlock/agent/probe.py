@@ -13,8 +13,12 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         COMMANDS,
         HOLD,
         LOCK_COPY,
+        MAX_ENV_HEADER,
+        MAX_ENV_HEADERS,
+        MAX_ENV_TEXT,
         AgentError,
         current_generation,
+        file_stats,
         list_generations,
         open_untrusted,
         read_history,
@@ -24,6 +28,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         trust_facts,
         write_atomic,
     )
+    from envlock.agent.cuda import cuda_major
     from envlock.agent.files import (
         canonical,
         site_packages,
@@ -52,13 +57,8 @@ def installed_distributions(site):
     return found
 
 
-# What one probe reads of the environment's METADATA files: a copy of MAX_ENV_TEXT and
-# MAX_ENV_HEADER in envlock/base/limits.py (tests/trust/test_gate.py checks they agree),
-# since a polluting install writes these files and `check` shows what they say.
-MAX_ENV_TEXT = 4096  # characters of one Name/Version/Requires-Dist value
-MAX_ENV_HEADER = 16 << 20  # bytes of one METADATA file's header part
+# What one probe reads of the environment's METADATA files: MAX_ENV_* (agent/core.py).
 HEADER_BYTES = [0]  # read by this probe so far, in all METADATA files (one process a command)
-MAX_ENV_HEADERS = 256 << 20  # the probe's budget for them together
 
 
 def metadata_headers(path, wanted=("name", "version", "requires-dist")):
@@ -153,32 +153,9 @@ def version_py(path):
     return found
 
 
-# torch's own CUDA library families: a copy of envlock/base/cuda.py's lists, since the agent ships
-# alone (stdlib only) and cannot import envlock. Keep the two in step.
-TORCH_CUDA_FAMILIES = frozenset(
-    [
-        "cublas",
-        "cuda-cupti",
-        "cuda-nvrtc",
-        "cuda-runtime",
-        "cudnn",
-        "cufft",
-        "cufile",
-        "curand",
-        "cusolver",
-        "cusparse",
-        "cusparselt",
-        "nccl",
-        "nvjitlink",
-        "nvshmem",
-        "nvtx",
-    ]
-)
-# Unsuffixed families versioned like the toolkit (nvidia-cublas 13.1.0.3 is CUDA 13; the
-# unsuffixed nvidia-cufft of CUDA 13.0 is 12.0.0.61, so its major says nothing).
-TOOLKIT_VERSIONED = frozenset(
-    ["cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "nvjitlink", "nvtx"]
-)
+# torch's own requirements name its CUDA build: its library families and, beside
+# cuda-toolkit, cuda-bindings, pinned at the build's version (agent/cuda.py).
+TORCH_PINNED = ("cuda-toolkit", "cuda-bindings")
 
 
 def required_cuda_majors(requires):
@@ -193,17 +170,11 @@ def required_cuda_majors(requires):
         named = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?(.*)", spec)
         if named is None:
             continue
-        name = canonical(named.group(1))
-        suffixed = re.match(r"^nvidia-([a-z0-9-]+?)-cu(\d+)$", name)
-        if suffixed:
-            if suffixed.group(1) in TORCH_CUDA_FAMILIES:
-                majors.add(suffixed.group(2))
-            continue
-        family = name[len("nvidia-") :] if name.startswith("nvidia-") else None
-        if name in ("cuda-toolkit", "cuda-bindings") or family in TOOLKIT_VERSIONED:
-            pinned = re.search(r"(?:===?|~=|>=)\s*(\d+)\.", named.group(3))
-            if pinned:
-                majors.add(pinned.group(1))
+        pinned = re.search(r"(?:===?|~=|>=)\s*(\d+\.)", named.group(3))
+        version = pinned.group(1) if pinned else ""
+        major = cuda_major(canonical(named.group(1)), version, TORCH_PINNED)
+        if major:
+            majors.add(major)
     return majors
 
 
@@ -230,15 +201,10 @@ def cache_fingerprint(torch, dists, hardware):
 def cache_warmth(path):
     files = size = 0
     newest = 0.0
-    for dirpath, _, names in os.walk(path):
-        for name in names:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            files += 1
-            size += st.st_size
-            newest = max(newest, st.st_mtime)
+    for st in file_stats(path):
+        files += 1
+        size += st.st_size
+        newest = max(newest, st.st_mtime)
     return {"files": files, "bytes": size, "last_used": newest or None}
 
 

@@ -21,6 +21,9 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from envlock.agent.core import MAX_ENV_HEADER as MAX_ENV_HEADER
+from envlock.agent.core import MAX_ENV_HEADERS as MAX_ENV_HEADERS
+from envlock.agent.core import MAX_ENV_TEXT as MAX_ENV_TEXT
 from envlock.errors import EnvlockError, OperationError
 
 MiB = 2**20
@@ -82,11 +85,8 @@ BUDGET = {
     # size of its own files: both sides of two checkpoints of MAX_BYTES["checkpoint"].
     "tensor bytes": 32 * 2**40,
 }
-# What check's probe reads from the environment's METADATA files (agent/probe.py keeps a
-# copy: the agent cannot import envlock; tests/trust/test_gate.py checks they agree).
-MAX_ENV_TEXT = 4_096  # characters of one Name/Version/Requires-Dist value
-MAX_ENV_HEADER = 16 * MiB  # bytes of one METADATA file's header part
-MAX_ENV_HEADERS = 256 * MiB  # bytes of all of them one probe reads (its budget)
+# What check's probe reads from the environment's METADATA files (MAX_ENV_TEXT, _HEADER,
+# _HEADERS) is set where the probe runs, agent/core.py, and imported above.
 
 
 class Refused(OperationError):

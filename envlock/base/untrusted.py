@@ -7,28 +7,21 @@ a link in a shared directory leads to root's own files. So the file is opened wi
 judged on the open descriptor (what was opened, not what the name pointed to a moment before):
 a regular file, within its kind's size (MAX_BYTES in base/limits.py), and, when it is
 read as a member of a directory, inside that directory unless the user asked to follow links.
-The agent cannot import envlock and keeps the same rule in agent/core.py's `open_untrusted`
-(keep the two in step; tests/trust/test_gate.py checks they agree).
+The rule is written once, in the agent (envlock/agent/core.py: `open_untrusted`), which reads
+a target's files with it; here it gets envlock's limits, wording and errors.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from envlock.agent import core
 from envlock.base.limits import MAX_BYTES, MiB, Refused, budget, printable
 from envlock.errors import OperationError
 
 FOLLOW_HINT = "pass --follow-links to read files outside the checkpoint's directory"
-_KINDS = {
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFDIR: "a directory",
-}
 
 
 def open_untrusted(
@@ -41,43 +34,32 @@ def open_untrusted(
 ) -> BinaryIO:
     """`path` open for reading, once the descriptor shows a regular file of `kind`'s size and,
     with `within` and not `follow_links`, that it lies inside `within`."""
-    where = printable(str(path), 500)
-    # Judged by name first too: opening some devices acts (a watchdog starts counting down);
-    # the verdict that counts is the descriptor's, below, as the name may change meanwhile.
+    inside = None if within is None or follow_links else os.fspath(within)
     try:
-        named = os.stat(path)
+        handle: BinaryIO = core.open_untrusted(os.fspath(path), MAX_BYTES[kind], inside)
     except FileNotFoundError:
         raise  # for the caller to word ("no snapshot here", ...)
     except OSError as exc:  # a loop of links, a name too long, no permission
+        where = printable(str(path), 500)
         raise OperationError(f"{where}: cannot read it ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(named.st_mode):
-        raise _refused(where, _KINDS.get(stat.S_IFMT(named.st_mode), "not a regular file"))
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise OperationError(f"{where}: cannot read it ({exc.strerror or exc})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _refused(where, _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file"))
-        if within is not None and not follow_links and not _inside(fd, path, within):
-            raise Unsafe(
-                f"{where} is a link out of {printable(str(within), 500)} (to "
-                f"{printable(_opened(fd, path), 500)})",
-                hint,
-            )
-        limit = MAX_BYTES[kind]
-        if info.st_size > limit:
-            raise Refused(
-                f"{where}: a {kind} of {info.st_size:,} bytes", _size(limit), hint=_size_hint(kind)
-            )
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    except core.UnsafeFile as exc:
+        raise translated(exc, printable(str(path), 500), kind, str(within), hint) from None
+    return handle
+
+
+def translated(exc: core.UnsafeFile, where: str, kind: str, within: str, hint: str) -> Refused:
+    """The agent's refusal in envlock's words and classes (`where`: the path, printable)."""
+    if exc.why == "kind":
+        return _refused(where, exc.detail)
+    if exc.why == "outside":
+        return Unsafe(
+            f"{where} is a link out of {printable(within, 500)} (to {printable(exc.detail, 500)})",
+            hint,
+        )
+    limit = MAX_BYTES[kind]
+    return Refused(
+        f"{where}: a {kind} of {exc.detail:,} bytes", _size(limit), hint=_size_hint(kind)
+    )
 
 
 def read_untrusted(
@@ -124,18 +106,6 @@ def _refused(where: str, what: str) -> Unsafe:
         f"{where} is {what}, not a regular file",
         "envlock reads only regular files from elsewhere: replace it with the file it should be",
     )
-
-
-def _opened(fd: int, path: str | os.PathLike[str]) -> str:
-    """The path the descriptor really opened (Linux names it in /proc); else the name resolved."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return str(Path(path).resolve())
-
-
-def _inside(fd: int, path: str | os.PathLike[str], within: Path) -> bool:
-    return Path(_opened(fd, path)).is_relative_to(within.resolve())
 
 
 def _size_hint(kind: str) -> str:

@@ -1,6 +1,8 @@
 """The agent's code as it travels: its modules, compressed into one command line (the
-bootstrap). Apart from agentcall.py so that it loads light: commands/ahead.py builds a
-probe's command line before the transports' modules load."""
+bootstrap), and the other programs that run alone on a target (the launcher, the installer),
+each built from the source text of its modules in envlock/agent/. Apart from agentcall.py so
+that it loads light: commands/ahead.py builds a probe's command line before the transports'
+modules load."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import binascii
 import functools
 import hashlib
 import os
+import re
 import zlib
 
 from envlock import agent as agent_package
@@ -16,51 +19,17 @@ from envlock.base.usercache import read_entry, write_entry
 
 # What each agent command runs: the probe's modules (in import order: the core, with
 # COMMANDS, first), plus the command's own. A probe skips apply's and cache's imports.
-AGENT_BASE = ("core.py", "statindex.py", "files.py", "gpu.py", "probe.py")
+AGENT_BASE = ("core.py", "statindex.py", "files.py", "gpu.py", "cuda.py", "probe.py")
 AGENT_EXTRA = {
     "apply": ("adopt.py", "rooted.py", "apply.py"),
     "cache": ("cache.py",),
     "survey": ("survey.py",),
     "data": ("dataset.py",),
-    "run": ("launch.py",),
+    "run": ("start.py", "launch.py"),
 }
-
-# Unpacks and compiles the agent's modules into one namespace and runs it. The compiled code
-# is kept per envlock build and interpreter (~/.cache/envlock on the target, written
-# atomically; anything unreadable there is compiled afresh), so a probe does not compile
-# 1,700 lines each time. The code is ours: it came in this command line, and the key is its
-# hash. The directory is used only while it is this user's and no one else may write it
-# (`mine`): a file planted there would run as this user. The cache file is written by the
-# agent's own write_atomic (exclusive temp file, never through a link), once it is loaded;
-# then the agent's prune_compiled removes those an older envlock left (core.py).
-BOOTSTRAP = """\
-import binascii,marshal,os,sys,zlib
-g={'__name__':'envlock_agent','__envlock_agent__':True}
-k=%(key)r
-d=os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),'envlock')
-t=sys.implementation.cache_tag and os.path.isabs(d)
-f=os.path.join(d,'agent-%%s-%%s'%%(k,sys.implementation.cache_tag))
-def mine():
-    s=os.lstat(d)
-    return s.st_uid==os.getuid() and not s.st_mode&0o022 and os.path.isdir(d)
-c=None
-if t:
-    try:
-        if mine():
-            with open(f,'rb') as h: c=marshal.loads(h.read())
-    except Exception: c=None
-w=t and not isinstance(c,list)
-if not isinstance(c,list):
-    s=%(packed)r
-    c=[compile(zlib.decompress(binascii.a2b_base64(p)),'envlock-agent/'+n,'exec') for n,p in s]
-for x in c: exec(x,g)
-if w:
-    try:
-        os.makedirs(d,0o700,exist_ok=True)
-        if mine(): g['write_atomic'](f,marshal.dumps(c),0o600); g['prune_compiled'](d,f)
-    except Exception: pass
-sys.exit(g['main']())
-"""
+# The bootstrap (agent/programs/bootstrap.py) unpacks, compiles (once per envlock build and
+# interpreter, kept on the target) and runs those modules.
+BOOTSTRAP = ("programs/bootstrap.py",)
 
 
 def agent_modules(command: str) -> tuple[str, ...]:
@@ -69,12 +38,25 @@ def agent_modules(command: str) -> tuple[str, ...]:
 
 @functools.cache
 def agent_bootstrap(command: str = "probe") -> str:
-    """The one-line program that runs agent `command` (compressed: the command line stays
-    small, and base64 needs no quoting care)."""
+    """The program that runs agent `command`: the bootstrap, called with the agent's modules
+    compressed (the command line stays small, and base64 needs no quoting care)."""
     sources = [(name, agent_source(name)) for name in agent_modules(command)]
     packed = packed_sources(sources)
     key = hashlib.sha256(repr(packed).encode()).hexdigest()[:20]
-    return BOOTSTRAP % {"key": key, "packed": packed}
+    return program(BOOTSTRAP, f"bootstrap({key!r}, {packed!r})")
+
+
+def program(modules: tuple[str, ...], call: str) -> str:
+    """A program for `python -c` (envlock/base/pythons.py's own_python): the agent's `modules`
+    (paths in envlock/agent/), in order, then `call`, which starts it. In one namespace the
+    modules need not import each other: their repository-only imports are left out."""
+    sources = [REPO_ONLY.sub("", agent_source(name).decode()) for name in modules]
+    return "\n".join([*sources, call]) + "\n"
+
+
+# An agent module's imports of its siblings, for the repository only (`if "__envlock_agent__"
+# not in globals():` and its indented lines).
+REPO_ONLY = re.compile(r'^if "__envlock_agent__" not in globals\(\):.*\n(?:[ \t]+.*\n|\n)*', re.M)
 
 
 # Compressing the agent's modules costs every command ~5-10 ms of CPU (zlib at level 9), for

@@ -26,114 +26,19 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
+from envlock.agent.start import NOT_EXECUTABLE, NOT_FOUND  # a shell's 126 and 127
 from envlock.base.pythons import own_python
 from envlock.errors import EXIT_USAGE, OperationError
+from envlock.reconcile.agentcode import program
 from envlock.targets.base import Transport
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# Exit statuses a shell uses: the command is not executable / was not found.
-NOT_EXECUTABLE, NOT_FOUND = 126, 127
 
 # Runs on the target in an isolated interpreter (envlock/base/pythons.py: 3.8+, stdlib only, in
-# `/`), the generation's own when it may be trusted. argv: the env file, the pid file, then
-# the command. The env file is JSON: {"set": {...}, "unset": [...], "path": "<gen>/bin",
-# "tail": [env] PATH or null}. PATH is the generation's bin, then [env] PATH if the profile
-# sets one, else the target's own PATH (environment.command_path). The command itself
-# starts as ssh and pct exec would start it: in the login's home, with the environment
-# given (its interpreter's site, .pth files and PYTHONPATH all apply).
-LAUNCHER = r"""
-import fcntl, json, os, stat, sys, time
-env_file, pid_file, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-# It runs as root and renames over pid_file: only ever <run dir>/<token>.pid beside its
-# <token>.env, so arguments out of place can never name another file (such as /bin/sh).
-if not (os.path.isabs(env_file) and env_file.endswith(".env")
-        and pid_file == env_file[:-4] + ".pid"):
-    sys.stderr.write("envlock: the launcher takes <run dir>/<token>.env and .pid, then argv\n")
-    sys.exit(126)
-with open(env_file) as handle:
-    spec = json.load(handle)
-os.unlink(env_file)
-env = dict(os.environ)
-for name in spec["unset"]:
-    env.pop(name, None)
-env.update(spec["set"])
-tail = spec.get("tail")
-if tail is None:
-    tail = os.environ.get("PATH", os.defpath)
-env["PATH"] = spec["path"] + (os.pathsep + tail if tail else "")
-target = str(os.getpid())
-if not sys.stdin.isatty():
-    try:
-        os.setpgid(0, 0)
-        target = "-" + target
-    except OSError:
-        pass
-def sweep(run_dir):
-    # A .pid nobody holds locked: its command is gone, and with it the lock (a container
-    # stopped under the run, so nothing removed the file). A live one's command holds it.
-    # A .env an hour old: its launcher never started (envlock was stopped between writing
-    # it and starting the launcher, which deletes it at once); it holds a run's variables.
-    swept = unstarted = 0
-    for name in os.listdir(run_dir):
-        if name.endswith(".env"):
-            path = os.path.join(run_dir, name)
-            try:
-                st = os.lstat(path)
-                if st.st_mtime < time.time() - 3600 and stat.S_ISREG(st.st_mode):
-                    os.unlink(path)
-                    unstarted += 1
-            except OSError:
-                pass
-            continue
-        if not name.endswith(".pid"):
-            continue
-        try:
-            fd = os.open(os.path.join(run_dir, name), os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.unlink(os.path.join(run_dir, name))
-            swept += 1
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    if swept:
-        sys.stderr.write(
-            "envlock: removed %d stale .pid file(s) in %s, left by a run whose container "
-            "stopped under it\n" % (swept, run_dir)
-        )
-    if unstarted:
-        sys.stderr.write(
-            "envlock: removed %d environment file(s) in %s, left by a run stopped before "
-            "its command started\n" % (unstarted, run_dir)
-        )
-
-
-sweep(os.path.dirname(pid_file))
-# Written under another name, locked, then renamed: a .pid is always locked while its
-# command lives (the descriptor goes with it through exec), so a sweep never takes a live one.
-fd = os.open(pid_file + ".new", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-fcntl.flock(fd, fcntl.LOCK_EX)
-os.write(fd, target.encode())
-os.rename(pid_file + ".new", pid_file)
-os.set_inheritable(fd, True)
-try:
-    os.chdir(os.environ.get("HOME") or "/")
-except OSError:
-    pass
-try:
-    os.execvpe(argv[0], argv, env)
-except FileNotFoundError:
-    sys.stderr.write("envlock: command not found: %s\n" % argv[0])
-    sys.exit(127)
-except PermissionError:
-    sys.stderr.write(
-        "envlock: not executable: %s (try `python %s`)\n" % (argv[0], argv[0])
-    )
-    sys.exit(126)
-"""
+# `/`), the generation's own when it may be trusted: agent/programs/launcher.py, with the rules
+# it shares with the agent's `run` (agent/start.py). argv: the env file, the pid file, then
+# the command.
+LAUNCHER = program(("start.py", "programs/launcher.py"), "launch(sys.argv[1:])")
 
 
 def exec_local(argv: list[str], env: Mapping[str, str]) -> None:

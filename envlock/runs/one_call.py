@@ -26,7 +26,6 @@ target's own state hashes to the same value.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -37,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from envlock.agent.core import state_digest as state_digest  # for commands/run.py
 from envlock.base.usercache import read_entry, write_entry
 from envlock.reconcile.agentcall import agent_argv, parse_answer
 from envlock.runs.launch import FORWARDED, Forwarder
@@ -71,12 +71,6 @@ class Failed:
     which words the failure."""
 
     result: Result
-
-
-def state_digest(raw: object) -> str:
-    """The agent's `state_digest` (envlock/agent/launch.py): keep the two in step."""
-    travelled = json.loads(json.dumps(raw))
-    return hashlib.sha256(json.dumps(travelled, sort_keys=True).encode()).hexdigest()
 
 
 def state_key(transport: Transport, root: str, request: dict[str, Any]) -> list[object]:

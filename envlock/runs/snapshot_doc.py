@@ -7,7 +7,7 @@ through `document()` here, so the two kinds of snapshot cannot drift apart.
 
 Stdlib only, Python 3.8+, no envlock imports outside the guard: the in-process API
 (envlock/startup/envlock_api) runs this module in one namespace with what the guard imports
-(startup/envlock_write.py, base/secrets.py, agent/datanames.py), the way
+(agent/core.py, base/secrets.py, agent/datanames.py), the way
 reconcile/agentcall.py ships the agent.
 """
 

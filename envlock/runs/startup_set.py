@@ -18,15 +18,12 @@ import os
 
 from envlock.base.pythons import own_python
 from envlock.errors import OperationError
+from envlock.reconcile.agentcode import program
 from envlock.targets.base import Transport
 
 # Paths inside the envlock package. The agent is taken whole, as reconcile/agentcall.py does.
 SHARED = ("base/secrets.py", "runs/snapshot_doc.py")
-STARTUP = (
-    "startup/sitecustomize.py",
-    "startup/envlock_megacache.py",
-    "startup/envlock_write.py",
-)
+STARTUP = ("startup/sitecustomize.py", "startup/envlock_megacache.py")
 API = "startup/envlock_api/envlock/__init__.py"
 COMPLETE = ".complete"
 
@@ -74,37 +71,11 @@ def python_path(base: str, *, api: bool) -> str:
 
 
 # -- shipping to a remote root ------------------------------------------------------------------
-# Runs on the target in an isolated interpreter (envlock/base/pythons.py: 3.8+, stdlib only).
+# Runs on the target in an isolated interpreter (envlock/base/pythons.py: 3.8+, stdlib only):
+# agent/programs/installer.py, with the install the agent's `run` does too (agent/start.py).
 # argv: the final dir and its version; stdin: {path: base64}. Files land in a temp dir, are
 # hashed back from disk, and only a set whose hash is its version is renamed into place.
-INSTALLER = r"""
-import base64, hashlib, json, os, shutil, sys
-final, version = sys.argv[1], sys.argv[2]
-NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW  # a new file, never through a link
-files = json.load(sys.stdin)
-os.makedirs(os.path.dirname(final), exist_ok=True)
-tmp = "%s.%d.tmp" % (final, os.getpid())
-shutil.rmtree(tmp, ignore_errors=True)
-manifest = ""
-for rel in sorted(files):
-    path = os.path.join(tmp, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with os.fdopen(os.open(path, NEW, 0o644), "wb") as handle:
-        handle.write(base64.b64decode(files[rel]))
-    with open(path, "rb") as handle:
-        manifest += "%s %s\n" % (rel, hashlib.sha256(handle.read()).hexdigest())
-if hashlib.sha256(manifest.encode()).hexdigest()[:16] != version:
-    shutil.rmtree(tmp, ignore_errors=True)
-    sys.stderr.write("envlock: the startup files arrived corrupted\n")
-    sys.exit(3)
-os.close(os.open(os.path.join(tmp, ".complete"), NEW, 0o644))
-try:
-    os.rename(tmp, final)
-except OSError:
-    shutil.rmtree(tmp, ignore_errors=True)  # another run installed the same version meanwhile
-    if not os.path.exists(os.path.join(final, ".complete")):
-        raise
-"""
+INSTALLER = program(("start.py", "programs/installer.py"), "install(sys.argv[1:])")
 
 
 def startup_payload(root: str) -> dict[str, object]:

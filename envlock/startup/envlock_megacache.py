@@ -19,12 +19,13 @@ import struct
 import sys
 from typing import Any
 
-if __package__:  # envlock.startup.envlock_megacache, where envlock is installed
-    from .envlock_write import write_atomic
-else:  # the start-up set on a run's PYTHONPATH
-    from envlock_write import write_atomic  # type: ignore[no-redef]
-
 MAGIC = b"ENVLOCK-MEGACACHE\n"
+# The agent's core, whose write_atomic this module writes with: beside the start-up modules
+# in the envlock package and in a root's copy of the set (envlock/runs/startup_set.py), and
+# run from its file, as the in-process API runs it (this module cannot import envlock).
+AGENT_CORE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent", "core.py"
+)
 
 
 def fingerprint() -> dict[str, Any]:
@@ -63,8 +64,16 @@ def save(path: str) -> dict[str, Any]:
     header = json.dumps({"format": 1, "fingerprint": fingerprint()}).encode()
     # Exclusive temp file, mode on the descriptor: a link planted beside `path` (a shared
     # directory) is never written through.
-    write_atomic(path, MAGIC + struct.pack("<Q", len(header)) + header + data)
+    agent_core()["write_atomic"](path, MAGIC + struct.pack("<Q", len(header)) + header + data)
     return {"bytes": len(data), "fingerprint": json.loads(header)["fingerprint"]}
+
+
+def agent_core() -> dict[str, Any]:
+    """The names of agent/core.py, run in a namespace of their own (stdlib only)."""
+    space: dict[str, Any] = {"__name__": "envlock_agent", "__envlock_agent__": True}
+    with open(AGENT_CORE) as handle:
+        exec(compile(handle.read(), AGENT_CORE, "exec"), space)
+    return space
 
 
 def read(path: str) -> tuple[dict[str, Any], bytes]:

@@ -194,7 +194,8 @@ def test_torchs_cuda_library_families() -> None:
     assert [is_torch_cuda_library(n) for n in mine + others] == [True] * 4 + [False] * 3
 
 
-def test_the_agents_copy_of_the_families_is_envlocks() -> None:
-    # The agent ships alone and keeps its own copy: the two must not drift apart.
-    assert probe.TORCH_CUDA_FAMILIES == cuda.TORCH_CUDA_FAMILIES
-    assert probe.TOOLKIT_VERSIONED == cuda.TOOLKIT_VERSIONED
+def test_the_agent_and_envlock_read_one_rule_of_families() -> None:
+    # Written once, in the agent (agent/cuda.py): the probe reads torch's requirements with
+    # the function envlock reads locks with.
+    assert probe.cuda_major is cuda.cuda_major
+    assert probe.TORCH_PINNED == ("cuda-toolkit", "cuda-bindings")

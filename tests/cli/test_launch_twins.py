@@ -1,10 +1,11 @@
-"""The agent's `run` (envlock/agent/launch.py) and its twins on the controller's side, the
-launcher of interactive remote runs (runs/launch.py's LAUNCHER) and the startup set's
-installer (runs/startup_set.py's INSTALLER), fed the same inputs, do the same thing: the
-command gets the same environment, PATH, argv, working directory and process group, a
-missing or unexecutable command ends the same way, and the startup set lands (or is
-refused) the same way. Real processes on both sides; as tests/trust/test_writes.py does for
-the three atomic writes."""
+"""The agent's `run` (envlock/agent/launch.py) and the programs of interactive remote runs,
+the launcher (agent/programs/launcher.py, shipped as runs/launch.py's LAUNCHER) and the
+startup set's installer (agent/programs/installer.py, runs/startup_set.py's INSTALLER), start
+a command and install the startup set by one set of rules (agent/start.py). Fed the same
+inputs, each way in does the same thing: the command gets the same environment, PATH, argv,
+working directory and process group, a missing or unexecutable command ends the same way,
+and the startup set lands (or is refused) the same way. Real processes on both sides, the
+programs as shipped (`python -I -S -c PROGRAM`)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ import pytest
 
 from envlock.agent import core as agent_core
 from envlock.base import atomic, ownership
-from envlock.startup import envlock_write
+from envlock.startup import envlock_megacache
 from tests.conftest import run_envlock
 from tests.projects import torch_profile_text
 
@@ -102,11 +102,13 @@ def unchanged(path: Path) -> tuple[int, bytes]:
     return stat.S_IMODE(st.st_mode), path.read_bytes()
 
 
-# -- one write function, three copies that behave the same ----------------------------------
+# -- one write function, wherever it runs -----------------------------------------------------
+# The agent's write_atomic, as the controller calls it (envlock's errors), as the agent runs it,
+# and as the start-up set loads it from agent/core.py (envlock_megacache, envlock.snapshot()).
 WRITERS: dict[str, Callable[..., None]] = {
     "controller": atomic.write_atomic,
     "agent": agent_core.write_atomic,
-    "startup": envlock_write.write_atomic,
+    "startup": envlock_megacache.agent_core()["write_atomic"],
 }
 
 
@@ -140,12 +142,12 @@ def outcome(tmp_path: Path, writer: str, what: str) -> dict[str, Any]:
     try:
         WRITERS[writer](str(path), b"new", 0o640)
         refused = False
-    except Exception:  # each copy raises its own kind of error
+    except Exception:  # each caller sees its own kind of error
         refused = True
     st = os.lstat(path)
     return {
         "refused": refused,
-        "dest": atomic.kind_of(st.st_mode) if not stat.S_ISREG(st.st_mode) else "a file",
+        "dest": agent_core.kind_of(st.st_mode) if not stat.S_ISREG(st.st_mode) else "a file",
         "content": path.read_bytes() if stat.S_ISREG(st.st_mode) else None,
         "mode": stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None,
         "victim": victim.read_bytes(),
@@ -166,7 +168,7 @@ def outcome(tmp_path: Path, writer: str, what: str) -> dict[str, Any]:
         ("directory", True, "a directory"),
     ],
 )
-def test_the_three_atomic_writes_behave_the_same(
+def test_the_atomic_write_behaves_the_same_wherever_it_runs(
     tmp_path: Path, what: str, refused: bool, dest: str
 ) -> None:
     seen = {writer: outcome(tmp_path, writer, what) for writer in WRITERS}
@@ -217,7 +219,7 @@ print(swaps)
 
 def snapshot_writers() -> dict[str, Callable[[Path, bytes], object]]:
     """`envlock snapshot` / `run --snapshot-into` (the controller), `envlock.snapshot()` in a
-    run (the start-up copy, as snapshot_doc runs it there) and the agent's copy."""
+    run (the agent's write, as snapshot_doc runs it there) and the agent's own."""
     from envlock.runs.snapshot_file import write_snapshot
 
     return {
@@ -488,11 +490,11 @@ def test_cache_save_force_never_replaces_what_is_not_a_regular_file(
     victim.write_text("victim")
     file = tmp_path / "archive.tar.gz"
     shape(file, what, victim)
-    kind = atomic.kind_of(os.lstat(file).st_mode)
+    kind = agent_core.kind_of(os.lstat(file).st_mode)
     saved = run_envlock("cache", profile, "save", "--force", file)
     assert saved.returncode == 2, saved.stdout + saved.stderr
     assert "not a regular file" in saved.stderr and str(file) in saved.stderr
-    assert atomic.kind_of(os.lstat(file).st_mode) == kind and victim.read_bytes() == b"victim"
+    assert agent_core.kind_of(os.lstat(file).st_mode) == kind and victim.read_bytes() == b"victim"
     # A regular file is still replaced, as --force says.
     file.unlink()
     file.write_text("old archive")
@@ -500,8 +502,10 @@ def test_cache_save_force_never_replaces_what_is_not_a_regular_file(
     assert file.read_bytes()[:2] == b"\x1f\x8b"  # gzip
 
 
-# -- the ownership rule: one function and its agent twin -------------------------------------
-def test_the_ownership_rule_and_its_agent_twin_agree(base: Path, other: pwd.struct_passwd) -> None:
+# -- the ownership rule: one function, the agent's, judging the controller's paths too ---------
+def test_the_ownership_rule_on_the_shapes_a_root_takes(
+    base: Path, other: pwd.struct_passwd
+) -> None:
     top = base / "private" / "rule"
     top.mkdir()
     theirs = base / "share" / "rule-theirs"
@@ -531,9 +535,9 @@ def test_the_ownership_rule_and_its_agent_twin_agree(base: Path, other: pwd.stru
         top / "link-to-ours": False,  # the path itself a link
         their_link / "root": False,  # through the other user's link
     }
+    assert ownership.untrusted is agent_core.untrusted  # the controller's is the agent's
     for path, trusted in shapes.items():
         verdict = ownership.untrusted(str(path))
-        assert verdict == agent_core.untrusted(str(path)), path
         assert (verdict is None) == trusted, (path, verdict)
 
 
@@ -541,33 +545,36 @@ def test_the_ownership_rule_and_its_agent_twin_agree(base: Path, other: pwd.stru
 # (file, function) -> the os.O_* flags its writes must carry: the write functions themselves,
 # and the few streams that cannot be one buffer.
 ALLOWED = {
-    ("base/atomic.py", "create_temp"): {"O_EXCL", "O_NOFOLLOW"},
     ("agent/core.py", "create_temp"): {"O_EXCL", "O_NOFOLLOW"},
-    ("startup/envlock_write.py", "create_temp"): {"O_EXCL", "O_NOFOLLOW"},
     # The root's flock file: reopened every time, never through a link.
     ("agent/apply.py", "__enter__"): {"O_NOFOLLOW"},
     # history.jsonl grows by a line (O_APPEND), never through a link.
     ("agent/core.py", "append_history"): {"O_NOFOLLOW"},
     # A cache archive streamed to stdout (no file of ours is opened).
     ("agent/cache.py", "cache_save"): set(),
-    # run's startup set, carried in the agent's call: new files in a fresh temp dir, renamed
-    # into place once their hashes match (as the startup installer below does).
-    ("agent/launch.py", "install_startup"): {"O_EXCL", "O_NOFOLLOW"},
+    # run's startup set (the agent's `run` and the installer): new files in a fresh temp
+    # dir, renamed into place once their hashes match.
+    ("agent/start.py", "install_startup_set"): {"O_EXCL", "O_NOFOLLOW"},
+    # The launcher's .pid file: a new file, locked, renamed into place.
+    ("agent/programs/launcher.py", "write_pid"): {"O_EXCL", "O_NOFOLLOW"},
 }
 
 
 def shipped_programs() -> dict[str, tuple[str, dict[str, set[str]]]]:
-    """Programs shipped as strings (run on a target), with the writes each may make: they
-    are checked the same way. The agent's code cache goes through the agent's write_atomic."""
+    """Programs shipped to a target, as built (run there), with the writes each may make:
+    they are checked the same way as the modules they are built from. The agent's code cache
+    goes through the agent's write_atomic."""
     from envlock.reconcile.agentcall import agent_bootstrap
     from envlock.runs.launch import LAUNCHER
     from envlock.runs.startup_set import INSTALLER
 
-    new_file = {"<module>": {"O_EXCL", "O_NOFOLLOW"}}
+    def allowed(*modules: str) -> dict[str, set[str]]:
+        return {scope: flags for (rel, scope), flags in ALLOWED.items() if rel in modules}
+
     return {
         "agent bootstrap": (agent_bootstrap("probe"), {}),
-        "startup installer": (INSTALLER, new_file),
-        "remote launcher": (LAUNCHER, new_file),
+        "startup installer": (INSTALLER, allowed("agent/start.py")),
+        "remote launcher": (LAUNCHER, allowed("agent/start.py", "agent/programs/launcher.py")),
     }
 
 

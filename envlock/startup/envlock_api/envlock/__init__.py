@@ -62,14 +62,8 @@ __all__ = ["snapshot"]
 PACKAGE = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 )
-# startup/envlock_write.py first: snapshot_doc's write_file calls its write_atomic.
-SHARED = (
-    "startup/envlock_write.py",
-    "base/secrets.py",
-    "agent/datanames.py",
-    "runs/snapshot_doc.py",
-)
-LOCK_COPY = os.path.join(".envlock", "pylock.toml")
+# The agent's core first: snapshot_doc's write_file calls its write_atomic.
+SHARED = ("agent/core.py", "base/secrets.py", "agent/datanames.py", "runs/snapshot_doc.py")
 
 _loaded = {}  # type: dict  # name -> namespace, loaded once per process
 
@@ -179,8 +173,9 @@ def gather(run):
 
 def lock_text(run, probe):
     """The lock this generation was built from (its own copy), else the profile's lock."""
+    agent = namespace("agent", agent_files())
     candidates = [
-        os.path.join(run["root"], "generations", run["generation"], LOCK_COPY),
+        os.path.join(run["root"], "generations", run["generation"], agent["LOCK_COPY"]),
         os.path.join(
             os.path.dirname(run["profile"]["path"]),
             "pylock.{}.toml".format(run["profile"]["name"]),
