@@ -97,7 +97,8 @@ class Refused(OperationError):
             f"refusing: {what} exceeds {limit}",
             hint=hint
             or "no real checkpoint comes near this limit: the file is corrupt or built to "
-            "exhaust time or memory (envlock inspect's limits are listed in the README)",
+            "exhaust time or memory (envlock inspect's limits are listed on the docs' "
+            "Security page)",
         )
         self.what, self.limit = what, limit
 
@@ -127,7 +128,7 @@ class Budget:
             f"{where}: {what}" if where else what,
             f"its budget of {BUDGET[kind]:,} {kind} per command",
             hint="no real run comes near this budget: the files read are built to exhaust "
-            "time or memory (envlock's budgets are listed in the README)",
+            "time or memory (envlock's budgets are listed on the docs' Security page)",
         )
 
 

@@ -111,7 +111,7 @@ def _refused(where: str, what: str) -> Unsafe:
 def _size_hint(kind: str) -> str:
     return (
         f"no real {kind} comes near this size: the file is corrupt or built to exhaust time or "
-        "memory (envlock's limits are listed in the README)"
+        "memory (envlock's limits are listed on the docs' Security page)"
     )
 
 

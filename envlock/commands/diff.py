@@ -97,7 +97,8 @@ def command(a: str, b: str, as_json: bool, follow_links: bool, weights: bool) ->
     Each side is an envlock-snapshot.json, a lock, a checkpoint file, or a directory: a
     checkpoint, a run directory keeping several (the newest by step is compared, and named),
     or one holding a snapshot. Exit 3 when something could not be read: the comparison is
-    incomplete. Both sides are read within one budget of time and memory (see the README).
+    incomplete. Both sides are read within one budget of time and memory (see the docs'
+    Security page).
     Without --weights only headers and pickles are read: equal metadata, not equal values.
     """
     result = diff_of(a, b, follow_links=follow_links, weights=weights)

@@ -176,7 +176,7 @@ class _ProfileReader:
             raise_profile(
                 self.label,
                 f"missing required table [{name}]",
-                f"add a [{name}] table (see the profile reference in the README)",
+                f"add a [{name}] table (see the docs' profile reference)",
             )
         return table
 

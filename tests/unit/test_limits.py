@@ -35,7 +35,7 @@ def test_a_refusal_says_what_exceeds_which_limit_and_keeps_it_at_a_file() -> Non
     )
     assert refused.hint == (
         "no real checkpoint comes near this limit: the file is corrupt or built to exhaust "
-        "time or memory (envlock inspect's limits are listed in the README)"
+        "time or memory (envlock inspect's limits are listed on the docs' Security page)"
     )
     at = Refused("x", "y", hint="own hint").at("model.pt")
     assert at.message == "refusing: model.pt: x exceeds y" and at.hint == "own hint"
@@ -57,7 +57,7 @@ def test_a_budget_is_spent_up_to_its_limit_then_refused_naming_the_command() -> 
     )
     assert info.value.hint == (
         "no real run comes near this budget: the files read are built to exhaust time or "
-        "memory (envlock's budgets are listed in the README)"
+        "memory (envlock's budgets are listed on the docs' Security page)"
     )
     with pytest.raises(Refused, match=r"^refusing: the tensors read"):
         spent.spend("tensors", 1)  # no file named: none in the message
