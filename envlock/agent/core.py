@@ -298,6 +298,94 @@ def owner_name(uid):
         return f"uid {uid}"
 
 
+# -- what envlock inherits: input, and untrusted --------------------------------------------
+# `sudo -E`, a sudoers `env_keep` of HOME or an XDG variable passed through hand root another
+# user's directories: uv would read that user's uv.toml (a `link-mode = "symlink"` into their
+# cache), run their "managed" Pythons, and the caches would live in a tree they can swap. So
+# every process envlock starts for its own work (agent, probe, uv, launcher) gets the
+# environment `own_environment` decides: HOME and each directory variable below are kept only
+# while they pass the ownership rule (`untrusted`), HOME otherwise the running user's from the
+# password database and the others dropped (their tools then use HOME's); `UV_*`/`PIP_*`
+# pass only from the allow-list (the README's Security page lists it). The user's own command
+# under `envlock run` keeps the environment it was given.
+OWN_DIRS = (
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "UV_CACHE_DIR",
+    "UV_PYTHON_INSTALL_DIR",
+)
+PASSED_UV_PIP = frozenset(
+    (
+        "UV_CACHE_DIR",
+        "UV_PYTHON_INSTALL_DIR",
+        "UV_CONCURRENT_DOWNLOADS",
+        "UV_CONCURRENT_BUILDS",
+        "UV_CONCURRENT_INSTALLS",
+        "UV_HTTP_TIMEOUT",
+        "UV_HTTP_RETRIES",
+        "UV_NATIVE_TLS",
+        "UV_OFFLINE",
+        "UV_NO_PROGRESS",
+        "UV_FIND_LINKS",
+        "UV_INDEX",
+        "UV_INDEX_URL",
+        "UV_DEFAULT_INDEX",
+        "UV_EXTRA_INDEX_URL",
+        "UV_NO_INDEX",
+        "PIP_FIND_LINKS",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+    )
+)
+# An index's credentials (UV_INDEX_<NAME>_USERNAME / _PASSWORD) pass too.
+PASSED_UV_CREDENTIALS = re.compile(r"UV_INDEX_[A-Z0-9_]+_(USERNAME|PASSWORD)")
+
+
+def passed_on(name):
+    """Whether an inherited variable reaches the processes envlock starts for its own work."""
+    if not name.startswith(("UV_", "PIP_")):
+        return True
+    return name in PASSED_UV_PIP or bool(PASSED_UV_CREDENTIALS.fullmatch(name))
+
+
+def own_dir(value):
+    """Whether an inherited directory variable names a directory this user may trust."""
+    return bool(value) and os.path.isabs(value) and untrusted(value) is None
+
+
+def password_home():
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_dir or "/"
+    except (ImportError, KeyError):
+        return "/"
+
+
+def own_environment(environ=None):
+    """The environment of a process envlock starts for its own work (see above)."""
+    environ = os.environ if environ is None else environ
+    env = {name: value for name, value in environ.items() if passed_on(name)}
+    if not own_dir(env.get("HOME")):
+        env["HOME"] = password_home()
+    for name in OWN_DIRS:
+        if name in env and not own_dir(env[name]):
+            del env[name]
+    return env
+
+
+def uv_environment(environ=None):
+    """`own_environment` for uv: no configuration file is read (a `uv.toml` in any parent of
+    the working directory, /tmp's included, or the user's), no virtualenv is inherited."""
+    env = own_environment(environ)
+    env["UV_NO_CONFIG"] = "1"
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
 def trust_facts(root, cache_dir):
     """For the probe: why the root or the compile-cache dir is not ours (None: it is)."""
     return {"root": untrusted(root), "cache_dir": untrusted(cache_dir) if cache_dir else None}
