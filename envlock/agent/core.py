@@ -196,23 +196,52 @@ STALE_DAYS = 30
 COMPILED = re.compile(r"agent-[0-9a-f]{20}-[A-Za-z0-9_.-]+")
 
 
-def remove_stale(directory, wanted, keep=None):
-    """Remove the regular files of `directory` whose name `wanted` accepts, other than
-    `keep`, written more than STALE_DAYS ago (one still in use is made again once)."""
+def remove_stale(dir_fd, wanted, keep=None):
+    """Remove the regular files of the directory `dir_fd` (a descriptor: the cache walked to
+    by programs/bootstrap.py's private_dir) whose name `wanted` accepts, other than `keep`,
+    written more than STALE_DAYS ago (one still in use is made again once)."""
     cutoff = time.time() - STALE_DAYS * 86400
-    for entry in os.scandir(directory):
-        if entry.path == keep or not wanted(entry.name):
+    for entry in os.scandir(dir_fd):
+        if entry.name == keep or not wanted(entry.name):
             continue
         with contextlib.suppress(OSError):
             old = entry.stat(follow_symlinks=False).st_mtime < cutoff
             if old and entry.is_file(follow_symlinks=False):
-                os.unlink(entry.path)
+                os.unlink(entry.name, dir_fd=dir_fd)
 
 
-def prune_compiled(directory, kept):
+def prune_compiled(dir_fd, kept):
     """Called by the bootstrap when it wrote `kept` (a new envlock or interpreter): the
     compiled agents an older one left go (their keys are hashes: never read again)."""
-    remove_stale(directory, COMPILED.fullmatch, keep=kept)
+    remove_stale(dir_fd, COMPILED.fullmatch, keep=kept)
+
+
+def write_at(dir_fd, name, data, mode=0o600):
+    """write_atomic inside the directory a descriptor opened (a private cache, walked to by
+    descriptor: no name above it is looked up again): an exclusive temp file, never through
+    a link, its mode set on the descriptor, fsync, rename, fsync of the directory."""
+    for _ in range(100):
+        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+        try:
+            fd = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"{name}: no free temp name beside it")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    with contextlib.suppress(OSError):
+        os.fsync(dir_fd)
 
 
 def fsync_dir(directory):
@@ -232,8 +261,8 @@ def fsync_dir(directory):
 # -- whose paths these are ----------------------------------------------------------------
 # The ownership rule (envlock/base/ownership.py says it for the controller, which imports it):
 # what root's processes write and load must be root's, for the root, the compile-cache dir and
-# the controller's own caches. The code cache's `cache_is_mine` (programs/bootstrap.py) is a
-# cheaper form of it, for one directory.
+# the controller's own caches. The caches apply it on descriptors, walking from `/`
+# (programs/bootstrap.py's `private_dir`, `owned_dir`): a name checked can be swapped.
 MAX_LINKS = 40  # as the kernel's own limit on symlinks in one lookup
 
 
