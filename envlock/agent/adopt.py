@@ -48,6 +48,7 @@ def do_adopt(req, action):
     progress(f"writing the manifest of {venv} as it is")
     count, size, own = write_manifest(venv)
     make_durable(venv)
+    # own: the manifest write_manifest just wrote, under the root's lock
     with open(os.path.join(venv, MANIFEST), "rb") as handle:
         # No lock built it: the name carries what it holds instead (a lock's hash never
         # equals it, so apply builds the profile's lock beside it).

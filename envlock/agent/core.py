@@ -42,7 +42,7 @@ GEN_RE = re.compile(r"^(\d+)-([0-9a-f]{12})$")
 # -- small helpers ------------------------------------------------------------------------
 def sha256_file(path, bufsize=1 << 20):
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_untrusted(path) as handle:  # a FIFO or a device in a venv: refused, not hung
         while True:
             block = handle.read(bufsize)
             if not block:
@@ -54,7 +54,7 @@ def sha256_file(path, bufsize=1 << 20):
 def record_hash(path):
     """sha256 in RECORD's urlsafe-base64 form."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_untrusted(path) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
@@ -532,6 +532,7 @@ def on_fuse(path):
     real = os.path.realpath(path)
     best, fstype = "", ""
     try:
+        # own: the kernel's
         with open("/proc/self/mountinfo") as handle:
             for line in handle:
                 left, _, right = line.partition(" - ")
@@ -547,11 +548,17 @@ def on_fuse(path):
     return fstype.startswith("fuse")
 
 
-def read_json(path, default=None):
+# The most a JSON file read by read_json may hold (a torch venv's manifest is a few MiB).
+MAX_READ_JSON = 64 << 20
+
+
+def read_json(path, default=None, within=None):
+    """The JSON at `path`, through the gate (a FIFO, a device, a giant or, with `within`, a
+    link out of that directory is `default`, as a missing or damaged file is)."""
     try:
-        with open(path) as handle:
+        with open_untrusted(path, MAX_READ_JSON, within) as handle:
             return json.load(handle)
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnsafeFile):
         return default
 
 
@@ -676,6 +683,7 @@ def state_digest(state):
 
 def read_history(root, limit=200):
     try:
+        # own: the root's history, envlock's, appended under its lock
         with open(os.path.join(root, "history.jsonl")) as handle:
             lines = handle.readlines()[-limit:]
     except OSError:

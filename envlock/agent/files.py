@@ -9,8 +9,11 @@ import time
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
     from envlock.agent.core import (
         MANIFEST,
+        MAX_READ_JSON,
         META_DIR,
         AgentError,
+        UnsafeFile,
+        open_untrusted,
         read_json,
         record_hash,
         sha256_file,
@@ -79,9 +82,9 @@ def read_records(venv):
             continue
         dist = canonical(name[: -len(".dist-info")].rsplit("-", 1)[0])
         try:
-            with open(os.path.join(site, name, "RECORD")) as handle:
-                lines = handle.read().splitlines()
-        except OSError:
+            with open_untrusted(os.path.join(site, name, "RECORD"), MAX_READ_JSON) as handle:
+                lines = handle.read().decode("utf-8", errors="replace").splitlines()
+        except (OSError, UnsafeFile):
             continue
         prefix = site_rel + "/"
         for line in lines:

@@ -111,6 +111,7 @@ def read_config(config_file: str | None) -> object:
     if not config_file:
         return None
     try:
+        # named: --config FILE, the user's
         return json.loads(Path(config_file).read_text())
     except ValueError as exc:
         raise UsageError(f"{config_file}: not valid JSON: {exc}") from None

@@ -242,6 +242,7 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
                 hint=_resolve_hint(profile, links, proc.stderr),
             )
         here = profile.path.parent.resolve()
+        # own: uv's output in envlock's private temp dir
         body = record_index_sources(output.read_text(), here, torch_index_asker(profile))
         body = relative_to_profile(body, here)
     refuse_undeclared(profile, body)
@@ -354,6 +355,7 @@ def write_lock(
     lock = parse_lock(path, text, lock_policy(profile))  # never write a lock envlock refuses
     if accept is not None:
         accept(lock)
+    # named: the profile's lock, replaced under its lock
     old = path.read_text() if path.exists() else None
     if old != text:
         write_atomic(path, text.encode())

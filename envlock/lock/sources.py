@@ -142,6 +142,7 @@ def ask_index(
         import tomlkit
 
         # Parsed as uv wrote it: an entry taken into the lock keeps uv's layout.
+        # own: uv's output in envlock's private temp dir
         answer = tomlkit.parse(output.read_text())
     wanted = canonicalize_name(name)
     for package in answer.get("packages", []):
@@ -191,6 +192,7 @@ def _same_file(candidates: Iterable[Path], sha256: str | None) -> Path | None:
         return None
     for path in candidates:
         digest = hashlib.sha256()
+        # named: a wheel in the profile's find-links
         with path.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
