@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from envlock import ui
+from envlock.base.limits import printable
 from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.converge.fleet import MemberResult, Progress
 from envlock.errors import UsageError
@@ -128,7 +129,8 @@ def parse_metrics(values: tuple[str, ...]) -> dict[str, int | float]:
             sep = ""
         if not sep:
             raise UsageError(
-                f"--metric {value}: expected NAME=NUMBER", hint="e.g. --metric tok_per_s=11600"
+                f"--metric {printable(value, 80)}: expected NAME=NUMBER",
+                hint="e.g. --metric tok_per_s=11600",
             )
     try:
         return checked_metrics(metrics)
