@@ -139,3 +139,27 @@ def test_a_dataset_file_swapped_for_a_fifo_is_named_unreadable_at_once(tmp_path:
     within_seconds(lambda: sample_digest(files, unreadable))
     within_seconds(lambda: content_digest(files, unreadable))
     assert unreadable == {"b.bin"} and time.monotonic() - started < 10
+
+
+def safetensors(path: Path, name: str) -> None:
+    """A one-tensor safetensors file (the format is a length, a JSON header, the data)."""
+    header = json.dumps({name: {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0\0\0\0")
+
+
+def test_inspect_of_a_directory_never_reads_a_newest_step_that_links_out(tmp_path: Path) -> None:
+    from tests.conftest import run_envlock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    safetensors(run / "step1.safetensors", "ours")
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    safetensors(secret / "model.safetensors", "root_only_tensor")
+    (run / "step9.safetensors").symlink_to(secret / "model.safetensors")
+    done = run_envlock("inspect", run)
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    assert "is a link out of" in done.stderr and "--follow-links" in done.stderr
+    assert "root_only_tensor" not in done.stdout + done.stderr
+    followed = run_envlock("inspect", "--follow-links", run)
+    assert followed.returncode == 0 and "root_only_tensor" in followed.stdout
