@@ -130,6 +130,10 @@ def test_inherited_directories_pass_only_when_they_are_ours(
 def test_the_security_page_lists_every_variable_that_passes() -> None:
     from envlock.agent.core import OWN_DIRS, PASSED_UV_PIP
 
-    page = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
-    for name in sorted(PASSED_UV_PIP | set(OWN_DIRS)):
-        assert f"`{name}`" in page, name
+    repo = Path(__file__).resolve().parents[2]
+    for page in (repo / "docs" / "security.md", repo / "README.md"):
+        text = page.read_text()
+        for name in sorted(PASSED_UV_PIP | {"UV_CACHE_DIR", "UV_PYTHON_INSTALL_DIR"}):
+            assert f"`{name}`" in text, (page.name, name)
+    security = (repo / "docs" / "security.md").read_text()
+    assert all(f"`{name}`" in security for name in OWN_DIRS)
