@@ -163,3 +163,29 @@ def test_inspect_of_a_directory_never_reads_a_newest_step_that_links_out(tmp_pat
     assert "root_only_tensor" not in done.stdout + done.stderr
     followed = run_envlock("inspect", "--follow-links", run)
     assert followed.returncode == 0 and "root_only_tensor" in followed.stdout
+
+
+def test_check_names_a_generation_file_swapped_for_a_fifo(tmp_path: Path, wheelhouse: Path) -> None:
+    import subprocess
+    import sys
+
+    from envlock.profile.read import load_profile
+    from tests.conftest import run_envlock
+    from tests.projects import write_seed_project
+
+    profile = write_seed_project(tmp_path / "proj", wheelhouse)
+    for command in (("lock",), ("apply", "-y")):
+        assert run_envlock(*command, profile).returncode == 0, command
+    gen = (Path(load_profile(profile).target.root) / "current").resolve()
+    victim = next(p for p in gen.glob("lib/python3.*/site-packages/*/*.py") if p.is_file())
+    victim.unlink()
+    os.mkfifo(victim)
+    for deep in ((), ("--deep",)):
+        done = subprocess.run(
+            [sys.executable, "-m", "envlock", "check", *deep, str(profile)],
+            capture_output=True,
+            text=True,
+            timeout=120,  # a blocked open of the FIFO would never return
+        )
+        assert done.returncode == 1, (deep, done.stdout, done.stderr)
+        assert victim.name in done.stdout, (deep, done.stdout)
