@@ -29,6 +29,9 @@ def main() -> None:
     # A scheduler's SIGTERM stops envlock like Ctrl-C: the same message and status (130).
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        from envlock.base.inherited import decide_environment
+
+        decide_environment()  # what envlock inherits is input (base/inherited.py)
         from envlock.commands.ahead import start_ahead
 
         start_ahead(sys.argv[1:])  # a local check's or run's probe, before click loads

@@ -65,9 +65,28 @@ def kind(types: type | tuple[type, ...], expected: str) -> Check:
 
 
 STR = kind(str, "a string")
-INT = kind(int, "an integer")
+# Numbers read from files are bounded: no count, size, step or metric real data holds comes
+# near 2**63, and a bigger one overflows a float (10**309) or a C integer where it is used.
+MAX_INT = 2**63
+
+
+def bounded(types: type | tuple[type, ...], expected: str) -> Check:
+    base = kind(types, expected)
+
+    def check(value: Any, where: str) -> None:
+        base(value, where)
+        if isinstance(value, int) and abs(value) >= MAX_INT:
+            digits = int(value.bit_length() * 0.30103) + 1  # never printed: it may be huge
+            raise Invalid(
+                where, f"{expected} below 2**63", found=f"a number of about {digits:,} digits"
+            )
+
+    return check
+
+
+INT = bounded(int, "an integer")
 BOOL = kind(bool, "true or false")
-NUMBER = kind((int, float), "a number")
+NUMBER = bounded((int, float), "a number")
 
 
 def matching(pattern: re.Pattern[str], expected: str) -> Check:

@@ -17,6 +17,7 @@ generation is active (and run the active generation's Python otherwise, as `acti
 import hashlib
 import json
 import os
+import stat
 import time
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
@@ -24,10 +25,13 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         GENERATION,
         MANIFEST,
         AgentError,
+        UnsafeFile,
         append_history,
         fsync_dir,
+        kind_of,
         list_generations,
         make_durable,
+        open_untrusted,
         progress,
         symlink_atomic,
         untrusted,
@@ -44,6 +48,7 @@ def do_adopt(req, action):
     progress(f"writing the manifest of {venv} as it is")
     count, size, own = write_manifest(venv)
     make_durable(venv)
+    # own: the manifest write_manifest just wrote, under the root's lock
     with open(os.path.join(venv, MANIFEST), "rb") as handle:
         # No lock built it: the name carries what it holds instead (a lock's hash never
         # equals it, so apply builds the profile's lock beside it).
@@ -95,6 +100,8 @@ def refuse_unadoptable(venv, root, generations, number):
             f"refusing to adopt {venv}: {reason}. envlock runs the interpreter of what it "
             "manages: adopt only a venv that is yours",
         )
+    refuse_foreign_interpreter(venv)
+    refuse_special_files(venv)
     if os.stat(venv).st_dev != os.stat(generations).st_dev:
         raise AgentError(
             "refused",
@@ -108,14 +115,72 @@ def refuse_unadoptable(venv, root, generations, number):
         )
 
 
+def refuse_foreign_interpreter(venv):
+    """The interpreter envlock will run as the venv's (each bin/python* as the kernel resolves
+    it, and pyvenv.cfg's `home`) must be, with every parent, this user's or root's and
+    writable by no one else: a venv of yours whose python is another user's runs their code."""
+    bin_dir = os.path.join(venv, "bin")
+    names = [n for n in os.listdir(bin_dir) if n.startswith("python")]
+    places = [os.path.realpath(os.path.join(bin_dir, name)) for name in sorted(names)]
+    home = pyvenv_home(venv)
+    if home:
+        places.append(os.path.realpath(home))
+    for place in places:
+        reason = untrusted(place)
+        if reason is not None:
+            raise AgentError(
+                "untrusted",
+                f"refusing to adopt {venv}: its interpreter {place} is not yours ({reason}). "
+                "envlock runs the interpreter of what it manages: rebuild the venv from a "
+                "Python you or root own",
+            )
+
+
+def refuse_special_files(venv):
+    """A venv holds regular files, directories and links: a FIFO would hang the manifest's
+    hashing, a device or a sparse giant would never end it. Named, nothing adopted."""
+    for top, dirs, files in os.walk(venv):
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                continue
+            what = None if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
+            if what is None and st.st_size > SPARSE_FROM and st.st_blocks * 512 < st.st_size // 2:
+                what = f"a sparse file ({st.st_size:,} bytes, {st.st_blocks * 512:,} on disk)"
+            if what is not None:
+                raise AgentError(
+                    "refused",
+                    f"refusing to adopt {venv}: {path} is {what}, not what a venv holds; "
+                    "remove it, then adopt again",
+                )
+
+
+# A file this large with less than half of it on disk is sparse (no wheel installs one).
+SPARSE_FROM = 64 << 20
+
+
+def pyvenv_home(venv):
+    """pyvenv.cfg's `home` (where the venv's base interpreter lives), or None."""
+    for line in read_pyvenv(venv):
+        key, sep, value = line.partition("=")
+        if sep and key.strip().lower() == "home":
+            return value.strip()
+    return None
+
+
+def read_pyvenv(venv):
+    """pyvenv.cfg's lines, through the gate (a FIFO there must not hang adoption)."""
+    try:
+        with open_untrusted(os.path.join(venv, "pyvenv.cfg"), 64 * 1024) as handle:
+            return handle.read().decode(errors="replace").splitlines()
+    except (OSError, UnsafeFile):
+        return []
+
+
 def venv_python(venv):
     """The Python version pyvenv.cfg records (the venv is not run to ask)."""
-    try:
-        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8", errors="replace") as h:
-            lines = h.read(64 * 1024).splitlines()
-    except OSError:
-        return None
-    for line in lines:
+    for line in read_pyvenv(venv):
         key, sep, value = line.partition("=")
         if sep and key.strip().lower() in ("version_info", "version"):
             return value.strip()[:40]

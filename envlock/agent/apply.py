@@ -34,6 +34,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         sha256_file,
         symlink_atomic,
         uv_cache_damage,
+        uv_environment,
         write_atomic,
     )
     from envlock.agent.files import (
@@ -91,9 +92,8 @@ def run_step(argv, env=None, what=""):
 
 
 def uv_env(req):
-    env = dict(os.environ)
+    env = uv_environment()
     env.update(req.get("uv_env") or {})
-    env.pop("VIRTUAL_ENV", None)
     if req.get("offline"):
         env["UV_OFFLINE"] = "1"
     if req.get("offline") or not req.get("python_downloads"):

@@ -42,7 +42,7 @@ GEN_RE = re.compile(r"^(\d+)-([0-9a-f]{12})$")
 # -- small helpers ------------------------------------------------------------------------
 def sha256_file(path, bufsize=1 << 20):
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_untrusted(path) as handle:  # a FIFO or a device in a venv: refused, not hung
         while True:
             block = handle.read(bufsize)
             if not block:
@@ -54,7 +54,7 @@ def sha256_file(path, bufsize=1 << 20):
 def record_hash(path):
     """sha256 in RECORD's urlsafe-base64 form."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_untrusted(path) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
@@ -196,23 +196,52 @@ STALE_DAYS = 30
 COMPILED = re.compile(r"agent-[0-9a-f]{20}-[A-Za-z0-9_.-]+")
 
 
-def remove_stale(directory, wanted, keep=None):
-    """Remove the regular files of `directory` whose name `wanted` accepts, other than
-    `keep`, written more than STALE_DAYS ago (one still in use is made again once)."""
+def remove_stale(dir_fd, wanted, keep=None):
+    """Remove the regular files of the directory `dir_fd` (a descriptor: the cache walked to
+    by programs/bootstrap.py's private_dir) whose name `wanted` accepts, other than `keep`,
+    written more than STALE_DAYS ago (one still in use is made again once)."""
     cutoff = time.time() - STALE_DAYS * 86400
-    for entry in os.scandir(directory):
-        if entry.path == keep or not wanted(entry.name):
+    for entry in os.scandir(dir_fd):
+        if entry.name == keep or not wanted(entry.name):
             continue
         with contextlib.suppress(OSError):
             old = entry.stat(follow_symlinks=False).st_mtime < cutoff
             if old and entry.is_file(follow_symlinks=False):
-                os.unlink(entry.path)
+                os.unlink(entry.name, dir_fd=dir_fd)
 
 
-def prune_compiled(directory, kept):
+def prune_compiled(dir_fd, kept):
     """Called by the bootstrap when it wrote `kept` (a new envlock or interpreter): the
     compiled agents an older one left go (their keys are hashes: never read again)."""
-    remove_stale(directory, COMPILED.fullmatch, keep=kept)
+    remove_stale(dir_fd, COMPILED.fullmatch, keep=kept)
+
+
+def write_at(dir_fd, name, data, mode=0o600):
+    """write_atomic inside the directory a descriptor opened (a private cache, walked to by
+    descriptor: no name above it is looked up again): an exclusive temp file, never through
+    a link, its mode set on the descriptor, fsync, rename, fsync of the directory."""
+    for _ in range(100):
+        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+        try:
+            fd = os.open(tmp, TEMP_FLAGS, 0o600, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"{name}: no free temp name beside it")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    with contextlib.suppress(OSError):
+        os.fsync(dir_fd)
 
 
 def fsync_dir(directory):
@@ -232,8 +261,8 @@ def fsync_dir(directory):
 # -- whose paths these are ----------------------------------------------------------------
 # The ownership rule (envlock/base/ownership.py says it for the controller, which imports it):
 # what root's processes write and load must be root's, for the root, the compile-cache dir and
-# the controller's own caches. The code cache's `cache_is_mine` (programs/bootstrap.py) is a
-# cheaper form of it, for one directory.
+# the controller's own caches. The caches apply it on descriptors, walking from `/`
+# (programs/bootstrap.py's `private_dir`, `owned_dir`): a name checked can be swapped.
 MAX_LINKS = 40  # as the kernel's own limit on symlinks in one lookup
 
 
@@ -296,6 +325,94 @@ def owner_name(uid):
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except (ImportError, KeyError):
         return f"uid {uid}"
+
+
+# -- what envlock inherits: input, and untrusted --------------------------------------------
+# `sudo -E`, a sudoers `env_keep` of HOME or an XDG variable passed through hand root another
+# user's directories: uv would read that user's uv.toml (a `link-mode = "symlink"` into their
+# cache), run their "managed" Pythons, and the caches would live in a tree they can swap. So
+# every process envlock starts for its own work (agent, probe, uv, launcher) gets the
+# environment `own_environment` decides: HOME and each directory variable below are kept only
+# while they pass the ownership rule (`untrusted`), HOME otherwise the running user's from the
+# password database and the others dropped (their tools then use HOME's); `UV_*`/`PIP_*`
+# pass only from the allow-list (the README's Security page lists it). The user's own command
+# under `envlock run` keeps the environment it was given.
+OWN_DIRS = (
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "UV_CACHE_DIR",
+    "UV_PYTHON_INSTALL_DIR",
+)
+PASSED_UV_PIP = frozenset(
+    (
+        "UV_CACHE_DIR",
+        "UV_PYTHON_INSTALL_DIR",
+        "UV_CONCURRENT_DOWNLOADS",
+        "UV_CONCURRENT_BUILDS",
+        "UV_CONCURRENT_INSTALLS",
+        "UV_HTTP_TIMEOUT",
+        "UV_HTTP_RETRIES",
+        "UV_NATIVE_TLS",
+        "UV_OFFLINE",
+        "UV_NO_PROGRESS",
+        "UV_FIND_LINKS",
+        "UV_INDEX",
+        "UV_INDEX_URL",
+        "UV_DEFAULT_INDEX",
+        "UV_EXTRA_INDEX_URL",
+        "UV_NO_INDEX",
+        "PIP_FIND_LINKS",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+    )
+)
+# An index's credentials (UV_INDEX_<NAME>_USERNAME / _PASSWORD) pass too.
+PASSED_UV_CREDENTIALS = re.compile(r"UV_INDEX_[A-Z0-9_]+_(USERNAME|PASSWORD)")
+
+
+def passed_on(name):
+    """Whether an inherited variable reaches the processes envlock starts for its own work."""
+    if not name.startswith(("UV_", "PIP_")):
+        return True
+    return name in PASSED_UV_PIP or bool(PASSED_UV_CREDENTIALS.fullmatch(name))
+
+
+def own_dir(value):
+    """Whether an inherited directory variable names a directory this user may trust."""
+    return bool(value) and os.path.isabs(value) and untrusted(value) is None
+
+
+def password_home():
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_dir or "/"
+    except (ImportError, KeyError):
+        return "/"
+
+
+def own_environment(environ=None):
+    """The environment of a process envlock starts for its own work (see above)."""
+    environ = os.environ if environ is None else environ
+    env = {name: value for name, value in environ.items() if passed_on(name)}
+    if not own_dir(env.get("HOME")):
+        env["HOME"] = password_home()
+    for name in OWN_DIRS:
+        if name in env and not own_dir(env[name]):
+            del env[name]
+    return env
+
+
+def uv_environment(environ=None):
+    """`own_environment` for uv: no configuration file is read (a `uv.toml` in any parent of
+    the working directory, /tmp's included, or the user's), no virtualenv is inherited."""
+    env = own_environment(environ)
+    env["UV_NO_CONFIG"] = "1"
+    env.pop("VIRTUAL_ENV", None)
+    return env
 
 
 def trust_facts(root, cache_dir):
@@ -415,6 +532,7 @@ def on_fuse(path):
     real = os.path.realpath(path)
     best, fstype = "", ""
     try:
+        # own: the kernel's
         with open("/proc/self/mountinfo") as handle:
             for line in handle:
                 left, _, right = line.partition(" - ")
@@ -430,11 +548,17 @@ def on_fuse(path):
     return fstype.startswith("fuse")
 
 
-def read_json(path, default=None):
+# The most a JSON file read by read_json may hold (a torch venv's manifest is a few MiB).
+MAX_READ_JSON = 64 << 20
+
+
+def read_json(path, default=None, within=None):
+    """The JSON at `path`, through the gate (a FIFO, a device, a giant or, with `within`, a
+    link out of that directory is `default`, as a missing or damaged file is)."""
     try:
-        with open(path) as handle:
+        with open_untrusted(path, MAX_READ_JSON, within) as handle:
             return json.load(handle)
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnsafeFile):
         return default
 
 
@@ -559,6 +683,7 @@ def state_digest(state):
 
 def read_history(root, limit=200):
     try:
+        # own: the root's history, envlock's, appended under its lock
         with open(os.path.join(root, "history.jsonl")) as handle:
             lines = handle.readlines()[-limit:]
     except OSError:

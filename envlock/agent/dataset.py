@@ -20,7 +20,7 @@ import time
 import zlib
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
-    from envlock.agent.core import COMMANDS, progress
+    from envlock.agent.core import COMMANDS, UnsafeFile, open_untrusted, progress
 
 SAMPLE_FILES = 256  # files whose head and tail the fast fingerprint reads
 SAMPLE_BYTES = 64 * 1024  # from each end
@@ -187,7 +187,8 @@ def sample_digest(files, unreadable, deadline=None):
         if deadline is not None and time.monotonic() > deadline:  # a slow file system
             raise OutOfTime(files)
         try:
-            with open(full, "rb") as handle:
+            # Through the gate: a file swapped for a FIFO after the listing must not block.
+            with open_untrusted(full) as handle:
                 head = handle.read(SAMPLE_BYTES)
                 tail = b""
                 if size > 2 * SAMPLE_BYTES:
@@ -195,7 +196,7 @@ def sample_digest(files, unreadable, deadline=None):
                     tail = handle.read(SAMPLE_BYTES)
                 elif size > SAMPLE_BYTES:
                     tail = handle.read()
-        except OSError:
+        except (OSError, UnsafeFile):
             unreadable.add(rel)
             continue
         digest.update(f"{rel}\0".encode("utf-8", "surrogateescape") + head + b"\0" + tail)
@@ -211,10 +212,10 @@ def content_digest(files, unreadable):
         rel, _, _, full = item
         digest = hashlib.sha256()
         try:
-            with open(full, "rb") as handle:
+            with open_untrusted(full) as handle:
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
-        except OSError:
+        except (OSError, UnsafeFile):
             return rel, None
         return rel, digest.hexdigest()
 

@@ -9,8 +9,11 @@ import time
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
     from envlock.agent.core import (
         MANIFEST,
+        MAX_READ_JSON,
         META_DIR,
         AgentError,
+        UnsafeFile,
+        open_untrusted,
         read_json,
         record_hash,
         sha256_file,
@@ -79,9 +82,9 @@ def read_records(venv):
             continue
         dist = canonical(name[: -len(".dist-info")].rsplit("-", 1)[0])
         try:
-            with open(os.path.join(site, name, "RECORD")) as handle:
-                lines = handle.read().splitlines()
-        except OSError:
+            with open_untrusted(os.path.join(site, name, "RECORD"), MAX_READ_JSON) as handle:
+                lines = handle.read().decode("utf-8", errors="replace").splitlines()
+        except (OSError, UnsafeFile):
             continue
         prefix = site_rel + "/"
         for line in lines:
@@ -325,8 +328,12 @@ def content_verdict(venv, rel, entry, owners):
         now = "link:" + os.readlink(path)
         return None if len(entry) > 4 and entry[4] == now else "symlink changed"
     digest = owners.get(rel, ("", ""))[1]
-    if digest:
-        return None if record_hash(path) == digest else "content differs from the wheel's RECORD"
-    if len(entry) > 4 and entry[4]:
-        return None if sha256_file(path) == entry[4] else "content differs from the build"
+    try:  # through the gate: a file swapped for a FIFO or a device is named, never read
+        if digest:
+            same = record_hash(path) == digest
+            return None if same else "content differs from the wheel's RECORD"
+        if len(entry) > 4 and entry[4]:
+            return None if sha256_file(path) == entry[4] else "content differs from the build"
+    except UnsafeFile as exc:
+        return f"now {exc.detail}, not a regular file" if exc.why == "kind" else str(exc)
     return "changed since the build"

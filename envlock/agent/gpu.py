@@ -64,6 +64,7 @@ def nvidia_facts(root="/", devices=()):
 
 def nvidia_read(root, rel):
     try:
+        # own: the kernel's (/proc/driver/nvidia, under `root` in tests)
         with open(os.path.join(root, rel.lstrip("/"))) as handle:
             return handle.read()
     except (OSError, UnicodeDecodeError):

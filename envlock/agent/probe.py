@@ -16,7 +16,9 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         MAX_ENV_HEADER,
         MAX_ENV_HEADERS,
         MAX_ENV_TEXT,
+        MAX_READ_JSON,
         AgentError,
+        UnsafeFile,
         current_generation,
         file_stats,
         list_generations,
@@ -140,9 +142,9 @@ def version_py(path):
     """torch/version.py's values, read as text; annotations (`cuda: Optional[str] = '13.0'`,
     `__version__: str = ...`) are tolerated."""
     try:
-        with open(path) as handle:
-            text = handle.read()
-    except OSError:
+        with open_untrusted(path, 1 << 20) as handle:
+            text = handle.read().decode("utf-8", errors="replace")
+    except (OSError, UnsafeFile):
         return {}
     found = {}  # type: dict
     for key, field in VERSION_PY_KEYS.items():
@@ -299,20 +301,22 @@ def hold_state(root, current):
 
 def read_text(path):
     try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
+        with open_untrusted(path, MAX_READ_JSON) as handle:
+            return handle.read().decode("utf-8", errors="replace")
+    except (OSError, UnsafeFile):
         return None
 
 
 def container_kind():
     """'lxc', 'docker', … when this runs inside a container (as systemd detects it)."""
     try:
+        # own: the system's, root-owned
         with open("/run/systemd/container") as handle:
             return handle.read().strip() or None
     except OSError:
         pass
     try:
+        # own: the kernel's
         with open("/proc/1/environ", "rb") as handle:
             for item in handle.read().split(b"\0"):
                 if item.startswith(b"container="):

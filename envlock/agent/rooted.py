@@ -24,6 +24,7 @@ def root_uv(req):
     st = os.stat(source)
     # A link shares the file: only one this user owns and no one else may write.
     if st.st_uid != os.geteuid() or st.st_mode & 0o022 or not link_into(source, dest):
+        # own: envlock's uv binary (req['uv'], envlock's package)
         with open(source, "rb") as handle:
             write_atomic(dest, lambda out: copy_stream(handle, out), 0o755)
     return dest
@@ -80,6 +81,7 @@ def point_activate_at_stable(req, gen_dir):
     for name in ACTIVATE_SCRIPTS:
         path = os.path.join(gen_dir, "bin", name)
         try:
+            # own: activate scripts uv just wrote into the new generation
             with open(path, encoding="utf-8") as handle:
                 text = handle.read()
         except (FileNotFoundError, UnicodeDecodeError):

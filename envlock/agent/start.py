@@ -82,6 +82,7 @@ def install_startup_set(final, version, files):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with os.fdopen(os.open(path, NEW_FILE, 0o644), "wb") as handle:
             handle.write(base64.b64decode(files[rel]))
+        # own: the file just created exclusively
         with open(path, "rb") as handle:  # hashed back from the disk
             manifest += f"{rel} {hashlib.sha256(handle.read()).hexdigest()}\n"
     if hashlib.sha256(manifest.encode()).hexdigest()[:16] != version:

@@ -83,6 +83,7 @@ def read_stat_index(venv):
     """(header, dirs, names, numbers), or None when absent, of another machine's byte order,
     or damaged (the caller then reads manifest.json)."""
     try:
+        # own: envlock's stat index in the generation's .envlock/
         with open(os.path.join(venv, STAT_INDEX), "rb") as handle:
             data = handle.read()
         if not data.startswith(MAGIC):

@@ -7,7 +7,7 @@ where each came from from INSTALLER and direct_url.json (PEP 610)."""
 import os
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
-    from envlock.agent.core import COMMANDS, read_json
+    from envlock.agent.core import COMMANDS, UnsafeFile, open_untrusted, read_json
     from envlock.agent.files import canonical, site_packages
     from envlock.agent.probe import installed_distributions, torch_build
 
@@ -20,7 +20,7 @@ def survey(req):
     """A venv that is not one (or too big to read) is a `problem`: the user's input, not a
     failure of the target."""
     venv = req["venv"]
-    config = pyvenv_cfg(os.path.join(venv, "pyvenv.cfg"))
+    config = pyvenv_cfg(os.path.join(venv, "pyvenv.cfg"), venv)
     if config is None:
         return {"problem": f"{venv} is not a venv (no pyvenv.cfg)"}
     site = site_packages(venv)
@@ -54,15 +54,24 @@ def survey(req):
     }
 
 
-def pyvenv_cfg(path):
-    """pyvenv.cfg's keys (`home`, `version_info` or `version`), or None when there is none."""
+def gated_text(path, limit, within):
+    """The text of `path` through the gate (a regular file of at most `limit` bytes inside
+    `within`: a FIFO must not hang the survey, a link to /dev/zero or to a root-only file
+    elsewhere must not be read), or None."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read(64 * 1024).splitlines()
-    except OSError:
+        with open_untrusted(path, limit, within) as handle:
+            return handle.read(limit).decode("utf-8", errors="replace")
+    except (OSError, UnsafeFile):
+        return None
+
+
+def pyvenv_cfg(path, venv):
+    """pyvenv.cfg's keys (`home`, `version_info` or `version`), or None when there is none."""
+    text = gated_text(path, 64 * 1024, venv)
+    if text is None:
         return None
     found = {}
-    for line in lines:
+    for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep:
             found[key.strip().lower()] = clip(value.strip())
@@ -89,13 +98,9 @@ def distribution_origins(site):
             continue
         name = canonical(entry[: -len(".dist-info")].rsplit("-", 1)[0])
         info = os.path.join(site, entry)
-        installer = None
-        try:
-            with open(os.path.join(info, "INSTALLER"), encoding="utf-8", errors="replace") as h:
-                installer = clip(h.read(200).strip())
-        except OSError:
-            pass
-        direct = read_json(os.path.join(info, "direct_url.json"))
+        installer = gated_text(os.path.join(info, "INSTALLER"), 200, site)
+        installer = None if installer is None else clip(installer.strip())
+        direct = read_json(os.path.join(info, "direct_url.json"), within=site)
         found[name] = {"installer": installer, "direct_url": direct_url(direct)}
     return found
 

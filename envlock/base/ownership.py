@@ -1,7 +1,7 @@
 """Whose a path is: what root's processes write into and load from must be root's.
 
-The rule the agent's code cache follows (envlock/agent/programs/bootstrap.py, `cache_is_mine`,
-a cheaper form of it), for a target's root and its compile-cache dir: the path and each of its
+The rule the caches follow by descriptor (envlock/agent/programs/bootstrap.py, `private_dir`),
+for a target's root and its compile-cache dir: the path and each of its
 existing parents are owned by the running user or root and writable by no one else. A parent
 may be a sticky directory such as /tmp (others cannot move or replace what is ours in it); the
 path itself may not, nor be a symlink. A symlink among the parents is followed when the user or

@@ -38,14 +38,21 @@ ISOLATION = ("-I", "-S")
 #   after `cd -P`, POSIX sets $PWD to the physical path (what `pwd -P` prints, without
 #   the subshell a $(...) forks: one process less on every start);
 # - its real file (`readlink -f`: every link of the chain, as the kernel's exec resolves
-#   them) is an executable file outside the root (a venv's python links to a base one).
+#   them) is an executable file outside the root (a venv's python links to a base one),
+#   and it and every parent are this user's or root's and writable by no one else (`owned`;
+#   a parent may be sticky, like /tmp): an adopted venv whose python is another user's
+#   never runs as root. Otherwise the target's system python runs the agent.
 # The program then changes to `/` itself (PREAMBLE): the interpreter starts in the root.
 START = (
-    'mine() { f=$1; set -- $(ls -ldn -- "$f" 2>/dev/null) ""; case $1 in '
-    '?????w*|????????w*|"") return 1;; esac; [ "$3" = 0 ] || [ -O "$f" ]; }; '
+    'mine() { f=$1 up=$2; set -- $(ls -ldn -- "$f" 2>/dev/null) ""; case $1 in "") return 1;; '
+    '?????????t*) [ -n "$up" ] || return 1;; ?????w*|????????w*) return 1;; esac; '
+    '[ "$3" = 0 ] || [ -O "$f" ]; }; '
+    'owned() { p=$1; mine "$p" || return 1; while [ "${p%/*}" != "$p" ] && p=${p%/*} '
+    '&& [ -n "$p" ]; do mine "$p" up || return 1; done; mine / up; }; '
     "root=$1 python=$2 program=$3; shift 3; cd / || exit 125; "
     'if [ -n "$root" ] && cd -P -- "$root" 2>/dev/null && mine . '
-    '&& real=$(readlink -f ./current/bin/python) && [ -f "$real" ] && [ -x "$real" ]; then '
+    '&& real=$(readlink -f ./current/bin/python) && [ -f "$real" ] && [ -x "$real" ] '
+    '&& owned "$real"; then '
     'case "$real" in "$PWD"/*) cd / ;; *) python=./current/bin/python ;; esac; '
     "else cd /; fi; "
     'exec "$python" ' + " ".join(ISOLATION) + ' -c "$program" "$@"'

@@ -37,6 +37,7 @@ SECRET_WORDS = frozenset((
     "token", "secret", "secrets", "password", "passwords", "passwd", "passphrase", "key",
     "apikey", "accesskey", "secretkey", "privatekey", "credential", "credentials", "creds",
     "cred", "auth", "authorization", "cookie", "cookies", "pat", "dsn", "signature",
+    "bearer", "pw", "pwd",
 ))
 # A single word ending in one of these is a secret word too (`authtoken`, `hftoken`,
 # `dbpassword`); `key` is not among them: monkey, hotkey, turkey.
@@ -70,8 +71,15 @@ def is_secret_word(word: str) -> bool:
     return word in SECRET_WORDS or word.endswith(SECRET_ENDINGS)
 
 
+# The shell's working directory (POSIX sets PWD): a path, shown; `pwd`, `DB_PWD` and `--pwd`
+# are passwords.
+NOT_SECRET = frozenset(("PWD", "OLDPWD"))
+
+
 def is_secret_name(name: Any) -> bool:
     """Whether a variable, config key or option of this name holds a secret."""
+    if name in NOT_SECRET:
+        return False
     found = words(str(name))
     while len(found) > 1 and found[-1] in HOLDER_WORDS:
         found.pop()

@@ -20,6 +20,8 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from envlock.base.inherited import own_environment
+
 # (argv, the request on stdin, or None: to be written when asked) -> the process started
 # with them, not yet adopted.
 _PROCESSES: dict[tuple[tuple[str, ...], bytes | None], subprocess.Popen[bytes]] = {}
@@ -37,7 +39,7 @@ def start(
     waiting = _PROCESSES.pop((tuple(argv), None), None) if stdin is not None else None
     pipe = subprocess.PIPE
     proc = waiting or subprocess.Popen(
-        argv, stdin=pipe, stdout=pipe, stderr=pipe, preexec_fn=preexec_fn
+        argv, stdin=pipe, stdout=pipe, stderr=pipe, preexec_fn=preexec_fn, env=own_environment()
     )
     assert proc.stdin is not None
     if stdin is not None:

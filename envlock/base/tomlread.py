@@ -32,6 +32,7 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 def load_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; syntax errors become a ProfileError with the line."""
     try:
+        # named: the profile or lock the user named (a profile is code; a lock is validated)
         data = path.read_bytes()
     except FileNotFoundError:
         raise ProfileError(str(path), "no such file", hint="check the path") from None

@@ -1,10 +1,13 @@
 """envlock's own cache on this machine, under the user's `~/.cache/envlock/<kind>/`.
 
 What is kept there saves work, never decides it: each entry is named by the hash of what it
-answers, written by the one atomic writer (0600, in directories made 0700), and read as
-untrusted data — only while it and every directory above it are this user's (or root's) and
-no one else may write them (ownership.untrusted), through the one gate
-(untrusted.read_untrusted), as JSON; the caller checks the shape. Anything else is a miss.
+answers, and read as untrusted data, as JSON; the caller checks the shape. A directory
+checked by name can be swapped before it is opened, so the kind's directory is walked to
+from `/` by descriptor (agent/programs/bootstrap.py's `private_dir`: each directory opened
+relative to the one before, never through a link, this user's or root's and writable by no
+one else), and the entry is read (`read_private`: a regular file of this user's, judged on
+its descriptor, size-capped), written (the agent's `write_at`, 0600, in directories made
+0700) and pruned relative to that descriptor. Anything else is a miss.
 Writing is best effort: a read-only home only costs the work next time. Entries are named by
 hashes, so one nobody asks for again (an older envlock's, a lock long replaced) would stay
 for good: a write removes its kind's entries written more than 30 days ago, once a day
@@ -20,10 +23,9 @@ import os
 import time
 from typing import Any
 
-from envlock.base.atomic import write_atomic
-from envlock.base.ownership import untrusted
-from envlock.base.untrusted import read_untrusted
-from envlock.errors import EnvlockError
+from envlock.agent.core import remove_stale, write_at
+from envlock.agent.programs.bootstrap import private_dir, read_private
+from envlock.base.limits import MAX_BYTES
 
 
 def cache_dir(kind: str) -> str | None:
@@ -46,12 +48,16 @@ def read_entry(kind: str, key: object) -> Any:
     path = entry_path(kind, key)
     if path is None:
         return None
-    try:
-        if not os.path.exists(path) or untrusted(path) is not None:
-            return None
-        return json.loads(read_untrusted(path, "json"))
-    except (OSError, ValueError, EnvlockError):
+    fd = private_dir(os.path.dirname(path))
+    if fd is None:
         return None
+    try:
+        data = read_private(fd, os.path.basename(path), MAX_BYTES["json"])
+        return None if data is None else json.loads(data)
+    except ValueError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def write_entry(kind: str, key: object, data: object) -> None:
@@ -59,36 +65,28 @@ def write_entry(kind: str, key: object, data: object) -> None:
     path = entry_path(kind, key)
     if path is None:
         return
-    with contextlib.suppress(OSError, EnvlockError):
-        make_private_dirs(os.path.dirname(path))
-        if untrusted(os.path.dirname(path)) is None:
-            write_atomic(path, json.dumps(data).encode(), 0o600)
-            prune(os.path.dirname(path))
+    # ~/.cache, envlock/ and <kind>/ may be made here (0700: the target's agent-code cache
+    # shares envlock/ and wants it private too).
+    fd = private_dir(os.path.dirname(path), made=3)
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        try:
+            write_at(fd, os.path.basename(path), json.dumps(data).encode(), 0o600)
+            prune(fd)
+        finally:
+            os.close(fd)
 
 
 PRUNED = ".pruned"  # its mtime: when the kind's directory was last pruned
 
 
-def prune(kind_dir: str) -> None:
-    """Remove the entries of `kind_dir` written more than STALE_DAYS ago (the agent's rule,
-    agent/core.py), unless it was pruned in the last day (the marker is written first:
-    writers at once prune once)."""
-    marker = os.path.join(kind_dir, PRUNED)
+def prune(kind_fd: int) -> None:
+    """Remove the entries of the kind's directory (a descriptor) written more than
+    STALE_DAYS ago (the agent's rule, agent/core.py), unless it was pruned in the last day
+    (the marker is written first: writers at once prune once)."""
     with contextlib.suppress(FileNotFoundError):
-        if time.time() - os.lstat(marker).st_mtime < 86400:
+        if time.time() - os.lstat(PRUNED, dir_fd=kind_fd).st_mtime < 86400:
             return
-    write_atomic(marker, b"", 0o600)
-    from envlock.agent.core import remove_stale  # stdlib only; loaded by a write alone
-
-    remove_stale(kind_dir, lambda name: name.endswith(".json"))
-
-
-def make_private_dirs(kind_dir: str) -> None:
-    """`envlock/` and `envlock/<kind>/` made 0700 (makedirs' mode reaches only the last one;
-    the target's agent-code cache shares `envlock/` and wants it private too); `~/.cache`
-    itself is made as the user's tools make it."""
-    envlock_dir = os.path.dirname(kind_dir)
-    os.makedirs(os.path.dirname(envlock_dir), exist_ok=True)
-    for directory in (envlock_dir, kind_dir):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(directory, 0o700)
+    write_at(kind_fd, PRUNED, b"", 0o600)
+    remove_stale(kind_fd, lambda name: name.endswith(".json"))

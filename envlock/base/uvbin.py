@@ -57,6 +57,7 @@ def dist_info_version(directory: str, name: str) -> str | None:
         if base.lower().replace("_", "-") != name or not ext.endswith(".dist-info"):
             continue
         try:
+            # own: the uv wheel's metadata on envlock's own sys.path
             with open(os.path.join(directory, entry, "METADATA"), encoding="utf-8") as handle:
                 for line in handle:
                     if line.startswith("Version:"):
@@ -74,6 +75,7 @@ def uv_sha256() -> str:
     import hashlib
 
     digest = hashlib.sha256()
+    # own: envlock's uv binary
     with open(uv_path(), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)

@@ -45,6 +45,10 @@ def inspect_checkpoint(path: str | Path, *, follow_links: bool = False) -> Check
         if path.is_dir():
             choice = choose_checkpoint(path)
             if choice is not None and choice.path != path:
+                # The rule diff follows (runs/describe.py): what a directory's choice reads
+                # lies inside it, unless links are to be followed.
+                if not follow_links and not inside(choice.path, path):
+                    raise Unsafe(f"{choice.path} is a link out of {path}", FOLLOW_HINT)
                 chosen = inspect_checkpoint(choice.path, follow_links=follow_links)
                 return replace(chosen, notes=(f"read {choice.describe()}", *chosen.notes))
             return _read_dir(path, follow_links)

@@ -104,6 +104,7 @@ def change_of(
     it out only when allowed and confirmed."""
     profile = load_profile(profile_path)
     lock = load_fresh_lock(profile)  # a stale lock would mix old changes into the diff
+    # named: the profile being edited, under its lock
     original = profile.path.read_text()
     edit = make_edit(original)
     if edit.text == original:
@@ -152,6 +153,7 @@ def commit(proposal: Proposal, original: str, say: Shown, as_json: bool) -> Appl
     """Profile, then lock (each atomically), then the same apply as `envlock apply -y`:
     a new generation, the one active now kept for `envlock rollback`."""
     path = proposal.profile.path
+    # named: the profile being edited, under its lock
     if path.read_text() != original:
         raise Refused(
             f"{path.name} changed while the change was being resolved",
@@ -176,8 +178,10 @@ def write_both(proposal: Proposal, redo: str) -> list[Written]:
     that cannot be written puts the profile back."""
     path, lock_path = proposal.profile.path, proposal.candidate.path
     mode = path.stat().st_mode & 0o777
+    # named: the profile's lock, under its lock
     lock_before = lock_path.read_bytes() if lock_path.exists() else None
     written = [
+        # named: the profile being edited, under its lock
         Written(path, path.read_bytes(), proposal.edit.text.encode(), mode),
         Written(lock_path, lock_before, proposal.candidate.text.encode()),
     ]

@@ -12,6 +12,7 @@ import click
 
 from envlock import ui
 from envlock.base.drift_kinds import Drift, Repair, blocking, of_repair
+from envlock.base.inherited import given
 from envlock.base.ownership import untrusted
 from envlock.commands.ahead import in_one_call
 from envlock.commands.common import (
@@ -122,7 +123,7 @@ def command(
         ctx, Probe(deep=deep, warmth=wanted, lock=wanted), meanwhile=ui.prepare_for_terminal
     )
     state = decide(ctx, state, drifts, allow_drift)
-    env = command_environment(ctx, state, passed_env(ctx, names) if remote else os.environ)
+    env = command_environment(ctx, state, passed_env(ctx, names) if remote else given())
     if artifacts:
         if ctx.profile.target.remote:
             raise UsageError(
@@ -339,7 +340,8 @@ def passed_env(ctx: Context, names: tuple[str, ...]) -> dict[str, str]:
     """The caller's variables a remote command gets: only those named (`--env`, [run]
     pass-env); a named variable that is not set here is said, not invented."""
     wanted = dict.fromkeys([*ctx.profile.pass_env, *names])
-    missing = [name for name in wanted if name not in os.environ]
+    caller = given()
+    missing = [name for name in wanted if name not in caller]
     if missing:
         ui.warn(f"not set here, so not passed to the target: {', '.join(missing)}")
-    return {name: os.environ[name] for name in wanted if name in os.environ}
+    return {name: caller[name] for name in wanted if name in caller}

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from envlock import ui
+from envlock.base.limits import printable
 from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.converge.fleet import MemberResult, Progress
 from envlock.errors import UsageError
@@ -111,6 +112,7 @@ def read_config(config_file: str | None) -> object:
     if not config_file:
         return None
     try:
+        # named: --config FILE, the user's
         return json.loads(Path(config_file).read_text())
     except ValueError as exc:
         raise UsageError(f"{config_file}: not valid JSON: {exc}") from None
@@ -127,7 +129,8 @@ def parse_metrics(values: tuple[str, ...]) -> dict[str, int | float]:
             sep = ""
         if not sep:
             raise UsageError(
-                f"--metric {value}: expected NAME=NUMBER", hint="e.g. --metric tok_per_s=11600"
+                f"--metric {printable(value, 80)}: expected NAME=NUMBER",
+                hint="e.g. --metric tok_per_s=11600",
             )
     try:
         return checked_metrics(metrics)

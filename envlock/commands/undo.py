@@ -31,6 +31,7 @@ class Written:
         """Restore `before`; a reason instead when the file is no longer what was written
         (someone edited it meanwhile: their edit wins) or cannot be written."""
         try:
+            # own: the file envlock just wrote
             if self.path.read_bytes() != self.after:
                 return "changed since envlock wrote it, so left as it is"
             if self.before is None:

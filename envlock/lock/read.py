@@ -97,6 +97,7 @@ class Lock:
 def read_lock(path: Path, policy: LockPolicy = STRICT) -> Lock:
     """Read and validate a lock file (see lock_schema: the one validator)."""
     try:
+        # named: the lock the profile names, validated in full
         text = path.read_text()
     except FileNotFoundError:
         raise LockError(f"{path}: no lock", hint="run `envlock lock PROFILE` first") from None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from envlock.base.atomic import write_atomic
+from envlock.base.inherited import uv_environment
 from envlock.base.secrets import redact_text
 from envlock.base.uvbin import uv_path
 from envlock.errors import EXIT_USAGE, EnvlockError, LockError, OperationError
@@ -229,7 +229,7 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
         write_atomic(input_file, resolver_input(profile, links).encode())
         output = Path(tmp) / f"pylock.{profile.name}.toml"
         argv = [*uv_compile_argv(profile, input_file, output, links), *extra_args]
-        env = {**(resolver_env(profile) or os.environ), **uv_index_env(profile)}
+        env = {**uv_environment(resolver_env(profile)), **uv_index_env(profile)}
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env)
         if proc.returncode != 0 and clean_damaged_cache(profile, proc.stderr):
             proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, env=env)
@@ -242,6 +242,7 @@ def resolve(profile: Profile, *, extra_args: tuple[str, ...] = ()) -> str:
                 hint=_resolve_hint(profile, links, proc.stderr),
             )
         here = profile.path.parent.resolve()
+        # own: uv's output in envlock's private temp dir
         body = record_index_sources(output.read_text(), here, torch_index_asker(profile))
         body = relative_to_profile(body, here)
     refuse_undeclared(profile, body)
@@ -264,7 +265,9 @@ def clean_damaged_cache(profile: Profile, stderr: str) -> bool:
         f"uv's cache holds damaged entries ({', '.join(blamed) or 'unnamed'}; after a "
         f"crash?): cleaning {len(names)} package(s) and resolving again"
     )
-    subprocess.run([uv_path(), "cache", "clean", *sorted(names)], capture_output=True)
+    subprocess.run(
+        [uv_path(), "cache", "clean", *sorted(names)], capture_output=True, env=uv_environment()
+    )
     return True
 
 
@@ -352,6 +355,7 @@ def write_lock(
     lock = parse_lock(path, text, lock_policy(profile))  # never write a lock envlock refuses
     if accept is not None:
         accept(lock)
+    # named: the profile's lock, replaced under its lock
     old = path.read_text() if path.exists() else None
     if old != text:
         write_atomic(path, text.encode())

@@ -11,7 +11,6 @@ this machine.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import canonicalize_name
 
 from envlock.base.atomic import write_atomic
+from envlock.base.inherited import uv_environment
 
 # (name, version) -> the index's wheel entries for exactly that release ([] when it has none)
 AskIndex = Callable[[str, str], list[dict[str, Any]]]
@@ -125,7 +125,7 @@ def ask_index(
     """The wheel entries an index serves for `name`, read by uv from the one-requirement
     `project` (a pyproject.toml naming the index): uv's network settings, credentials and
     certificates apply as they did to the resolution. [] when uv cannot say."""
-    env = {**os.environ, **(index_env or {})}  # the indexes and their credentials
+    env = {**uv_environment(), **(index_env or {})}  # the indexes and their credentials
     env.pop("UV_FIND_LINKS", None)  # the index alone
     # A best-effort question: an unreachable index answers at once, not after retries.
     env.setdefault("UV_HTTP_RETRIES", "0")
@@ -142,6 +142,7 @@ def ask_index(
         import tomlkit
 
         # Parsed as uv wrote it: an entry taken into the lock keeps uv's layout.
+        # own: uv's output in envlock's private temp dir
         answer = tomlkit.parse(output.read_text())
     wanted = canonicalize_name(name)
     for package in answer.get("packages", []):
@@ -191,6 +192,7 @@ def _same_file(candidates: Iterable[Path], sha256: str | None) -> Path | None:
         return None
     for path in candidates:
         digest = hashlib.sha256()
+        # named: a wheel in the profile's find-links
         with path.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)

@@ -105,6 +105,7 @@ class Profile:
         if self.scripts is None:
             return {}
         return {
+            # named: the profile's scripts (a profile is code)
             str(rel): hashlib.sha256((self.scripts.source / rel).read_bytes()).hexdigest()
             for rel in self.scripts.resolve()
         }

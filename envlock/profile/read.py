@@ -166,6 +166,7 @@ class _ProfileReader:
             gpu_count=gpu_count,
             data=data,
             sha256=hashlib.sha256(
+                # named: the profile (a profile is code)
                 self.path.read_bytes() if self.raw is None else self.raw
             ).hexdigest(),
         )

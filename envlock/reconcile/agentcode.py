@@ -96,5 +96,6 @@ def unpacked_as(data: object, sources: list[tuple[str, bytes]]) -> list[tuple[st
 
 def agent_source(name: str) -> bytes:
     # Beside envlock/agent/__init__.py (importlib.resources would cost more than the read).
+    # own: envlock's own agent sources
     with open(os.path.join(os.path.dirname(agent_package.__file__), name), "rb") as handle:
         return handle.read()

@@ -87,6 +87,7 @@ def script_payload(profile: Profile, pinned: dict[str, str]) -> dict[str, dict[s
     payload = {}
     for rel, sha in pinned.items():
         path = profile.scripts.source / rel
+        # named: the profile's pinned scripts (a profile is code)
         data = path.read_bytes()
         payload[rel] = {
             "data": base64.b64encode(data).decode(),
@@ -202,6 +203,7 @@ def upload_uv(
     action["sha256"] = uv_sha256()
     if on_progress:
         on_progress(f"uploading uv {action['version']} to {final}")
+    # own: envlock's uv binary
     with open(uv_path(), "rb") as handle:
         data = handle.read()
     # A new file, never through a link (noclobber: `>` creates it exclusively); the agent

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envlock import __version__
+from envlock.base.inherited import given
 from envlock.errors import UsageError
 from envlock.lock.links import find_links_for
 from envlock.lock.policy import snapshot_policy
@@ -125,9 +126,9 @@ def take_snapshot(
 def snapshot_of(ctx: Context, state: State, **what: Any) -> dict[str, Any]:
     """The environment recorded is the one `envlock run` gives a command: the current
     process's when it runs under `envlock run`, else what envlock run would export."""
-    environ: Mapping[str, str] = os.environ
-    if state.current and not os.environ.get("ENVLOCK_GENERATION"):
-        environ = run_environment(ctx.profile, state, os.environ)
+    environ: Mapping[str, str] = given()
+    if state.current and not environ.get("ENVLOCK_GENERATION"):
+        environ = run_environment(ctx.profile, state, environ)
     return build_snapshot(ctx, state, environ=environ, **what)
 
 

@@ -129,7 +129,8 @@ def metric_value(name: str, value: Any) -> int | float:
         raise ValueError(f"metrics: {name}: expected a number, found {type(value).__name__}")
     number = int(value) if isinstance(value, numbers.Integral) else float(value)
     if isinstance(number, int) and abs(number) >= 2**63:  # past what JSON readers keep exact
-        raise ValueError(f"metrics: {name}: {number} is out of range")
+        digits = int(number.bit_length() * 0.30103) + 1  # never echoed: it may be huge
+        raise ValueError(f"metrics: {name}: a number of about {digits:,} digits is out of range")
     if not math.isfinite(number):
         raise ValueError(f"metrics: {name}: expected a finite number, found {number}")
     return number

@@ -44,6 +44,7 @@ def startup_files() -> dict[str, bytes]:
     )
     found = {}
     for rel in (*STARTUP, API, *agent, *SHARED):
+        # own: envlock's own package files
         with open(os.path.join(base, rel), "rb") as handle:
             found[rel] = handle.read()
     return found

@@ -71,12 +71,14 @@ def save(path: str) -> dict[str, Any]:
 def agent_core() -> dict[str, Any]:
     """The names of agent/core.py, run in a namespace of their own (stdlib only)."""
     space: dict[str, Any] = {"__name__": "envlock_agent", "__envlock_agent__": True}
+    # own: envlock's own agent core, beside this file
     with open(AGENT_CORE) as handle:
         exec(compile(handle.read(), AGENT_CORE, "exec"), space)
     return space
 
 
 def read(path: str) -> tuple[dict[str, Any], bytes]:
+    # own: the compile-cache archive `envlock run` named (code, trusted as such: docs/security)
     with open(path, "rb") as handle:
         blob = handle.read()
     if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + 8:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import IO
 
 from envlock.base import started
+from envlock.base.inherited import own_environment
 from envlock.base.tomlread import Table
 from envlock.targets.base import LocalPath, Result, StarterRow, TargetType, TransportFailed
 
@@ -45,7 +46,8 @@ class LocalTransport:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=dict(env) if env is not None else None,
+                # envlock's own work (agent, probe): the environment it decides
+                env=dict(env) if env is not None else own_environment(),
             )
         except FileNotFoundError:
             raise LocalFailed(f"command not found: {argv[0]}") from None

@@ -63,6 +63,11 @@ REDACT_NAMED: list[tuple[str, str]] = [
     ("secret", "corpus-secret-10"),
     ("credentials", "corpus-credentials-11"),
     ("auth", "corpus-auth-12"),
+    ("bearer", "corpus-bearer-91"),
+    ("pw", "corpus-pw-92"),
+    ("db_pwd", "corpus-pwd-93"),
+    ("passwd", "corpus-passwd-94"),
+    ("db_pw", "corpus-db-pw-95"),
     ("hfToken", "corpus-camel-token-13"),
     ("WANDB_API_KEY", "corpus-wandb-key-14"),
     ("AWS_SECRET_ACCESS_KEY", "corpus-aws-secret-15"),
@@ -110,6 +115,11 @@ REDACT_ARGV: list[tuple[list[str], str]] = [
     (["HF_TOKEN=corpus-argv-assign-35"], "corpus-argv-assign-35"),
     (["--resume", "https://u:corpus-argv-url-36@ckpt.example/x"], "corpus-argv-url-36"),
     (["--passphrase", "corpus-argv-pass-37"], "corpus-argv-pass-37"),
+    (["--bearer", "corpus-argv-bearer-96"], "corpus-argv-bearer-96"),
+    (["--pw", "corpus-argv-pw-97"], "corpus-argv-pw-97"),
+    (["--pwd", "corpus-argv-pwd-98"], "corpus-argv-pwd-98"),
+    (["--passwd=corpus-argv-passwd-99"], "corpus-argv-passwd-99"),
+    (["BEARER=corpus-argv-bearer-100"], "corpus-argv-bearer-100"),
     (["--github-pat", "--corpus-argv-pat-38"], "--corpus-argv-pat-38"),
     (["--db=postgresql://r:corpus-argv-dsn-39@db.example/x"], "corpus-argv-dsn-39"),
 ]
@@ -190,6 +200,11 @@ def test_must_redact_names() -> None:
     for name, value in REDACT_NAMED:
         assert_hidden(json.dumps(redact_config({name: value, "deep": [{name: value}]})), [value])
         assert_hidden(json.dumps(redact_env({name: value})), [value])
+
+
+def test_pwd_is_a_password_but_the_shells_working_directory_is_shown() -> None:
+    assert all(is_secret_name(name) for name in ("pwd", "--pwd", "db.pwd", "Pwd", "BEARER"))
+    assert not is_secret_name("PWD") and not is_secret_name("OLDPWD")
 
 
 def test_must_show_names() -> None:

@@ -140,6 +140,12 @@ MALFORMED: list[tuple[str, Mutation, str]] = [
     ("git-dirty-string", setting("git", {"commit": "ab", "dirty": "yes"}), "git.dirty"),
     ("config-too-deep", setting("config", nested(200)), "nested at most 64 deep"),
     ("metric-nan", setting("metrics", {"tok_per_s": float("nan")}), "expected a finite number"),
+    ("metric-huge", setting("metrics", {"tok": 10**3000}), "metrics.tok: expected a number below"),
+    (
+        "dataset-bytes-huge",
+        setting("datasets", {"train": {"path": "/d", "missing": False, "bytes": -(10**3000)}}),
+        "datasets.train.bytes: expected an integer below 2**63, found a number of about 3,001",
+    ),
     ("dataset-no-missing", setting("datasets", {"train": {"path": "/d"}}), "datasets.train"),
     ("lock-not-toml", setting("lock.text", "[[packages"), "lock.text: not a valid TOML lock"),
     ("lock-no-envlock-table", lock_edit("[tool.envlock]", "[tool.other]"), "[tool.envlock]"),
@@ -189,6 +195,7 @@ def assert_refused(result: Any, names: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     assert names in result.stderr, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+    assert "0" * 100 not in result.stderr + result.stdout  # a value is never echoed whole
 
 
 @pytest.mark.parametrize(("case", "mutate", "names"), MALFORMED, ids=[c[0] for c in MALFORMED])
@@ -357,3 +364,14 @@ def test_load_snapshot_fuzz(base: Base) -> None:
         snapshot_lock(loaded, target)  # what diff and apply read next
 
     load()
+
+
+def test_a_huge_metric_on_the_command_line_is_refused_without_its_digits() -> None:
+    from envlock.commands.snapshot import parse_metrics
+    from envlock.errors import UsageError
+
+    for value in ("tok=" + "9" * 4000, "tok=" + "9" * 5000, "tok=1e" + "9" * 4000):
+        with pytest.raises(UsageError) as refused:
+            parse_metrics((value,))
+        message = str(refused.value)
+        assert "--metric" in message and "9" * 100 not in message, message[:200]

@@ -175,8 +175,9 @@ def test_an_index_is_asked_through_uv_for_one_release(tmp_path: Path) -> None:
         url = server.add("idx", [wheel])
         project = (
             '[project]\nname = "envlock-index"\nversion = "0"\n'
-            'dependencies = ["askpkg==1.0"]\n\n[[tool.uv.index]]\nname = "idx"\n'
-            f'url = "{url}"\ndefault = true\n'
+            'dependencies = ["askpkg==1.0"]\n\n[tool.uv.sources]\n'
+            'askpkg = { index = "idx" }\n\n[[tool.uv.index]]\nname = "idx"\n'
+            f'url = "{url}"\nexplicit = true\n'
         )
 
         def argv(given: Path, output: Path) -> list[str]:

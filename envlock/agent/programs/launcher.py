@@ -34,6 +34,7 @@ def launch(args):
     ):
         sys.stderr.write("envlock: the launcher takes <run dir>/<token>.env and .pid, then argv\n")
         sys.exit(NOT_EXECUTABLE)
+    # own: the 0600 file envlock wrote for this launch
     with open(env_file) as handle:
         spec = json.load(handle)
     os.unlink(env_file)

@@ -141,6 +141,7 @@ def namespace(name, files):
         space = {"__name__": "envlock_" + name, "__envlock_agent__": True}
         for rel in files:
             path = os.path.join(PACKAGE, rel)
+            # own: envlock's own package files
             with open(path) as handle:
                 exec(compile(handle.read(), path, "exec"), space)
         _loaded[name] = space
@@ -185,6 +186,7 @@ def lock_text(run, probe):
         return probe["active_lock"]
     for path in candidates:
         try:
+            # named: the generation's lock copy or the profile's lock
             with open(path) as handle:
                 return handle.read()
         except OSError:
