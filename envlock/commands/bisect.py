@@ -37,7 +37,6 @@ from envlock.reconcile.context import is_fleet, open_context
 from envlock.runs.bisect import (
     CONFIG,
     DATA,
-    PACKAGES,
     Difference,
     cache_difference,
     config_variable,
@@ -307,7 +306,9 @@ def mapped_config(keys: tuple[str, ...], good: End, bad: End) -> list[Difference
     found = []
     for key in keys:
         if not (good.is_run and bad.is_run):
-            raise UsageError(f"--config {key}: GOOD and BAD must both be snapshots (locks have no config)")
+            raise UsageError(
+                f"--config {key}: GOOD and BAD must both be snapshots (a lock has no config)"
+            )
         if key not in good.config and key not in bad.config:
             raise UsageError(
                 f"--config {key}: neither snapshot's config has it",
@@ -316,9 +317,7 @@ def mapped_config(keys: tuple[str, ...], good: End, bad: End) -> list[Difference
         a, b = good.config.get(key), bad.config.get(key)
         if a != b:
             found.append(
-                variable_difference(
-                    CONFIG, key, config_variable(key), as_text(a), as_text(b)
-                )
+                variable_difference(CONFIG, key, config_variable(key), as_text(a), as_text(b))
             )
     return found
 

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from envlock.base.atomic import write_atomic
-from envlock.base.uvbin import uv_path
 from envlock.commands.run import verdict
 from envlock.converge.converge import converge
 from envlock.errors import EnvlockError, OperationError, UsageError
@@ -176,7 +175,10 @@ def package_blocks(text: str) -> tuple[str, dict[str, str], str]:
     name, and from its `[tool` tables on."""
     from packaging.utils import canonicalize_name
 
-    head, blocks, tail, current = [], {}, [], None
+    head: list[str] = []
+    tail: list[str] = []
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
     for line in text.splitlines(keepends=True):
         if line.strip() == "[[packages]]":
             current = [line]
@@ -187,12 +189,12 @@ def package_blocks(text: str) -> tuple[str, dict[str, str], str]:
             current.append(line)
         else:
             head.append(line)
-    named = {}
+    named: dict[str, str] = {}
     for lines in blocks.values():
         name = next(
             (ln.split("=", 1)[1].strip().strip('"') for ln in lines if ln.startswith("name")), ""
         )
-        named[canonicalize_name(name)] = "".join(lines).rstrip("\n") + "\n\n"
+        named[str(canonicalize_name(name))] = "".join(lines).rstrip("\n") + "\n\n"
     return "".join(head), named, "".join(tail)
 
 
@@ -294,10 +296,14 @@ class BisectLab:
     def switch(self, name: str, why: str = "snapshot") -> None:
         if self.active == name and why == "snapshot":
             return
-        action = Action("switch", f"switch current to generation {name} (bisect)", {
-            "name": name,
-            "why": why,
-        })
+        action = Action(
+            "switch",
+            f"switch current to generation {name} (bisect)",
+            {
+                "name": name,
+                "why": why,
+            },
+        )
         execute(self.ctx, Plan((action,)))
         self.active = name
 

@@ -188,11 +188,14 @@ def env_differences(good: Mapping[str, str], bad: Mapping[str, str]) -> list[Dif
 def variable_difference(
     kind: str, name: str, variable: str, good: str | None, bad: str | None
 ) -> Difference:
-    shown = {None: "(unset)"}
-    label = f"{name}: {shown.get(good, good)} → {shown.get(bad, bad)}"
+    label = f"{name}: {unset_or(good)} → {unset_or(bad)}"
     if kind != ENV:
         label = f"{kind} {label}"
     return Difference(f"{kind}:{name}", kind, label, variable=variable, good=good, bad=bad)
+
+
+def unset_or(value: str | None) -> str:
+    return "(unset)" if value is None else value
 
 
 def cache_difference(good_warm: bool | None, bad_warm: bool | None) -> list[Difference]:
@@ -237,7 +240,9 @@ def recipe(differences: list[Difference], chosen: frozenset[int]) -> Recipe:
     return Recipe(frozenset(packages), tuple(sorted(env.items())), cold)
 
 
-def pins(good: Mapping[str, str], bad: Mapping[str, str], from_bad: frozenset[str]) -> dict[str, str]:
+def pins(
+    good: Mapping[str, str], bad: Mapping[str, str], from_bad: frozenset[str]
+) -> dict[str, str]:
     """name → version of a probe's packages: GOOD's, with those of `from_bad` as BAD has
     them (absent there: removed)."""
     found = {n: v for n, v in good.items() if n not in from_bad}

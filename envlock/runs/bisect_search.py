@@ -214,6 +214,9 @@ class Search:
         alone: Probe | None = None,
         rest: Probe | None = None,
     ) -> Answer:
+        # The ends' probes hold every value measured of them, interleaved ones included.
+        self.record(frozenset()).values = list(self.ends[GOOD])
+        self.record(frozenset(range(self.n))).values = list(self.ends[BAD])
         probes = sorted(self.probes.values(), key=lambda p: p.number)
         return Answer(
             status,
@@ -295,9 +298,11 @@ class Search:
         if probe.outcome:
             return probe
         started = time.perf_counter()
-        self.progress(f"probe {probe.number} (a single cause takes at most "
-                      f"{single_cause_builds(self.n)} builds): {len(chosen)} of {self.n} "
-                      "difference(s) applied")
+        self.progress(
+            f"probe {probe.number} (a single cause takes at most "
+            f"{single_cause_builds(self.n)} builds): {len(chosen)} of {self.n} "
+            "difference(s) applied"
+        )
         why = self.lab.prepare(chosen)
         probe.generation, probe.built = self.lab.built(chosen)
         if why is not None:
@@ -307,10 +312,11 @@ class Search:
             if probe.outcome == INCONCLUSIVE:
                 self.unsure.append(probe)
         probe.seconds = time.perf_counter() - started
-        self.progress(f"probe {probe.number}: {probe.outcome}"
-                      + (f", {describe(probe.values)}" if self.settings.metric and probe.values
-                         else "")
-                      + f" ({probe.seconds:.1f}s)")
+        self.progress(
+            f"probe {probe.number}: {probe.outcome}"
+            + (f", {describe(probe.values)}" if self.settings.metric and probe.values else "")
+            + f" ({probe.seconds:.1f}s)"
+        )
         return probe
 
     def measured(self, probe: Probe) -> str:
