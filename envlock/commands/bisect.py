@@ -83,7 +83,7 @@ KIND = "bisect"
     type=click.IntRange(1, 50),
     default=3,
     show_default=True,
-    help="Runs of CMD per probe (with --metric, each followed by a run of one of the ends).",
+    help="Runs of CMD per probe (with --metric, then one run of an end, each end in turn).",
 )
 @click.option(
     "--data",
@@ -214,7 +214,8 @@ def bisect_of(
     lab = BisectLab(ctx, good, bad, differences, measuring, work, progress)
     removed: list[str] = []
     try:
-        answer = Search(lab, len(differences), settings, progress).run()
+        names = [d.key.partition(":")[2] or d.key for d in differences]
+        answer = Search(lab, len(differences), settings, progress, names).run()
     finally:
         try:
             removed = lab.close(keep)

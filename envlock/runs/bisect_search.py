@@ -4,8 +4,8 @@ tests drive it with a simulated lab, `envlock bisect` with real generations (bis
 
 A probe's result is the command's exit status (0 good, 125 skip, any other bad, as
 `git bisect run`) or a metric judged against a threshold between the two ends (halfway
-unless given). A metric probe runs the command `repeat` times, each run followed by one
-of the two ends in turn, so that a machine getting slower shows in the ends too. A probe
+unless given). A metric probe runs the command `repeat` times, then one of the two ends
+in turn, so that a machine getting slower shows in the ends too. A probe
 whose values fall on both sides of the threshold is measured again once; still so, it is
 inconclusive: the search goes on, but its answer is then called inconclusive, never judged.
 """
@@ -178,8 +178,16 @@ Progress = Callable[[str], None]
 class Search:
     """One bisect: the two ends, ddmin over the differences, the evidence for the answer."""
 
-    def __init__(self, lab: Lab, n: int, settings: Settings, progress: Progress | None = None):
+    def __init__(
+        self,
+        lab: Lab,
+        n: int,
+        settings: Settings,
+        progress: Progress | None = None,
+        names: list[str] | None = None,
+    ):
         self.lab, self.n, self.settings = lab, n, settings
+        self.names = names or [str(i) for i in range(n)]
         self.progress = progress or (lambda text: None)
         self.probes: dict[frozenset[int], Probe] = {}
         self.ends: dict[str, list[float]] = {GOOD: [], BAD: []}
@@ -249,10 +257,11 @@ class Search:
     # -- the ends ------------------------------------------------------------------------
     def measure_ends(self) -> str:
         """Measure both ends `repeat` times each; why they do not separate ("" when they do)."""
+        everything = frozenset(range(self.n))
         for _ in range(2):
-            for _ in range(self.settings.repeat):
-                self.ends[GOOD].append(self.lab.measure(frozenset()))
-                self.ends[BAD].append(self.lab.measure(frozenset(range(self.n))))
+            # Each end's runs back to back: one switch of generation each.
+            self.ends[GOOD] += [self.lab.measure(frozenset()) for _ in range(self.settings.repeat)]
+            self.ends[BAD] += [self.lab.measure(everything) for _ in range(self.settings.repeat)]
             why = self.ends_apart()
             if not why or not self.settings.metric:
                 break
@@ -299,9 +308,8 @@ class Search:
             return probe
         started = time.perf_counter()
         self.progress(
-            f"probe {probe.number} (a single cause takes at most "
-            f"{single_cause_builds(self.n)} builds): {len(chosen)} of {self.n} "
-            "difference(s) applied"
+            f"probe {probe.number} of at most {single_cause_builds(self.n)} for a single cause: "
+            f"{len(chosen)} of {self.n} applied ({self.named(chosen)})"
         )
         why = self.lab.prepare(chosen)
         probe.generation, probe.built = self.lab.built(chosen)
@@ -319,12 +327,18 @@ class Search:
         )
         return probe
 
+    def named(self, chosen: frozenset[int], shown: int = 4) -> str:
+        names = [self.names[i] for i in sorted(chosen)]
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        return ", ".join(names[:shown]) + more
+
     def measured(self, probe: Probe) -> str:
+        """The probe's runs back to back, then (with a metric) one run of an end, each end in
+        turn: the ends are measured all along the search, in the same conditions."""
         for _ in range(2):  # measured again once when it straddles the threshold
-            for _ in range(self.settings.repeat):
-                probe.values.append(self.lab.measure(probe.chosen))
-                if self.settings.metric:
-                    self.interleaved_end()
+            probe.values += [self.lab.measure(probe.chosen) for _ in range(self.settings.repeat)]
+            if self.settings.metric:
+                self.interleaved_end()
             outcome = self.judged(probe.values)
             if outcome != INCONCLUSIVE:
                 return outcome
