@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,13 +132,17 @@ def command(
         data=data,
         config=config,
         keep=keep,
-        progress=lambda line: ui.info(f"  {line}"),
+        progress=say_progress,
     )
     if as_json:
         ui.emit_json(KIND, result.to_json())
     else:
         render_text(result)
-    sys.exit(0 if result.answer.status == FOUND else EXIT_DRIFT)
+    sys.exit(result.code)
+
+
+def say_progress(line: str) -> None:
+    ui.info(f"  {line}")
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,11 @@ class BisectResult:
     removed: list[str]
     kept: bool
     seconds: float
+
+    @property
+    def code(self) -> int:
+        """0: a cause found; 1: no answer."""
+        return 0 if self.answer.status == FOUND else EXIT_DRIFT
 
     def to_json(self) -> dict[str, Any]:
         answer = self.answer
@@ -194,7 +204,7 @@ def bisect_of(
     data: tuple[str, ...],
     config: tuple[str, ...],
     keep: bool,
-    progress: Any,
+    progress: Callable[[str], None],
 ) -> BisectResult:
     started = time.perf_counter()
     ctx = open_context(profile_path, allow_stale=True)
