@@ -208,10 +208,10 @@ def bisect_of(
 ) -> BisectResult:
     started = time.perf_counter()
     ctx = open_context(profile_path, allow_stale=True)
-    if is_fleet(ctx) or ctx.profile.target.remote:
+    if is_fleet(ctx):
         raise UsageError(
-            "bisect measures on a local target in this version",
-            hint="copy the two snapshots to the machine and bisect with a local profile there",
+            "bisect builds and measures on one target: not across a fleet",
+            hint="bisect with a profile of one of its containers",
         )
     good, bad = read_end(good_path), read_end(bad_path)
     differences, notes = change_set(ctx.profile, good, bad, data, config)

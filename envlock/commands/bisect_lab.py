@@ -20,14 +20,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envlock.base.atomic import write_atomic
-from envlock.commands.run import verdict
+from envlock.commands.run import passed_env, verdict
 from envlock.converge.converge import converge
 from envlock.errors import EnvlockError, OperationError, UsageError
 from envlock.lock.links import find_links_for, resolver_env
@@ -38,10 +37,12 @@ from envlock.profile.read import Profile
 from envlock.reconcile.context import Context, Probe, check_all, gather_state
 from envlock.reconcile.execute import execute
 from envlock.reconcile.plan import Action, Plan
+from envlock.reconcile.state import State
 from envlock.runs.bisect import Difference, Recipe, pins, recipe
 from envlock.runs.describe import flatten, load_side
 from envlock.runs.diff import MANAGED_ENV
-from envlock.runs.environment import command_environment
+from envlock.runs.environment import SCRUBBED, command_environment, generation_dir
+from envlock.runs.launch import KILLED, remote_spec, run_remote_captured
 
 SNAPSHOT_FILE = "envlock-snapshot.json"
 REDACTED_PREFIX = "<redacted sha256:"
@@ -315,38 +316,68 @@ class BisectLab:
             why, shown, _ = judged.refusal or ("no state", [], False)
             items = "; ".join(f"{d.kind} {d.subject}" for d in shown[:5])
             raise OperationError(f"bisect: `run` refuses generation {self.active}: {why}: {items}")
+        if self.ctx.profile.target.remote:
+            return self.run_remote(made, state)
         env = command_environment(self.ctx, state, os.environ)
         with tempfile.TemporaryDirectory(prefix="run-", dir=self.work) as scratch:
-            env.update(self.variables(made, Path(scratch)))
+            (Path(scratch) / "out").mkdir()
+            env.update(self.variables(made, scratch))
             for name in self.unset(made):
                 env.pop(name, None)
-            started = time.perf_counter()
             done = subprocess.run(self.measuring.argv, env=env, capture_output=True, text=True)
-            self.seconds = time.perf_counter() - started
-            return self.result(done, Path(scratch))
+            return self.result(done.returncode, done.stdout, done.stderr, Path(scratch) / "out")
 
-    def variables(self, made: Recipe, scratch: Path) -> dict[str, str]:
-        found: dict[str, str] = {"ENVLOCK_BISECT_DIR": str(scratch / "out")}
-        (scratch / "out").mkdir()
+    def run_remote(self, made: Recipe, state: State) -> float:
+        """On a remote target: through run's launcher, its output read back; the scratch
+        directory (and a snapshot written there) on the target."""
+        import secrets
+
+        transport, root = self.ctx.transport, self.ctx.profile.target.root
+        env = command_environment(self.ctx, state, passed_env(self.ctx, ()))
+        scratch = f"{root}/run/bisect-{secrets.token_hex(8)}"
+        transport.run(["mkdir", "-p", f"{scratch}/out"])
+        try:
+            env.update(self.variables(made, scratch))
+            unset = tuple(self.unset(made))
+            for name in unset:
+                env.pop(name, None)
+            gen = generation_dir(self.ctx.profile, state)
+            spec = remote_spec(
+                env, f"{gen}/bin", (*SCRUBBED, *unset), self.ctx.profile.env.get("PATH")
+            )
+            code, out, err = run_remote_captured(transport, root, self.measuring.argv, spec)
+            local = Path(tempfile.mkdtemp(prefix="out-", dir=self.work))
+            if (
+                self.measuring.metric is not None
+                and metric_line(out, self.measuring.metric) is None
+            ):
+                found = transport.run(["cat", f"{scratch}/out/{SNAPSHOT_FILE}"])
+                if found.ok:
+                    write_atomic(local / SNAPSHOT_FILE, found.stdout)
+            return self.result(code, out, err, local)
+        finally:
+            transport.run(["rm", "-rf", scratch])
+
+    def variables(self, made: Recipe, scratch: str) -> dict[str, str]:
+        found: dict[str, str] = {"ENVLOCK_BISECT_DIR": f"{scratch}/out"}
         if made.cold_cache:
-            found["TORCHINDUCTOR_CACHE_DIR"] = str(scratch / "cold" / "inductor")
-            found["TRITON_CACHE_DIR"] = str(scratch / "cold" / "triton")
+            found["TORCHINDUCTOR_CACHE_DIR"] = f"{scratch}/cold/inductor"
+            found["TRITON_CACHE_DIR"] = f"{scratch}/cold/triton"
         for name, value in made.env:
             if value is not None:
                 found[name] = value
         return found
 
-    def result(self, done: subprocess.CompletedProcess[str], scratch: Path) -> float:
-        code = done.returncode
-        if code in NOT_RUN or code < 0:
-            tail = (done.stderr or "").strip().splitlines()[-3:]
+    def result(self, code: int, stdout: str, stderr: str, out: Path) -> float:
+        if code in NOT_RUN or code < 0 or code >= KILLED:
+            tail = (stderr or "").strip().splitlines()[-3:]
             raise OperationError(
                 f"bisect: CMD did not run to its end (exit {code}): " + " ".join(tail),
                 hint="check the command with `envlock run PROFILE -- CMD` first",
             )
         if self.measuring.metric is None:
             return float(code)
-        value = metric_of(done.stdout, self.measuring.metric, scratch / "out")
+        value = metric_of(stdout, self.measuring.metric, out)
         if value is None:
             raise OperationError(
                 f"bisect: CMD (exit {code}) printed no JSON line with {self.measuring.metric!r}"
@@ -375,7 +406,20 @@ class BisectLab:
 
 def metric_of(stdout: str, name: str, out: Path) -> float | None:
     """The last JSON line of stdout holding `name`, else `envlock.snapshot(metrics=…)`'s file
-    in $ENVLOCK_BISECT_DIR."""
+    in $ENVLOCK_BISECT_DIR (`out`: here, or its copy from the target)."""
+    found = metric_line(stdout, name)
+    if found is not None or not os.path.lexists(out / SNAPSHOT_FILE):
+        return found
+    from envlock.runs.snapshot_file import load_snapshot
+
+    try:
+        metrics = load_snapshot(out).get("metrics") or {}
+    except EnvlockError:
+        return None
+    return float(metrics[name]) if is_number(metrics.get(name)) else None
+
+
+def metric_line(stdout: str, name: str) -> float | None:
     for line in reversed(stdout.splitlines()):
         line = line.strip()
         if not line.startswith("{"):
@@ -386,15 +430,7 @@ def metric_of(stdout: str, name: str, out: Path) -> float | None:
             continue
         if isinstance(data, dict) and is_number(data.get(name)):
             return float(data[name])
-    if not os.path.lexists(out / SNAPSHOT_FILE):
-        return None
-    from envlock.runs.snapshot_file import load_snapshot
-
-    try:
-        metrics = load_snapshot(out).get("metrics") or {}
-    except EnvlockError:
-        return None
-    return float(metrics[name]) if is_number(metrics.get(name)) else None
+    return None
 
 
 def is_number(value: Any) -> bool:
