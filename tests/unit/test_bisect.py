@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from envlock.commands.bisect_lab import metric_of, mixed_text, package_blocks, parse_compiled
+from envlock.commands.bisect import mapped_config, mapped_data
+from envlock.commands.bisect_lab import (
+    End,
+    metric_of,
+    mixed_text,
+    not_tried,
+    package_blocks,
+    parse_compiled,
+)
+from envlock.errors import UsageError
 from envlock.lock.read import parse_lock
 from envlock.runs.bisect import (
     Difference,
@@ -380,3 +389,53 @@ def test_the_metric_is_the_last_json_line_with_it(
     stdout: str, value: float | None, tmp_path: Path
 ) -> None:
     assert metric_of(stdout, "tok_s", tmp_path) == value
+
+
+# -- what the user maps, and what is not tried --------------------------------------------
+def end(tmp_path: Path, **fields: object) -> End:
+    lock = parse_lock(tmp_path / "pylock.x.toml", lock_text({"a": "1"}))
+    return End("x", lock, **fields)  # type: ignore[arg-type]
+
+
+def test_data_maps_a_variable_to_each_side() -> None:
+    [data] = mapped_data(("TRAIN_DATA=/d/v1,/d/v2",))
+    assert (data.key, data.variable, data.good, data.bad) == (
+        "data:TRAIN_DATA",
+        "TRAIN_DATA",
+        "/d/v1",
+        "/d/v2",
+    )
+    assert mapped_data(("SAME=/d,/d",)) == []  # nothing differs
+
+
+@pytest.mark.parametrize("item", ["TRAIN=/d/v1", "=a,b", "TRAIN=a,", "1X=a,b", "TRAIN"])
+def test_a_malformed_data_mapping_is_a_usage_error(item: str) -> None:
+    with pytest.raises(UsageError, match="expected NAME=PATH_A,PATH_B"):
+        mapped_data((item,))
+
+
+def test_config_values_come_from_the_snapshots(tmp_path: Path) -> None:
+    good = end(tmp_path, config={"model.lr": 0.001, "seq": 2048}, is_run=True)
+    bad = end(tmp_path, config={"model.lr": 0.003, "seq": 2048}, is_run=True)
+    [lr] = mapped_config(("model.lr", "seq"), good, bad)
+    assert (lr.variable, lr.good, lr.bad) == ("MODEL_LR", "0.001", "0.003")
+    with pytest.raises(UsageError, match="neither snapshot's config has it"):
+        mapped_config(("nope",), good, bad)
+    with pytest.raises(UsageError, match="must both be snapshots"):
+        mapped_config(("seq",), end(tmp_path), bad)
+
+
+def test_what_no_probe_reproduces_is_said(tmp_path: Path) -> None:
+    good = end(tmp_path, python="3.11", config={"lr": 1, "seq": 1, "bs": 1, "wd": 1, "x": 1})
+    bad = end(
+        tmp_path,
+        python="3.12",
+        scripts={"train.py": "ab"},
+        env={"HF_TOKEN": "<redacted sha256:1a2b3c4d>"},
+        config={"lr": 2, "seq": 2, "bs": 2, "wd": 2, "x": 2},
+    )
+    notes = not_tried(good, bad, {"lr"})
+    assert notes[0] == "Python 3.11 → 3.12 (each probe keeps GOOD's)"
+    assert notes[1].startswith("the scripts")
+    assert notes[2] == "HF_TOKEN (recorded redacted)"
+    assert notes[3] == "4 config value(s) (bs, seq, wd …): map one with --config KEY"
