@@ -275,20 +275,20 @@ def settled(
     needs_bad: dict[str, set[str]],
 ) -> tuple[list[Difference], list[str]]:
     """Each package unit that does not resolve on GOOD alone moved with the units it is tied
-    to (uv's dependency edges), until each does or has nothing left to move with."""
+    to (uv's dependency edges), until each does."""
     notes: list[str] = []
     alone_ok: set[str] = set()
     while True:
         unit = next((d for d in units if d.key not in alone_ok), None)
         if unit is None:
             return units, notes
-        versions = pins(gv, bv, frozenset(m.name for m in unit.moves))
-        resolved = resolve_pins(profile, versions) if versions != bv else None
         tied = neighbours(unit, units, needs_good, needs_bad)
-        if resolved is None or resolved.ok or not tied:
+        versions = pins(gv, bv, frozenset(m.name for m in unit.moves))
+        # Asked of uv only where a requirement ties it to another unit to move with: one
+        # tied to none is moved alone, and a probe that does not resolve says so then.
+        resolved = resolve_pins(profile, versions) if tied and versions != bv else None
+        if resolved is None or resolved.ok:
             alone_ok.add(unit.key)
-            if resolved is not None and not resolved.ok:
-                notes.append(f"{unit.label} does not resolve on GOOD alone: {resolved.why}")
             continue
         units = merged(units, [unit.key, *tied])
         joined = next(d for d in units if d.key in {unit.key, *tied})
