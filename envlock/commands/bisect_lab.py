@@ -248,6 +248,7 @@ class BisectLab:
         self.active: str | None = state.current
         self.generations: dict[tuple[tuple[str, str], ...], tuple[str, bool]] = {}
         self.locks: dict[str, str] = {}  # generation → its lock's path in `work`
+        self.attempted: set[str] = set()  # the lock ids of every probe converge was given
 
     # Lab protocol
     def prepare(self, chosen: frozenset[int]) -> str | None:
@@ -287,6 +288,7 @@ class BisectLab:
         check_sources(doc, find_links_for(self.ctx.profile), str(path))
         lock = parse_lock(path, text, policy)
         probe_ctx = Context(self.ctx.profile, lock, self.ctx.transport)
+        self.attempted.add(lock.short_hash)  # before: an interrupted build is ours too
         done = converge(probe_ctx, held=True)
         name = str(done.current)
         self.active = name
@@ -395,13 +397,25 @@ class BisectLab:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             self.switch(self.original, self.original_why)
-            ours = sorted({n for n, built in self.generations.values() if built} - {self.original})
+            ours = self.ours()
             if ours and not keep:
                 action = Action("cleanup", f"remove {len(ours)} bisect probe(s)", {"names": ours})
                 execute(self.ctx, Plan((action,)))
             return ours
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def ours(self) -> list[str]:
+        """The generations this bisect made, as the target has them now: a probe whose
+        build was interrupted (its name never came back) included."""
+        state = gather_state(self.ctx, Probe(verify=False))
+        return sorted(
+            g.name
+            for g in state.generations
+            if g.name not in self.existing
+            and g.name != self.original
+            and g.lock_hash in self.attempted
+        )
 
 
 def metric_of(stdout: str, name: str, out: Path) -> float | None:
