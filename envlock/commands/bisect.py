@@ -21,16 +21,7 @@ from typing import Any
 import click
 
 from envlock import ui
-from envlock.commands.bisect_lab import (
-    BisectLab,
-    End,
-    Measuring,
-    clean_work,
-    not_tried,
-    read_end,
-    reproducible_env,
-    resolve_pins,
-)
+from envlock.commands.bisect_lab import BisectLab, Measuring, clean_work
 from envlock.commands.common import json_option, profile_argument
 from envlock.errors import EXIT_DRIFT, INTERRUPTED, UsageError
 from envlock.profile.read import Profile
@@ -47,6 +38,13 @@ from envlock.runs.bisect import (
     package_differences,
     pins,
     variable_difference,
+)
+from envlock.runs.bisect_inputs import (
+    End,
+    not_tried,
+    read_end,
+    reproducible_env,
+    resolve_pins,
 )
 from envlock.runs.bisect_search import (
     FOUND,

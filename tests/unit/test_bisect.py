@@ -12,14 +12,6 @@ from pathlib import Path
 import pytest
 
 from envlock.commands.bisect import mapped_config, mapped_data
-from envlock.commands.bisect_lab import (
-    End,
-    metric_of,
-    mixed_text,
-    not_tried,
-    package_blocks,
-    parse_compiled,
-)
 from envlock.errors import UsageError
 from envlock.lock.read import parse_lock
 from envlock.runs.bisect import (
@@ -32,6 +24,14 @@ from envlock.runs.bisect import (
     package_differences,
     pins,
     recipe,
+)
+from envlock.runs.bisect_inputs import (
+    End,
+    metric_of,
+    mixed_text,
+    not_tried,
+    package_blocks,
+    parse_compiled,
 )
 from envlock.runs.bisect_search import (
     BAD,
