@@ -82,7 +82,7 @@ def bisected(profile: Path, base: Path) -> dict[str, Any]:
     before = json.loads(ok("generations", "--json", profile).stdout)
     done = cli(
         "bisect", "--json", profile, base / "good", base / "bad", "--metric", "tok_s",
-        "--repeat", "2", "--", "python", "-c", PROGRAM,
+        "--repeat", "1", "--", "python", "-c", PROGRAM,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
