@@ -20,6 +20,7 @@ SCRIPTS = [
     "bench_cache.py",
     "bench_data.py",
     "bench_durability.py",
+    "bench_bisect.py",
 ]
 REMOTE = ["bench_remote.py", "bench_fleet.py"]
 

@@ -609,11 +609,13 @@ def exit_codes() -> dict[int, str]:
     from envlock.runs import launch
 
     meanings = {
-        0: "success: in sync, nothing to do, no differences",
+        0: "success: in sync, nothing to do, no differences; `bisect`: a cause found",
         errors.EXIT_DRIFT: "drift or differences found (`check`, `plan`, `diff`, `lock --check`,"
         " `add`/`remove --dry-run`); `run` refused because of drift (set"
         " `ENVLOCK_RUN_REFUSED_EXIT` to another status so a scheduler can tell it from the"
-        " command's own 1); a declined prompt (nothing changed, the plan still pending)",
+        " command's own 1); a declined prompt (nothing changed, the plan still pending);"
+        " `bisect`: no answer (the two ends do not separate, a probe could not be judged,"
+        " or nothing that differs can be reproduced)",
         errors.EXIT_USAGE: "usage error: bad arguments, an invalid profile, snapshot or lock, a"
         " stale or missing lock",
         errors.EXIT_FAILED: "an operation failed: target, transport, resolver, Proxmox API, a"

@@ -212,6 +212,7 @@ DOCUMENTS: dict[str, int] = {
     # 3: the summary's lock id is "lock_id" (was "lock") and a member's generation's lock id
     # "generation_lock_id" (was "generation_lock"): one name per concept
     "fleet": 3,
+    "bisect": 1,
     # the snapshot file written into a checkpoint directory (envlock-snapshot.json)
     "snapshot-file": 1,
 }

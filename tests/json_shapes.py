@@ -194,6 +194,46 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
         },
         {},
     ),
+    "bisect": (
+        {
+            "good": schema.STR,
+            "bad": schema.STR,
+            "status": schema.matching(
+                re.compile(r"found|inconclusive|nothing-to-bisect"), "a bisect's answer"
+            ),
+            "reason": schema.nullable(schema.STR),
+            "cause": STRS,
+            "metric": schema.nullable(schema.STR),
+            "threshold": schema.nullable(schema.NUMBER),
+            "ends": schema.obj({"good": OBJ, "bad": OBJ}, ("good", "bad")),
+            "differences": schema.items(
+                schema.obj(
+                    {"key": schema.STR, "kind": schema.STR, "label": schema.STR, "packages": OBJS},
+                    ("key", "kind", "label", "packages", "variable", "good", "bad"),
+                )
+            ),
+            "notes": STRS,
+            "not_tried": STRS,
+            "probes": schema.items(
+                schema.obj(
+                    {
+                        "number": schema.INT,
+                        "changes": STRS,
+                        "outcome": schema.STR,
+                        "values": schema.items(schema.NUMBER),
+                        "built": schema.BOOL,
+                        "generation": schema.nullable(GENERATION),
+                    },
+                    ("number", "changes", "outcome", "values", "summary", "seconds", "built"),
+                )
+            ),
+            "builds": schema.INT,
+            "generations_removed": schema.items(GENERATION),
+            "generations_kept": schema.items(GENERATION),
+            "seconds": schema.NUMBER,
+        },
+        {},
+    ),
     "diff": (
         {
             "a": schema.STR,

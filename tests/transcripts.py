@@ -42,6 +42,10 @@ NOT_RUN = {
         "two runs on cu128 then cu130 with typed-in metrics: tests/cli/test_snapshot_data.py"
         "::test_diff_answers_why_the_run_got_slower runs the same steps"
     ),
+    "$ envlock bisect train.toml runs/a runs/b --metric tok_s -- python train.py": (
+        "measured throughput differs from run to run: tests/cli/test_bisect.py builds the same"
+        " runs and checks the answer, its evidence and the progress lines"
+    ),
 }
 
 NO_DRIVER = "no NVIDIA driver: skipping GPU checks"

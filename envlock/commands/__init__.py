@@ -18,4 +18,5 @@ COMMANDS = {
     "cache": "cache",
     "add": "add",
     "remove": "remove",
+    "bisect": "bisect",
 }

@@ -56,15 +56,18 @@ def converge(
     progress: Callable[[str], None] | None = None,
     gate: Gate | None = None,
     adopt: bool = False,
+    held: bool = False,
 ) -> Converged:
     """Provision the container, plan and converge the environment of one target.
     `gate(container steps, plan)` runs before the first change (shows, confirms); `adopt`
-    keeps a real venv at the venv path as generation 0 first (`apply --adopt`)."""
+    keeps a real venv at the venv path as generation 0 first (`apply --adopt`); `held`: the
+    context's lock is not the profile's (a bisect probe's) and its generation is held as a
+    snapshot's is."""
     refuse_restart(ctx, restart)
     asked = Asked(deep, restart, no_wait, snapshot_dir, progress, gate or no_gate, adopt)
     run = Converging(ctx, asked)
     steps = run.container_first()
-    expect = expectation(ctx, snapshot_dir)
+    expect = expectation(ctx, snapshot_dir, held)
     done = run.rounds(expect, steps)
     if not done.applied:
         return run.converged(done, done.current)
@@ -233,11 +236,11 @@ def adopting(
     return adopt and (replans == 0 or kind == "directory")
 
 
-def expectation(ctx: Context, snapshot_dir: str | None) -> Expectation:
-    """The profile's lock; a snapshot's lock is held (as a rollback is) unless it is the
-    profile's own."""
+def expectation(ctx: Context, snapshot_dir: str | None, held: bool = False) -> Expectation:
+    """The profile's lock; a snapshot's lock (or a bisect probe's, `held`) is held (as a
+    rollback is) unless it is the profile's own."""
     expect = ctx.expectation()
-    if not snapshot_dir:
+    if not snapshot_dir and not held:
         return expect
     try:
         own = read_lock(ctx.profile.lock_path).short_hash

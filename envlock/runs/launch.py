@@ -83,16 +83,33 @@ def spec_of(
 
 def run_remote(transport: Transport, root: str, argv: list[str], spec: bytes) -> int:
     """Run argv on the target under the launcher; returns its exit status."""
+    return launched(transport, root, argv, spec, capture=False)[0]
+
+
+def run_remote_captured(
+    transport: Transport, root: str, argv: list[str], spec: bytes
+) -> tuple[int, str, str]:
+    """run_remote with the command's stdout and stderr read back (bisect measures them)."""
+    return launched(transport, root, argv, spec, capture=True)
+
+
+def launched(
+    transport: Transport, root: str, argv: list[str], spec: bytes, *, capture: bool
+) -> tuple[int, str, str]:
     import secrets  # here: a local run never needs it (it loads random, hmac, bisect)
 
     token = secrets.token_hex(8)
     run_dir = f"{root}/run"
     env_file, pid_file = f"{run_dir}/{token}.env", f"{run_dir}/{token}.pid"
     write_private(transport, run_dir, env_file, spec)
-    proc = transport.spawn(own_python(transport, LAUNCHER, env_file, pid_file, *argv, root=root))
+    launcher = own_python(transport, LAUNCHER, env_file, pid_file, *argv, root=root)
+    proc = transport.spawn(launcher, piped=capture)
     forward = Forwarder(transport, pid_file)
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    out = err = b""
     try:
+        if capture:
+            out, err = proc.communicate(b"")
         code = proc.wait()
     finally:
         for sig, handler in previous.items():
@@ -105,7 +122,7 @@ def run_remote(transport: Transport, root: str, argv: list[str], spec: bytes) ->
     except OperationError:
         ended(transport, KILLED)  # stopped just after the command ended
         raise
-    return code
+    return code, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 # A status of 128 + a signal: the command was killed (a stop kills what a container runs),

@@ -44,6 +44,8 @@ SUCCESS: dict[str, tuple[tuple[str, ...], str | None, int]] = {
     "cache": (("cache", "--json", "{P}", "status"), "cache-status", 0),
     "add": (("add", "--json", "--dry-run", "{P}", "tinydep==1.0"), "add", 0),
     "remove": (("remove", "--json", "--dry-run", "{P}", "trainutil"), "remove", 1),
+    # GOOD and BAD the same lock: nothing to bisect, no answer (1)
+    "bisect": (("bisect", "--json", "{P}", "{L}", "{L}", "--", "true"), "bisect", 1),
 }
 
 # command -> (arguments that fail, the status the text path gives). Profiles that do not
@@ -65,6 +67,7 @@ ERRORS: dict[str, tuple[tuple[str, ...], int]] = {
     "cache": (("cache", "--json", "{P}", "sweep"), 2),
     "add": (("add", "--json", "{P}"), 2),  # nothing to add
     "remove": (("remove", "--json", "{N}", "trainutil"), 2),  # no lock
+    "bisect": (("bisect", "--json", "{P}", "{L}", "{L}"), 2),  # no command
 }
 
 

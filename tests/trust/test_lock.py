@@ -242,6 +242,7 @@ PROFILE_COMMANDS: dict[str, Argv] = {
 }
 OTHER_COMMANDS: dict[str, Argv] = {
     "diff": lambda b, s: ["diff", b.lock_path, b.valid_copy],
+    "bisect": lambda b, s: ["bisect", b.profile, b.lock_path, b.valid_copy, "--", "touch", b.ran],
     "apply --from-snapshot": lambda b, s: ["apply", "-y", "--from-snapshot", s, b.profile],
     "apply --from-snapshot --force": lambda b, s: [
         *["apply", "-y", "--force", "--from-snapshot", s, b.profile]

@@ -34,6 +34,7 @@ CONVERTED = {
     "cache": ("cache_of", "cache_member"),
     "init": ("init_of", None),
     "data": ("data_of", None),
+    "bisect": ("bisect_of", None),
 }
 
 
