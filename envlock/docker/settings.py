@@ -1,0 +1,1 @@
+"""[docker]: the container envlock creates, checks and recreates for a docker target."""
