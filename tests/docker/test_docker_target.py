@@ -11,11 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+from envlock.profile.read import load_profile
 from tests.remote.docker_fixtures import Engine, MakeDocker
+from tests.remote.test_init import PIP, tree_sums
 from tests.remote.test_remote import envlock_env, write_profile
 
 ROOT = "/opt/envroot"
 VENV = "/opt/venv"
+CONTAINER_VENV = "/root/venv"
 
 
 def cli(*args: str | Path, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -181,3 +184,93 @@ def test_engine_and_container_errors_are_one_clear_message_each(
     assert stopped.returncode == 3, stopped.stderr
     assert f"container {box} on {docker_engine.host} is not running" in stopped.stderr
     assert f"docker -H {docker_engine.host} start {box}" in stopped.stderr
+
+
+def test_init_from_in_a_container_then_adopt_run_and_rollback(
+    tmp_path: Path, wheelhouse: Path, docker_engine: Engine, docker_container: MakeDocker
+) -> None:
+    """`init --from` of a pip venv inside a running container, on the engine DOCKER_HOST
+    names (no [target] host: the docker CLI's default)."""
+    box = docker_container(mounts=[(wheelhouse, str(wheelhouse))])
+
+    def inside(*argv: str) -> subprocess.CompletedProcess[str]:
+        done = docker_engine.exec(box, *argv)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    inside("python3", "-m", "venv", CONTAINER_VENV)
+    inside(f"{CONTAINER_VENV}/bin/python", *PIP, str(wheelhouse), "torch==2.11.0+cpu", "trainutil")
+    before = inside(*tree_sums(CONTAINER_VENV)).stdout
+    env = {**envlock_env(), "DOCKER_HOST": docker_engine.host}
+
+    def envlock(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "envlock", *map(str, args)]
+        return subprocess.run(argv, capture_output=True, text=True, env=env)
+
+    profile = tmp_path / "box.toml"
+    made = envlock(
+        "init", profile, "--target", "docker", "--container", box,
+        "--root", ROOT, "--venv", CONTAINER_VENV,
+        "--find-links", str(wheelhouse), "--offline", "--from", CONTAINER_VENV, "--json",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert json.loads(made.stdout)["installed"] >= 4
+    assert load_profile(profile).target.type == "docker"
+    assert f'container = "{box}"' in profile.read_text()
+
+    applied = envlock("apply", "--adopt", "-y", profile)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert inside("readlink", CONTAINER_VENV).stdout.strip() == f"{ROOT}/current"
+    ran = envlock("run", profile, "--", "python", "-c", "import sys, trainutil; print(sys.prefix)")
+    assert ran.returncode == 0 and f"{ROOT}/generations/1-" in ran.stdout, ran.stderr
+    assert envlock("rollback", profile).returncode == 0
+    deep = envlock("check", "--deep", profile)
+    assert deep.returncode == 0 and "matches its manifest" in deep.stdout, deep.stdout
+    gen0 = inside("readlink", f"{ROOT}/current").stdout.strip()
+    assert gen0.startswith("generations/0-")
+    assert inside(*tree_sums(f"{ROOT}/{gen0}")).stdout == before
+
+
+def test_generations_rollback_gc_and_snapshot_on_a_volume(
+    tmp_path: Path, wheelhouse: Path, docker_engine: Engine, docker_container: MakeDocker
+) -> None:
+    """The root on a named volume: rollback --to, gc and snapshot as on any target; a new
+    container on the same volume finds the environment as it was."""
+    volume = f"envroot-{tmp_path.name}"
+    box = docker_container(mounts=[(wheelhouse, str(wheelhouse))], volumes=[(volume, ROOT)])
+    profile = write_profile(tmp_path / "p", wheelhouse, docker_target(docker_engine, box))
+    assert cli("apply", "-y", profile).returncode == 0
+    profile.write_text(profile.read_text().replace("tinydep==1.0", "tinydep==0.9"))
+    assert cli("lock", profile).returncode == 0
+    assert cli("apply", "-y", profile).returncode == 0
+    listed = json.loads(cli("generations", "--json", profile).stdout)
+    assert listed["current"].startswith("2-")
+
+    back = cli("rollback", "--to", "1", profile)
+    assert back.returncode == 0, back.stderr
+    ran = cli("run", profile, "--", "python", "-c", "import tinydep; print(tinydep.VERSION)")
+    assert ran.returncode == 0 and ran.stdout.strip() == "1.0", ran.stderr
+    assert cli("apply", "-y", profile).returncode == 0
+    collected = cli("gc", "--keep", "1", "-y", profile)
+    assert collected.returncode == 0, collected.stderr
+    left = docker_engine.exec(box, "ls", f"{ROOT}/generations")
+    # Never the active one nor the previous (the rollback target).
+    assert [name[:2] for name in left.stdout.split()] == ["1-", "2-"], left.stdout
+
+    shot = cli("snapshot", profile, tmp_path / "ckpt")
+    assert shot.returncode == 0, shot.stderr
+    document = json.loads((tmp_path / "ckpt" / "envlock-snapshot.json").read_text())
+    assert document["generation"].startswith("2-"), document["generation"]
+    assert box in document["host"]["target"], document["host"]
+
+    # The container goes; another one on the same volume (the venv link is the image's
+    # business: recreated, it is made again by apply) finds generation 2 as it was.
+    assert docker_engine.docker("rm", "-f", box).returncode == 0
+    again = docker_container(
+        name=box, mounts=[(wheelhouse, str(wheelhouse))], volumes=[(volume, ROOT)]
+    )
+    assert again == box
+    healed = cli("apply", "-y", profile)
+    assert healed.returncode == 0, healed.stderr
+    assert "building" not in healed.stderr, healed.stderr
+    assert cli("check", profile).returncode == 0

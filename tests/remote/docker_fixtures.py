@@ -195,21 +195,27 @@ MakeDocker = Callable[..., str]
 
 @pytest.fixture
 def docker_container(docker_engine: Engine, docker_image: str) -> Iterator[MakeDocker]:
-    """Factory: make(name=None, mounts=(), engine=None, labels={}) -> the name of a running
-    container (`sleep infinity`, `--network none`), one bind mount per (host_dir, path)."""
+    """Factory: make(name=None, mounts=(), engine=None, labels={}, volumes=()) -> the name of a
+    running container (`sleep infinity`, `--network none`), one bind mount per (host_dir,
+    path) and one named volume per (volume, path); containers and volumes go at teardown."""
     made: list[tuple[Engine, str]] = []
+    made_volumes: set[tuple[Engine, str]] = set()
 
     def make(
         name: str | None = None,
         mounts: Sequence[tuple[str | os.PathLike[str], str]] = (),
         engine: Engine | None = None,
         labels: dict[str, str] | None = None,
+        volumes: Sequence[tuple[str, str]] = (),
     ) -> str:
         engine = engine or docker_engine
         name = name or f"box{len(made)}-{os.getpid()}"
         argv = ["run", "-d", "--name", name, "--network", "none", "--init"]
         for host, path in mounts:
             argv += ["--mount", f"type=bind,source={host},target={path}"]
+        for volume, path in volumes:
+            argv += ["--mount", f"type=volume,source={volume},target={path}"]
+            made_volumes.add((engine, volume))
         for key, value in (labels or {}).items():
             argv += ["--label", f"{key}={value}"]
         created = engine.docker(*argv, docker_image, "sleep", "infinity")
@@ -223,3 +229,5 @@ def docker_container(docker_engine: Engine, docker_image: str) -> Iterator[MakeD
     finally:
         for engine, name in reversed(made):
             engine.docker("rm", "-f", "-v", name)
+        for engine, volume in made_volumes:
+            engine.docker("volume", "rm", "-f", volume)
