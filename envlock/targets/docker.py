@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from envlock.base import started
 from envlock.base.tomlread import Table, shown
@@ -25,12 +25,17 @@ from envlock.targets.base import (
     InitFlag,
     LocalPath,
     NotRunning,
+    Provisioner,
     Result,
     StarterRow,
     TargetType,
     TransportFailed,
 )
 from envlock.targets.local import communicate, spawn_ignoring_signals
+
+if TYPE_CHECKING:
+    # Read when a profile declares [docker]: a profile without one loads none of it.
+    from envlock.docker.settings import DockerSpec
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {"PATH": CONTAINER_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root"}
@@ -277,6 +282,20 @@ def check_host(t: Table, host: str) -> None:
         t.fail("host", f"expected a host name after ssh://, found {shown(host)}")
 
 
+def read_docker_table(t: Table, settings: DockerSettings) -> DockerSpec:
+    """[docker]: the container envlock creates and keeps as declared (envlock/docker/)."""
+    from envlock.docker.settings import read_docker_spec
+
+    return read_docker_spec(t, settings.container)
+
+
+def docker_provisioner(settings: DockerSettings, spec: DockerSpec) -> Provisioner:
+    # The Docker SDK (docker, requests) loads only for profiles that declare a [docker].
+    from envlock.docker.provision import DockerProvisioner
+
+    return DockerProvisioner(settings.host, settings.where(), spec)
+
+
 DOCKER_FLAGS = (
     InitFlag(
         "--container",
@@ -311,4 +330,7 @@ DOCKER = TargetType(
         ),
     ),
     failures=DOCKER_FAILURES,
+    read_container=read_docker_table,
+    provisioner=docker_provisioner,
+    container_table="docker",
 )
