@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from envlock.profile.read import load_profile
+from tests.cli.test_hot_path import forbidden, loaded
 from tests.remote.docker_fixtures import Engine, MakeDocker
 from tests.remote.test_init import PIP, tree_sums
 from tests.remote.test_remote import envlock_env, write_profile
@@ -133,6 +134,9 @@ def test_each_command_is_one_docker_exec_signals_reach_the_command(
         "generations": counted(docker_engine, box, "generations", profile, cache=cache),
     }
     print("round trips:", json.dumps(trips))
+    # Without a [docker] table nothing of the Docker SDK (or envlock/docker/) loads.
+    code, modules = loaded(tmp_path, cache, "check", profile)
+    assert code == 0 and forbidden(modules) == [], forbidden(modules)
     assert all(code == 0 for code, _ in trips.values()), trips
     assert trips["check"][1] == 1 and trips["check --deep"][1] == 1
     assert trips["run"][1] == 1, trips  # the state as judged last time: one call
