@@ -123,3 +123,47 @@ def test_an_engine_refusal_is_said_in_its_own_words() -> None:
     said = api_error(conflict, "unix:///s", "box")
     assert isinstance(said, EngineError) and said.exit_code == 3
     assert "a container named box already exists" in said.message
+
+
+# The docker CLI's own words (20.10 and 28), as raw output → the error it becomes.
+CLI_WORDS = [
+    (
+        "permission denied while trying to connect to the Docker daemon socket at "
+        'unix:///var/run/docker.sock: Get "http://%2Fvar%2Frun%2Fdocker.sock/v1.24/containers'
+        '/box/json": dial unix /var/run/docker.sock: connect: permission denied',
+        "EnginePermission",
+        "permission denied on the Docker engine's socket",
+    ),
+    (
+        "Cannot connect to the Docker daemon at unix:///s. Is the docker daemon running?",
+        "EngineUnreachable",
+        "does not answer",
+    ),
+    ("Error response from daemon: No such container: box", "ContainerMissing", "does not exist"),
+    (
+        "Error response from daemon: Container 0123abcd is not running",
+        "ContainerNotRunning",
+        "is not running",
+    ),
+]
+
+
+@pytest.mark.parametrize(("said", "kind", "message"), CLI_WORDS)
+def test_the_docker_cli_s_own_failures_are_one_error_each(
+    said: str, kind: str, message: str
+) -> None:
+    from envlock.targets.docker import DockerSettings, DockerTransport
+
+    failure = DockerTransport(DockerSettings("box", "unix:///s")).failure_of(said)
+    assert failure is not None and type(failure).__name__ == kind
+    assert message in failure.message and failure.exit_code == 3
+
+
+def test_the_sdk_s_permission_refusal_is_said_as_such() -> None:
+    from envlock.docker.engine import unreachable
+
+    said = unreachable(
+        OSError("('Connection aborted.', PermissionError(13, 'Permission denied'))"), "unix:///s"
+    )
+    assert "permission denied on the Docker engine's socket (unix:///s)" in said.message
+    assert "`docker` group" in str(said.hint)
