@@ -119,8 +119,29 @@ class DockerProvisioner:
                 options[key] = value
         command = list(spec.command) if spec.command is not None else None
         with self.errors(image):
-            container = self.client.containers.create(image, command, **options)
-            container.start()
+            container = self.created(image, command, options, say)
+            if container.status != "running":
+                container.start()
+
+    def created(
+        self,
+        image: str,
+        command: list[str] | None,
+        options: dict[str, Any],
+        say: Callable[[str], None],
+    ) -> Any:
+        """The new container; one that another apply created meanwhile under the same name
+        (two applies at once) is taken as created, not refused."""
+        from docker.errors import APIError
+
+        try:
+            return self.client.containers.create(image, command, **options)
+        except APIError as exc:
+            found = self.made_meanwhile() if exc.status_code == 409 else None
+            if found is None:
+                raise
+            say(f"{self.describe()} was created meanwhile (another apply): using it")
+            return found
 
     def recreate(self, found: Any, image: str, say: Callable[[str], None]) -> None:
         """The old container goes (its anonymous volumes too; named volumes and bind mounts
@@ -131,6 +152,18 @@ class DockerProvisioner:
                 found.stop(timeout=STOP_TIMEOUT)
             found.remove(v=False)
         self.create(say, image)
+
+    def made_meanwhile(self) -> Any:
+        """The container another create holds the name for: the engine reserves the name
+        before the container can be asked for (up to a few seconds, on vfs)."""
+        import time  # here: only a race pays for it
+
+        for _ in range(100):
+            found = self.find()
+            if found is not None:
+                return found
+            time.sleep(0.1)
+        return None
 
     # -- commits: the container's snapshots -------------------------------------------------
     def snapshot(
