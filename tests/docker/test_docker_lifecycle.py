@@ -5,8 +5,6 @@ requests are checked as the engine records them (HostConfig.DeviceRequests): no 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.docker.test_docker_target import ROOT, cli, docker_target
@@ -139,31 +137,3 @@ def test_engine_errors_of_the_lifecycle_are_one_message_each(
         assert refused.returncode == 3, refused.stderr
         assert f"the Docker engine at unix://{tmp_path}/none.sock does not answer" in refused.stderr
         assert "Traceback" not in refused.stderr
-
-
-def test_two_applies_at_once_converge_to_one_container(
-    tmp_path: Path, wheelhouse: Path, docker_engine: Engine, docker_image: str
-) -> None:
-    """Both find no container and create it: the engine takes one name once, the other
-    apply uses that container, and the root's lock orders the builds."""
-    name, volume = f"twice-{tmp_path.name}"[:60], f"tw-{tmp_path.name}"[:60]
-    try:
-        table = docker_table(docker_image, volume, wheelhouse)
-        profile = write_profile(
-            tmp_path / "p", wheelhouse, docker_target(docker_engine, name), extra=table
-        )
-        argv = [sys.executable, "-m", "envlock", "apply", "-y", str(profile)]
-        both = [
-            subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for _ in range(2)
-        ]
-        done = [(proc.wait(timeout=600), *proc.communicate()) for proc in both]
-        assert [code for code, _, _ in done] == [0, 0], "\n".join(out + err for _, out, err in done)
-        listed = docker_engine.docker("ps", "-a", "--filter", f"name=^{name}$", "-q")
-        assert len(listed.stdout.split()) == 1
-        assert cli("check", profile).returncode == 0
-        gens = docker_engine.exec(name, "ls", f"{ROOT}/generations")
-        assert len(gens.stdout.split()) == 1, gens.stdout  # built once
-    finally:
-        docker_engine.docker("rm", "-f", name)
-        docker_engine.docker("volume", "rm", "-f", volume)

@@ -11,6 +11,7 @@ Fixtures:
   docker_engine     (session) Engine: host (unix://SOCK), the daemon's directory; stopped
                     at the end.
   docker_image      (session) the imported image's tag.
+  second_engine     (function) another engine with the image, the test's own to stop and start.
   docker_container  (function) make(name=None, mounts=(), engine=None) -> the name of a
                     running container; every container made is removed at teardown.
 """
@@ -117,9 +118,9 @@ def start_engine(d: Path) -> Engine:
     pytest.fail(f"dockerd did not start on {sock} (exit {proc.poll()}):\n{_tail(log)}")
 
 
-def stop_engine(engine: Engine) -> None:
+def stop_engine(engine: Engine, *, remove: bool = True) -> None:
     """SIGTERM the daemon (it stops its containers and its containerd), wait, then remove
-    what it left (vfs: plain directories)."""
+    what it left (vfs: plain directories) unless it is to start again on them."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(engine.pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
@@ -133,6 +134,8 @@ def stop_engine(engine: Engine) -> None:
     else:
         with contextlib.suppress(ProcessLookupError):
             os.kill(engine.pid, signal.SIGKILL)
+    if not remove:
+        return
     subprocess.run(
         ["rm", "-rf", "--one-file-system", str(engine.directory)], capture_output=True, check=False
     )
@@ -188,6 +191,15 @@ def docker_image(docker_engine: Engine) -> str:
     if shutil.which("debootstrap") is None:
         subprocess.run(["bash", str(SYSTEM_DEPS), "debootstrap"], capture_output=True, check=False)
     return import_image(docker_engine, build_rootfs())
+
+
+@pytest.fixture
+def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """Another private engine, the test's own (it may stop and start it), with the suite's
+    image imported."""
+    with private_engine(tmp_path_factory, "dockerd2") as engine:
+        import_image(engine, build_rootfs())
+        yield engine
 
 
 MakeDocker = Callable[..., str]
