@@ -121,14 +121,20 @@ def test_each_command_is_one_docker_exec_signals_reach_the_command(
     box = docker_container(mounts=[(wheelhouse, str(wheelhouse))])
     profile = write_profile(tmp_path / "p", wheelhouse, docker_target(docker_engine, box))
     cache = tmp_path / "user-cache"
-    assert cli("apply", "-y", profile, cache=cache).returncode == 0
     trips = {
+        "apply (first: uv, build, switch)": counted(
+            docker_engine, box, "apply", "-y", profile, cache=cache
+        ),
         "check": counted(docker_engine, box, "check", profile, cache=cache),
         "check --deep": counted(docker_engine, box, "check", "--deep", profile, cache=cache),
         "run (first)": counted(docker_engine, box, "run", profile, "--", "true", cache=cache),
         "run": counted(docker_engine, box, "run", profile, "--", "true", cache=cache),
         "apply (nothing to do)": counted(docker_engine, box, "apply", "-y", profile, cache=cache),
         "generations": counted(docker_engine, box, "generations", profile, cache=cache),
+        "rollback --resync": counted(
+            docker_engine, box, "rollback", "--resync", profile, cache=cache
+        ),
+        "snapshot": counted(docker_engine, box, "snapshot", profile, tmp_path / "c", cache=cache),
     }
     print("round trips:", json.dumps(trips))
     # Without a [docker] table nothing of the Docker SDK (or envlock/docker/) loads.
