@@ -225,6 +225,15 @@ def test_generations_rollback_gc_and_snapshot_on_a_volume(
     assert document["generation"].startswith("2-"), document["generation"]
     assert box in document["host"]["target"], document["host"]
 
+    # A run that writes its snapshot (DIR on this machine), and the compile cache's status.
+    into = cli("run", "--snapshot-into", tmp_path / "run1", profile, "--", "python", "-c", "pass")
+    assert into.returncode == 0, into.stderr
+    written = json.loads((tmp_path / "run1" / "envlock-snapshot.json").read_text())
+    assert written["generation"].startswith("2-")
+    status = cli("cache", profile, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["cache_dir"].startswith(f"{ROOT}/cache")
+
     # The container goes; another one on the same volume (the venv link is the image's
     # business: recreated, it is made again by apply) finds generation 2 as it was.
     assert docker_engine.docker("rm", "-f", box).returncode == 0
