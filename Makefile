@@ -39,13 +39,13 @@ docs-serve: setup
 	.venv/bin/mkdocs serve
 
 system-deps:
-	bash tests/setup/system-deps.sh lxc debootstrap openssh-server
+	bash tests/setup/system-deps.sh lxc debootstrap openssh-server docker.io
 
 test: setup system-deps
 	.venv/bin/python -m pytest
 
-# The pure and unit tests: no LXC, sshd, LazyFS or system packages. Other slices by marker,
-# e.g. `.venv/bin/python -m pytest -m "not lxc and not sshd and not lazyfs"`.
+# The pure and unit tests: no LXC, sshd, LazyFS, Docker or system packages. Other slices by marker,
+# e.g. `.venv/bin/python -m pytest -m "not lxc and not sshd and not lazyfs and not docker"`.
 test-fast: setup
 	.venv/bin/python -m pytest -q tests/unit
 

@@ -228,7 +228,12 @@ RAW_TYPES = {
     "target.hosts": 'table `{ NODE = "HOST" }`',
     "target.vmids": "array of integers ≥ 100",
     "container.mounts": "array of tables `{source, path, ro}`",
+    "docker.gpus": '`"all"` or array of strings (device ids)',
+    "docker.volumes": "array of tables `{source, path, ro}`",
+    "docker.shm-size": 'string (`"16g"`, `"512m"`) or integer (bytes)',
 }
+# Tables inside a table whose keys are names the user chooses: their own keys are not fields.
+ANY_KEY_TABLES = ("docker.env", "docker.labels")
 # Tables whose keys are names the user chooses.
 ANY_KEY = {
     "env": (
@@ -245,10 +250,11 @@ ANY_KEY = {
 MEANINGS = {
     "profile.name": "`[a-z0-9][a-z0-9_-]*`; names the lock file (`pylock.<name>.toml`)",
     "profile.description": "free text",
-    "target.type": "where the environment lives: `local`, `ssh` or `proxmox-lxc`",
+    "target.type": "where the environment lives: `local`, `ssh`, `proxmox-lxc` or `docker`",
     "target.root": "envlock's directory on the target; absolute on remote targets, relative local paths are taken from the profile's directory",
     "target.venv": "the stable venv path, a symlink to `<root>/current`; envlock refuses to replace a real directory there",
-    "target.host": "ssh host or `~/.ssh/config` alias (for proxmox-lxc: the node; in a fleet a template such as `{node}.lab`); no spaces, control characters or leading `-`",
+    "target.host": "ssh host or `~/.ssh/config` alias (for proxmox-lxc: the node; in a fleet a template such as `{node}.lab`); no spaces, control characters or leading `-`. For docker: the engine's `DOCKER_HOST`, `unix:///…` or `ssh://host` (default: the docker CLI's own, `DOCKER_HOST` or the current context)",
+    "target.container": "docker: the container's name; commands reach it with `docker exec`",
     "target.user": "passed to ssh (`-l`); no spaces, control characters or leading `-`",
     "target.port": "passed to ssh (`-p`)",
     "target.identity-file": "passed to ssh (`-i`)",
@@ -286,6 +292,21 @@ MEANINGS = {
     "container.mounts[].ro": "read-only",
     "container.snapshot-before-apply": "an LXC snapshot before apply changes anything",
     "container.keep-snapshots": "how many `envlock-*` snapshots of the container to keep",
+    "docker.name": "the container's name: [target] container (nothing else is accepted)",
+    "docker.image": "the image the container is created (and recreated) from; envlock never pulls",
+    "docker.gpus": "GPUs as `docker run --gpus`: a device request with the `gpu` capability (`all`: count -1)",
+    "docker.volumes": "named volumes (`source` a name) and bind mounts (`source` an absolute path): kept across a recreate",
+    "docker.volumes[].source": "a volume's name, or an absolute path on the engine's host",
+    "docker.volumes[].path": "absolute path in the container",
+    "docker.volumes[].ro": "read-only",
+    "docker.shm-size": "the size of `/dev/shm` (`--shm-size`)",
+    "docker.ipc": "`private`, `shareable`, `host`, `none` or `container:NAME` (`--ipc`)",
+    "docker.env": "variables of the container's config (`-e`); `envlock run` sets `[env]` on top",
+    "docker.labels": "labels of the container (`--label`)",
+    "docker.command": "the command the container runs (default: the image's)",
+    "docker.network": "the network (`--network`: `none`, `bridge`, a network's name)",
+    "docker.keep-commits": "how many `envlock-<name>:<generation>-<time>` commits of the container to keep",
+    "docker.commit-before-apply": "commit the container to an image before apply changes anything (`rollback --container` returns to it)",
     "python.version": '`"3.X"` or `"3.X.Y"`: the interpreter of the environment',
     "python.platform": "the uv platform the lock is resolved for",
     "python.download": "whether uv may download a managed CPython for the environment",
@@ -306,6 +327,23 @@ MEANINGS = {
     "run.pass-env": "variables `envlock run` passes through from the caller's environment (`WANDB_API_KEY`, …); each once, and none that `[env]` sets",
     "gpu.count": "how many GPUs the environment expects",
 }
+
+
+DOCKER_TABLE = """
+[docker]
+name = "trainer"
+image = "nvcr.io/nvidia/pytorch:25.01-py3"
+gpus = "all"
+volumes = [{ source = "envroot", path = "/srv/root" }, { source = "/data", path = "/data", ro = true }]
+shm-size = "16g"
+ipc = "host"
+env = { NCCL_DEBUG = "WARN" }
+labels = { team = "vision" }
+command = ["sleep", "infinity"]
+network = "bridge"
+keep-commits = 3
+commit-before-apply = true
+"""
 
 
 def example_profiles(directory: Path) -> Iterator[Path]:
@@ -358,6 +396,8 @@ train = "/srv/data"
         "select": 'type = "proxmox-lxc"\nroot = "/srv/root"\nhosts = { pve1 = "10.0.0.1" }\n'
         'api-url = "https://pve1:8006"\nsecret-env = "S"\n'
         'select = { tags = ["train"], pool = "gpu", node = "pve1", name = "t*" }',
+        "docker": 'type = "docker"\nroot = "/srv/root"\ncontainer = "trainer"\n'
+        'host = "ssh://gpu-node"',
     }
     container = """
 [container]
@@ -379,6 +419,8 @@ keep-snapshots = 5
         text = f'[profile]\nname = "ex"\ndescription = "x"\n[target]\n{target}\n{common}'
         if name == "lxc":
             text += container
+        if name == "docker":
+            text += DOCKER_TABLE
         path = directory / f"{name}.toml"
         path.write_text(text)
         yield path
@@ -434,15 +476,17 @@ def profile_fields() -> dict[str, Field]:
     fields: dict[str, Field] = {}
     with tempfile.TemporaryDirectory() as tmp, recording_tables(fields):
         for path in example_profiles(Path(tmp)):
-            READING[0] = {"local": "local", "ssh": "ssh"}.get(path.stem, "proxmox-lxc")
+            READING[0] = {"local": "local", "ssh": "ssh", "docker": "docker"}.get(
+                path.stem, "proxmox-lxc"
+            )
             load_profile(path)
-    for name in ANY_KEY:  # the example's own names, not keys of the table
+    for name in (*ANY_KEY, *ANY_KEY_TABLES):  # the example's own names, not keys of the table
         for key in [k for k in fields if k.startswith(f"{name}.")]:
             del fields[key]
     return fields
 
 
-TARGETS = ("local", "ssh", "proxmox-lxc")
+TARGETS = ("local", "ssh", "proxmox-lxc", "docker")
 TYPES = {
     "string": "string",
     "text": "string",
@@ -497,7 +541,7 @@ def profile_page() -> str:
         "",
         "Every key a profile may hold, with its type, its default and whether it is"
         " required, as the profile's readers accept them (envlock/profile/, envlock/targets/,"
-        " envlock/proxmox/settings.py; recorded while they read example profiles, since the"
+        " envlock/proxmox/settings.py, envlock/docker/settings.py; recorded while they read example profiles, since the"
         " code keeps no separate field table). Every table refuses keys it does not know."
         " See [profiles](../concepts/profiles.md) for an example.",
         "",

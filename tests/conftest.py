@@ -16,7 +16,7 @@ import pytest
 from tests.support import make_torch_venv
 from tests.wheelhouse import build_pypi_wheelhouse, build_wheelhouse
 
-pytest_plugins = ["tests.remote.fixtures"]
+pytest_plugins = ["tests.remote.fixtures", "tests.remote.docker_fixtures"]
 
 Envlock = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -35,15 +35,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # What a test needs beyond Python and uv, named by the fixtures that set it up: each is a
-# marker, so `-m "not lxc"` (or sshd, lazyfs, pve) deselects the tests that need it. A test's
-# fixtures are read whole (the fixtures its fixtures use included), so a test that reaches a
-# container through a helper fixture is marked as well. Every test under tests/unit is `unit`.
+# marker, so `-m "not lxc"` (or sshd, lazyfs, pve, docker) deselects the tests that need it.
+# A test's fixtures are read whole (the fixtures its fixtures use included), so a test that
+# reaches a container through a helper fixture is marked as well. Every test under tests/unit
+# is `unit`.
 NEEDS = {
     "lxc": {"lxc_container", "rootfs_tarball"},
     "sshd": {"node_sshd", "bare_node_sshd"},
     "lazyfs": {"lazyfs_bin", "lazy"},
     "pve": {"fakepve", "fakepve_url", "pve_api"},
     "tmpfs": {"tmpfs"},
+    "docker": {"docker_engine", "docker_image", "docker_container", "second_engine"},
 }
 UNIT = Path(__file__).resolve().parent / "unit"
 

@@ -89,9 +89,12 @@ def commands_and_outputs(block: list[str]) -> list[tuple[str, list[str]]]:
     return steps
 
 
-def masked(lines: list[str], project: Path, ids: dict[str, str]) -> list[str]:
+def masked(
+    lines: list[str], project: Path, ids: dict[str, str], paths: dict[str, str] | None = None
+) -> list[str]:
     """Lock ids by order of appearance in the block (`ids`: the same id stays the same),
-    times, counts, paths, Python's patch release."""
+    times, counts, paths (`paths`: the page's path for each real one), Python's patch
+    release."""
 
     def lock_id(match: re.Match[str]) -> str:
         return ids.setdefault(match.group(0), f"<lock {len(ids) + 1}>")
@@ -99,6 +102,8 @@ def masked(lines: list[str], project: Path, ids: dict[str, str]) -> list[str]:
     out = []
     for line in lines:
         line = line.replace(str(project), "/tmp/demo").rstrip()
+        for page, real in (paths or {}).items():
+            line = line.replace(real, page)
         line = re.sub(r"\b[0-9a-f]{12}\b", lock_id, line)
         line = re.sub(r"\b\d+(\.\d+)? ?(ms|s)\b", "<time>", line)
         line = re.sub(r"\bPython (\d+\.\d+)\.\d+", r"Python \1.<patch>", line)
@@ -115,12 +120,17 @@ def matches(expected: list[str], actual: list[str]) -> bool:
     return actual[: len(head)] == head and (not tail or actual[-len(tail) :] == tail)
 
 
-def run_block(block: list[str], project: Path, env: dict[str, str]) -> None:
-    """The block's commands in one bash (so `echo $?` sees the command before it)."""
+def run_block(
+    block: list[str], project: Path, env: dict[str, str], paths: dict[str, str] | None = None
+) -> None:
+    """The block's commands in one bash (so `echo $?` sees the command before it); `paths`:
+    the real path for each of the page's (a wheelhouse the page shows at /srv/wheels)."""
     steps = commands_and_outputs(block)
     script = ["exec 2>&1", f"cd {shlex.quote(str(project))}"]
     for command, _ in steps:
         command = command.replace("/opt/venv", str(project / "venv"))
+        for page, real in (paths or {}).items():
+            command = command.replace(page, shlex.quote(real))
         script += [command, f"__s=$?; echo {MARK}; (exit $__s)"]
     done = subprocess.run(
         ["bash", "-c", "\n".join(script)], capture_output=True, text=True, env=env, timeout=300
@@ -134,7 +144,8 @@ def run_block(block: list[str], project: Path, env: dict[str, str]) -> None:
             # The transcripts are a GPU node's: this machine's driverless note about a CUDA
             # build is the one line they do not show.
             lines = [line for line in actual.splitlines() if line != NO_DRIVER]
-            shown, got = masked(expected, project, shown_ids), masked(lines, project, printed_ids)
+            shown = masked(expected, project, shown_ids, paths)
+            got = masked(lines, project, printed_ids, paths)
             assert matches(shown, got), (
                 f"$ {command}\nshown:\n" + "\n".join(shown) + "\nprinted:\n" + "\n".join(got)
             )

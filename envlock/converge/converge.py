@@ -127,15 +127,21 @@ class Converging:
         it runs. Returns what apply changes about a running one (said with the plan)."""
         ctx, asked = self.ctx, self.asked
         container = check_container(ctx)
-        if ctx.provisioner is not None and container is not None and not container.running:
+        if ctx.provisioner is not None and container is not None and first(container):
             asked.gate(list(container.drifts), None)
-            self.snapshot_once(None)
+            self.snapshot_once(self.state_before(container))
             self.report += ctx.provisioner.provision(
                 restart=asked.restart, on_progress=asked.progress
             )
             return []
         self.report += waiting_for_restart(container, asked.restart)
         return container_changes(container, asked.restart)
+
+    def state_before(self, container: ContainerCheck) -> State | None:
+        """What a running container holds before it is replaced (its commit names it)."""
+        if not container.running:
+            return None
+        return check(self.ctx, Probe(verify=False), hold=False)[0]
 
     def rounds(self, expect: Expectation, steps: list[Drift]) -> Round:
         """Plan, show, change the container, execute; again while the agent answers that
@@ -286,6 +292,12 @@ def snapshot_first(
         on_progress=on_progress,
     )
     return [f"snapshot {name}"] if name else []
+
+
+def first(container: ContainerCheck) -> bool:
+    """Whether the container is provisioned before anything inside it is planned: it does
+    not run, or its changes replace it."""
+    return not container.running or container.replaces
 
 
 def container_changes(container: ContainerCheck | None, restart: bool) -> list[Drift]:

@@ -88,6 +88,7 @@ class _ProfileReader:
         "profile",
         "target",
         "container",
+        "docker",
         "python",
         "torch",
         "dependencies",
@@ -252,19 +253,28 @@ class _ProfileReader:
 
     # -- [container] ------------------------------------------------------------------------
     def read_container(self, target: Target) -> Container | None:
-        t = self.table("container")
-        if t is None:
-            return None
-        if target.kind.read_container is None:
-            with_container = [k.name for k in TARGET_TYPES.values() if k.read_container]
-            t.fail(
-                None,
-                f"a container only applies to {', '.join(with_container)} targets, "
-                f'target type is "{target.type}"',
-                hint="remove [container] or set [target] type",
-            )
-        container: Container = target.kind.read_container(t, target.settings)
-        return container
+        """The container table of the target's type ([container], [docker]); another
+        type's is refused by name."""
+        for name in sorted({k.container_table for k in TARGET_TYPES.values() if k.read_container}):
+            t = self.table(name)
+            if t is None:
+                continue
+            if target.kind.read_container is None or target.kind.container_table != name:
+                with_it = [
+                    k.name
+                    for k in TARGET_TYPES.values()
+                    if k.read_container and k.container_table == name
+                ]
+                what = "a container" if name == "container" else f"[{name}]"
+                t.fail(
+                    None,
+                    f"{what} only applies to {', '.join(with_it)} targets, "
+                    f'target type is "{target.type}"',
+                    hint=f"remove [{name}] or set [target] type",
+                )
+            container: Container = target.kind.read_container(t, target.settings)
+            return container
+        return None
 
     # -- [cache], [env], [scripts] ----------------------------------------------------------
     def read_cache(self, target: Target) -> str:

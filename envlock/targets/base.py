@@ -160,6 +160,9 @@ class ContainerCheck:
     exists: bool
     running: bool
     drifts: tuple[Drift, ...]
+    # Its changes replace the container (docker's recreate): what is inside is planned
+    # after them, as for a stopped one, never before.
+    replaces: bool = False
 
 
 @dataclass(frozen=True)
@@ -267,6 +270,8 @@ class TargetType:
     # None means the table is refused.
     read_container: Callable[[Table, Any], Any] | None = None
     provisioner: Callable[[Any, Any], Provisioner] | None = None
+    # The name of that table in a profile ([container] for Proxmox, [docker] for Docker).
+    container_table: str = "container"
 
 
 @dataclass(frozen=True)

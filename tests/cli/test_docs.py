@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import run_envlock
 from tests.projects import torch_profile_text
+from tests.remote.docker_fixtures import Engine
 from tests.transcripts import (
     NOT_RUN,
     REPO,
@@ -38,7 +39,8 @@ INIT_CONTAINER = (
     "$ envlock init fc.toml --target proxmox-lxc --host pve1 --node pve1 --vmid 200"
     " --api-url https://pve1:8006 --torch 2.11.0 --backend cu128"
 )
-RUN = (SEED, HOLD, ADD, NO_RELEASE, DIFF, INIT_CONTAINER)
+DOCKER = "$ envlock apply -y box.toml"
+RUN = (SEED, HOLD, ADD, NO_RELEASE, DIFF, INIT_CONTAINER, DOCKER)
 PAGES = doc_pages()
 
 
@@ -119,6 +121,29 @@ def test_the_first_container_transcript(tmp_path: Path, wheelhouse: Path) -> Non
     """`init` of a proxmox-lxc profile contacts nothing: the page's block runs as shown."""
     (block,) = blocks_of(INIT_CONTAINER, *PAGES)
     run_block(block, tmp_path, transcript_env(wheelhouse))
+
+
+def test_the_docker_transcript(
+    tmp_path: Path, wheelhouse: Path, docker_engine: Engine, docker_image: str
+) -> None:
+    """The Docker page's profile (its wheelhouse bind-mounted where the page shows
+    /srv/wheels) and its block, on the suite's private engine (DOCKER_HOST)."""
+    page = REPO / "docs" / "guides" / "docker.md"
+    pattern = r'^```toml\n(\[profile\]\nname = "box"\n.*?)^```'
+    (toml,) = re.findall(pattern, page.read_text(), re.M | re.S)
+    wheels = str(wheelhouse)
+    (tmp_path / "box.toml").write_text(toml.replace("/srv/wheels", wheels))
+    image = re.findall(r'^image = "(.+)"$', toml, re.M)[0]
+    assert docker_engine.docker("tag", docker_image, image).returncode == 0
+    env = {**transcript_env(wheelhouse), "DOCKER_HOST": docker_engine.host}
+    try:
+        assert run_envlock("lock", tmp_path / "box.toml", env=env).returncode == 0
+        (block,) = blocks_of(DOCKER, *PAGES)
+        run_block(block, tmp_path, env, paths={"/srv/wheels": wheels})
+    finally:
+        docker_engine.docker("rm", "-f", "box")
+        docker_engine.docker("volume", "rm", "-f", "box-envlock")
+        docker_engine.docker("rmi", image)
 
 
 def test_the_speed_table_is_the_one_the_benchmark_results_give() -> None:

@@ -31,6 +31,10 @@ NOT_ON_THE_HOT_PATH = (
     "envlock.converge.fleet",
     "envlock.proxmox.",
     "proxmoxer",
+    # The docker type's lifecycle and the Docker SDK: only a profile with [docker] loads them.
+    "envlock.docker.",
+    "docker",
+    "docker.",
     "requests",
     "rich.table",
     "envlock.lock.resolve",

@@ -110,6 +110,11 @@ def system_ready() -> None:
 @pytest.fixture(scope="session")
 def rootfs_tarball(system_ready: None) -> Path:
     """The cached Debian bookworm minbase+python3+python3-venv rootfs tarball (built once)."""
+    return build_rootfs()
+
+
+def build_rootfs() -> Path:
+    """rootfs.sh's tarball (built once, cached): LXC's containers and the Docker image."""
     try:
         proc = _run(["bash", ROOTFS_SH], timeout=1800)
     except subprocess.TimeoutExpired:

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "envlock.profile",
             "envlock.targets",
             "envlock.proxmox",
+            "envlock.docker",
             "envlock.checkpoint",
         ),
     ),

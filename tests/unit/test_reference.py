@@ -50,6 +50,7 @@ READERS = [
     *sorted((REPO / "envlock" / "profile").glob("*.py")),
     *sorted((REPO / "envlock" / "targets").glob("*.py")),
     REPO / "envlock" / "proxmox" / "settings.py",
+    REPO / "envlock" / "docker" / "settings.py",
 ]
 TABLE_READS = {"string", "text", "integer", "boolean", "strings", "texts", "table", "raw"}
 

@@ -35,6 +35,7 @@ def test_init_s_flags_are_the_rows_flags_each_once_with_the_types_that_take_it()
         ("--node", ("proxmox-lxc",)),
         ("--vmid", ("proxmox-lxc",)),
         ("--api-url", ("proxmox-lxc",)),
+        ("--container", ("docker",)),
     ]
 
 
@@ -44,6 +45,7 @@ def test_init_s_flags_are_the_rows_flags_each_once_with_the_types_that_take_it()
         ("local", (".envlock/t", ".envlock/t/venv"), [], ()),
         ("ssh", ("/opt/envlock", "/opt/venv"), ["--host"], ("host", "identity-file")),
         ("proxmox-lxc", ("/opt/envlock", "/opt/venv"), ["--host", "--vmid"], ("host", "vmid")),
+        ("docker", ("/opt/envlock", "/opt/venv"), ["--container"], ()),
     ],
 )
 def test_each_type_reads_its_row(

@@ -4,7 +4,7 @@ back as that type), the profile reader, the transport (built, and reached over s
 when the row says so) and the classes its transport fails with (each a TransportFailed, the
 only ones code outside targets/ catches).
 
-A fourth type registered in memory (docker over ssh, below: one module's worth of code and
+A further type registered in memory (podman over ssh, below: one module's worth of code and
 the registry's line) goes through the same walk, with no other file edited: init offers it
 with its options, the starter writes it, the reader reads it back."""
 
@@ -41,29 +41,29 @@ PACKAGE = Path(__file__).resolve().parents[2] / "envlock"
 REGISTERED = tuple(TARGET_TYPES)
 
 
-# -- a fourth type, in memory: what a module targets/docker.py would hold ----------------------
-class DockerFailed(TransportFailed):
-    """The container is not there (docker's own refusal: the command did not start)."""
+# -- a further type, in memory: what a module targets/podman.py would hold ---------------------
+class PodmanFailed(TransportFailed):
+    """The container is not there (podman's own refusal: the command did not start)."""
 
 
 @dataclass(frozen=True)
-class DockerSettings:
+class PodmanSettings:
     ssh: SshSettings
     container: str
 
 
-class DockerTransport:
-    """Commands reach a container through ssh to its host and `docker exec`."""
+class PodmanTransport:
+    """Commands reach a container through ssh to its host and `podman exec`."""
 
     system_python = "python3"
 
-    def __init__(self, settings: DockerSettings) -> None:
+    def __init__(self, settings: PodmanSettings) -> None:
         self.node = settings.ssh.transport()
         self.container = settings.container
         self.name = f"container {settings.container} on {self.node.host}"
 
     def wrap(self, argv: list[str]) -> list[str]:
-        return ["docker", "exec", "-i", self.container, *argv]
+        return ["podman", "exec", "-i", self.container, *argv]
 
     def run(
         self,
@@ -75,7 +75,7 @@ class DockerTransport:
     ) -> Result:
         result = self.node.run(self.wrap(argv), stdin=stdin, on_stderr_line=on_stderr_line)
         if "No such container" in result.error_text():
-            raise DockerFailed(f"{self.name} does not exist")
+            raise PodmanFailed(f"{self.name} does not exist")
         return Result(tuple(argv), result.exit_code, result.stdout, result.stderr)
 
     def command_line(self, argv: list[str]) -> list[str] | None:
@@ -85,17 +85,17 @@ class DockerTransport:
         return self.node.spawn(self.wrap(argv), piped=piped)
 
 
-def read_docker_settings(t: Any, local_path: LocalPath) -> DockerSettings:
-    return DockerSettings(read_ssh_settings(t, local_path), t.text("container-name"))
+def read_podman_settings(t: Any, local_path: LocalPath) -> PodmanSettings:
+    return PodmanSettings(read_ssh_settings(t, local_path), t.text("container-name"))
 
 
-DOCKER = TargetType(
-    name="docker",
+PODMAN = TargetType(
+    name="podman",
     remote=True,
-    read_settings=read_docker_settings,
-    transport=DockerTransport,
+    read_settings=read_podman_settings,
+    transport=PodmanTransport,
     starter=StarterRow(
-        "# Where: a docker container on a host reached over ssh.",
+        "# Where: a podman container on a host reached over ssh.",
         root="/opt/envlock",
         venv="/opt/venv",
         flags=(
@@ -105,14 +105,14 @@ DOCKER = TargetType(
         required=("host", "container-name"),
     ),
     over_ssh=True,
-    failures=(*SSH_FAILURES, DockerFailed),
+    failures=(*SSH_FAILURES, PodmanFailed),
 )
 
 
 @pytest.fixture
-def with_docker(monkeypatch: pytest.MonkeyPatch) -> Mapping[str, TargetType]:
-    """The registry with the fourth type's line added (for this test only)."""
-    monkeypatch.setitem(TARGET_TYPES, DOCKER.name, DOCKER)
+def with_podman(monkeypatch: pytest.MonkeyPatch) -> Mapping[str, TargetType]:
+    """The registry with a further type's line added (for this test only)."""
+    monkeypatch.setitem(TARGET_TYPES, PODMAN.name, PODMAN)
     return TARGET_TYPES
 
 
@@ -187,21 +187,21 @@ def test_every_registered_type_goes_through_what_uses_it(name: str, tmp_path: Pa
     walk(name, tmp_path)
 
 
-def test_a_fourth_type_is_one_row_init_the_starter_and_the_walk_pick_it_up(
-    with_docker: Mapping[str, TargetType], tmp_path: Path
+def test_a_further_type_is_one_row_init_the_starter_and_the_walk_pick_it_up(
+    with_podman: Mapping[str, TargetType], tmp_path: Path
 ) -> None:
     """No other file edited: init (the real command), the starter, the reader and the walk
-    read the registry, and the registry has the fourth type's line."""
-    assert list(with_docker) == [*REGISTERED, "docker"]
-    for name in with_docker:
+    read the registry, and the registry has the further type's line."""
+    assert list(with_podman) == [*REGISTERED, "podman"]
+    for name in with_podman:
         (tmp_path / name).mkdir()
         walk(name, tmp_path / name)
     # init's help now offers it, and names it beside the others that take ssh's options.
     options = options_of(init)
-    assert options["--container-name"].help == "docker: its name."
-    assert options["--host"].help == "ssh / proxmox-lxc / docker: the host (or node) to ssh to."
-    text = (tmp_path / "docker" / "docker.toml").read_text()
-    assert "# Where: a docker container on a host reached over ssh." in text
+    assert options["--container-name"].help == "podman: its name."
+    assert options["--host"].help == "ssh / proxmox-lxc / podman: the host (or node) to ssh to."
+    text = (tmp_path / "podman" / "podman.toml").read_text()
+    assert "# Where: a podman container on a host reached over ssh." in text
     assert 'container-name = "c"' in text and 'host = "pve1"' in text
 
 
@@ -237,9 +237,14 @@ def test_every_failure_a_transport_raises_is_a_transport_failed() -> None:
 
 # Outside targets/, a transport's own module is named by nobody: callers use the base
 # classes (targets/base.py) and the registry. proxmox/ is the proxmox-lxc type's own
-# settings and API (its ssh settings are ssh's).
-TRANSPORT_MODULES = ("envlock.targets.ssh", "envlock.targets.pct", "envlock.targets.lxc")
-OWN_PACKAGES = ("targets", "proxmox")
+# settings and API (its ssh settings are ssh's); docker/ the docker type's lifecycle.
+TRANSPORT_MODULES = (
+    "envlock.targets.ssh",
+    "envlock.targets.pct",
+    "envlock.targets.lxc",
+    "envlock.targets.docker",
+)
+OWN_PACKAGES = ("targets", "proxmox", "docker")
 
 
 def test_nothing_outside_targets_names_a_transport_s_errors_or_classes() -> None:
