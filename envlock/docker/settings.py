@@ -22,13 +22,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from envlock.base.tomlread import Table, describe, shown
+from envlock.base.tomlread import ENV_NAME_RE, Table, describe, shown
 
 SIZE_RE = re.compile(r"(?P<number>\d+)(?P<unit>[bkmg]?)", re.I)
 UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 IPC_MODES = ("private", "shareable", "host", "none")
 VOLUME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -180,7 +179,7 @@ def read_mapping(t: Table, key: str, *, names: bool) -> tuple[tuple[str, str], .
         return ()
     items = []
     for name in table.data:
-        if names and not ENV_NAME_RE.fullmatch(name):
+        if names and not ENV_NAME_RE.match(name):
             table.fail(name, f"expected a variable name, found {shown(name)}")
         items.append((name, table.text(name)))
     return tuple(sorted(items))

@@ -92,7 +92,9 @@ NO_CONTAINER = re.compile(r"^Error response from daemon: No such container", re.
 NOT_RUNNING = re.compile(
     r"^Error response from daemon: Container \S+ is (not running|paused)", re.M
 )
-NOT_FOUND = re.compile(r"executable file not found|env: [‘'](?P<env>[^’']+)[’']: No such file")
+MISSING_COMMAND = re.compile(
+    r"executable file not found|env: [‘'](?P<env>[^’']+)[’']: No such file"
+)
 DOCKER_OWN_EXITS = (1, 125, 126, 127)
 
 
@@ -222,7 +224,7 @@ class DockerTransport:
         failure = self.failure_of(text)
         if failure is not None:
             raise failure
-        missing = NOT_FOUND.search(text)
+        missing = MISSING_COMMAND.search(text)
         if missing and result.exit_code in (126, 127):
             name = missing.group("env") or argv[0]
             raise CommandMissing(
