@@ -18,6 +18,7 @@ from typing import Any
 from envlock.base.limits import MAX_JSON_ENTRIES, MAX_TEXT
 from envlock.base.secrets import redact_config, redact_value
 from envlock.checkpoint import weights
+from envlock.checkpoint.digest import Digester, cut
 from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
 from envlock.checkpoint.report import CheckpointReport
 from envlock.checkpoint.tally import Tally, is_state_dict
@@ -50,16 +51,23 @@ class _Budget:
     def __init__(self, limit: int, chars: int = _MAX_PLAIN_CHARS) -> None:
         self.left, self.chars = limit, chars
         self._state_dicts: dict[int, bool] = {}
+        self.digester = Digester()  # what is cut carries the digest of the whole value
+
+    def cut(self, obj: Any, what: str) -> str:
+        """`obj` past the budget: what it was and the sha256 of all of it (digest.py)."""
+        return cut(what, self.digester.hex(obj))
 
     def spend(self, objects: int = 1) -> bool:
         self.left -= objects
         return self.left >= 0
 
     def text(self, value: str) -> str:
+        whole = value
         if len(value) > _MAX_VALUE:
-            value = f"{value[:_MAX_VALUE]}…(+{len(value) - _MAX_VALUE:,} chars)"
+            digest = self.digester.hex(value)
+            value = f"{value[:_MAX_VALUE]}…(+{len(value) - _MAX_VALUE:,} chars; sha256:{digest})"
         self.chars -= len(value)
-        return value if self.chars >= 0 else "<...>"
+        return value if self.chars >= 0 else self.cut(whole, f"a string of {len(whole):,} chars")
 
     def is_state_dict(self, obj: Any) -> bool:
         if id(obj) not in self._state_dicts:  # memoized: a shared dict is checked once
@@ -262,7 +270,8 @@ def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
         return leaf
     # Charged before looking inside: one shared list may be reached a thousand times.
     if depth > 20 or not budget.spend(1 + _children_count(obj)):
-        return "<...>"
+        what = obj.global_name() if isinstance(obj, Stub) else type(obj).__name__
+        return budget.cut(obj, f"{what} of {_children_count(obj):,} items")
     if isinstance(obj, dict):
         return {key_text(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
@@ -280,7 +289,7 @@ def _plain_leaf(obj: Any, budget: _Budget) -> Any:
     if obj is None or isinstance(obj, bool):
         return obj
     if isinstance(obj, int):  # JSON and str() choke on ints of thousands of digits
-        return obj if obj.bit_length() <= 128 else f"<{obj.bit_length()}-bit int>"
+        return obj if obj.bit_length() <= 128 else budget.cut(obj, f"a {obj.bit_length()}-bit int")
     if isinstance(obj, str):
         return budget.text(obj)
     if isinstance(obj, float):
@@ -291,7 +300,7 @@ def _plain_leaf(obj: Any, budget: _Budget) -> Any:
     if isinstance(obj, DType):
         return f"torch.{obj.name}"
     if isinstance(obj, bytes | bytearray):
-        return f"<{len(obj)} bytes>"
+        return budget.cut(obj, f"{len(obj):,} bytes")
     if is_stub_class(obj):
         return f"<global {obj.global_name()}>"
     return _BRANCH

@@ -28,8 +28,15 @@ from envlock.checkpoint.choose import (
     choose_checkpoint,
     has_members,
 )
+from envlock.checkpoint.otherfiles import other_files
 from envlock.checkpoint.reader import inspect_checkpoint
-from envlock.checkpoint.runfiles import hyperparameters, is_run_file, simple, split_run_paths
+from envlock.checkpoint.runfiles import (
+    hyperparameters,
+    is_run_file,
+    run_files,
+    simple,
+    split_run_paths,
+)
 from envlock.checkpoint.tally import is_state_dict
 from envlock.checkpoint.tree import children, is_container, is_optimizer
 from envlock.checkpoint.weights import digests as weight_digests
@@ -71,6 +78,9 @@ class Side:
     run_paths: dict[str, Any] | None = None
     checkpoint: Checkpoint | None = None
     unread: tuple[str, ...] = ()  # what could not be read: the comparison is incomplete
+    # {name: sha256} of the directory's files no reader parses (None: a file, not a folder)
+    file_digests: dict[str, str] | None = None
+    files_not_compared: tuple[tuple[str, str], ...] = ()  # (name, why): past the bounds
 
     @property
     def is_run(self) -> bool:
@@ -219,7 +229,15 @@ def _directory_side(target: Path, follow_links: bool, weights: bool = False) -> 
         )
     lock = snapshot_lock(snapshot, target) if snapshot is not None else None
     record = SnapshotRecord.of(snapshot) if snapshot is not None else None
-    return Side(str(target), lock, record, None, run, paths, checkpoint, unread)
+    digests: dict[str, str] | None = None
+    skipped: tuple[tuple[str, str], ...] = ()
+    if run_dir is not None and choice is not None:
+        read = {Path(f).resolve() for f in (checkpoint.files if checkpoint else ())}
+        read |= {p.resolve() for p in (*run_files(run_dir), *choice.candidates, choice.path)}
+        read |= {(target / SNAPSHOT_FILE).resolve(), (run_dir / SNAPSHOT_FILE).resolve()}
+        # Every file of the directory given, but the checkpoints not chosen (older steps).
+        digests, skipped = other_files(target, read, follow_links)
+    return Side(str(target), lock, record, None, run, paths, checkpoint, unread, digests, skipped)
 
 
 def read_lock_text(path: Path) -> str:

@@ -1,0 +1,33 @@
+"""A changed list or dict is shown by what changed in it (issue #40): the index or key, a
+bounded excerpt of its two values, what was added or removed counted; never both whole."""
+
+from __future__ import annotations
+
+from envlock.runs.diff_types import Change, Group
+from envlock.runs.diff_values import SHOWN_CHARS, excerpt
+
+
+def test_one_element_changed_names_its_index_and_counts_what_was_added() -> None:
+    a = [f"shard-{i}.bin" for i in range(20_000)]
+    b = [*a, *(f"new-{i}.bin" for i in range(60_000))]
+    b[17] = "b.bin"
+    text = excerpt(a, b)
+    assert text == "[17]: shard-17.bin → b.bin; 60,000 added"
+    (change,) = Group("hyperparameters", (Change("args.train_files", a, b),)).to_json()["changes"]
+    assert change["paths"] == ["[17]"] and change["grown"] == 60_000
+    assert change["a"] == "<list of 20,000 items>" and change["b"] == "<list of 80,000 items>"
+
+
+def test_a_dict_names_its_keys_and_cuts_long_values() -> None:
+    a = {"lr": 1e-3, "note": "x" * 5_000, "keep": 1}
+    b = {"lr": 2e-3, "note": "y" * 5_000, "new": True, "keep": 1}
+    text = excerpt(a, b)
+    assert text.startswith("lr: 0.001 → 0.002; note: ")
+    assert text.endswith("(+4,880 chars); new: — → true")  # a key only in B: "—" in A
+    assert len(text) < 4 * SHOWN_CHARS + 200
+
+
+def test_many_changes_are_counted_not_listed() -> None:
+    a = list(range(1_000))
+    b = [i + 1 for i in a]
+    assert excerpt(a, b).endswith("; 997 more changed")
