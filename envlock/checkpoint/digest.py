@@ -24,6 +24,7 @@ from envlock.checkpoint.tree import stub_parts
 
 MAX_DIGEST_NODES = 20_000_000  # objects one config's digests may visit (a pickle's budget is 5M)
 DIGEST_HEX = 32  # hex digits kept: 128 bits
+SHARED_LEAF = 4_096  # a leaf's bytes past which its digest is kept (a string shared 1,000x)
 
 # How a cut value reads: `<cut: list of 150,000 items; sha256:…>`, or why it was not digested.
 CUT = re.compile(
@@ -43,7 +44,6 @@ class Digester:
     def __init__(self, limit: int = MAX_DIGEST_NODES) -> None:
         self.left = limit
         self.done: dict[int, bytes] = {}
-        self.keep: list[Any] = []  # what `done` is keyed by stays alive while it is used
         self.busy: set[int] = set()  # a cycle reads as a marker, not forever
 
     def hex(self, obj: Any) -> str | None:
@@ -53,6 +53,12 @@ class Digester:
             return None
 
     def of(self, obj: Any) -> bytes:
+        leaf = leaf_bytes(obj)
+        if leaf is not None and len(leaf) < SHARED_LEAF:  # cheaper to hash than to remember
+            self.left -= 1
+            if self.left < 0:
+                raise TooBig
+            return hashlib.sha256(leaf).digest()
         key = id(obj)
         if key in self.done:
             return self.done[key]
@@ -66,8 +72,7 @@ class Digester:
             found = hashlib.sha256(self._bytes(obj)).digest()
         finally:
             self.busy.discard(key)
-        self.done[key] = found
-        self.keep.append(obj)
+        self.done[key] = found  # the objects live in the loaded tree: their ids stay theirs
         return found
 
     def _bytes(self, obj: Any) -> bytes:

@@ -135,14 +135,32 @@ class Side:
         if run_config is not None:
             merged["run"] = run_config
         flat = flatten(merged)
+        for key in self.own_paths(flat):
+            del flat[key]
         for name, fields in (self.run_files or {}).items():
             flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
         return {k: redact_value(k, v) for k, v in flat.items()}
+
+    def own_paths(self, flat: dict[str, Any]) -> list[str]:
+        """The run config's values that name the directory this side is (`run.ckpt =
+        runs/a` for a snapshot in runs/a): where the run wrote, as `output_dir` is."""
+        if self.snapshot is None:
+            return []
+        here = Path(self.label)
+        here = (here if here.is_dir() else here.parent).resolve()
+        return [
+            k
+            for k, v in flat.items()
+            if k.startswith("run.") and isinstance(v, str) and names_dir(v, here)
+        ]
 
     def paths(self) -> dict[str, Any]:
         flat: dict[str, Any] = {}
         for name, fields in (self.run_paths or {}).items():
             flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
+        if self.snapshot is not None and self.record.config is not None:
+            whole = flatten({"run": self.record.config})
+            flat.update({f"snapshot: {k}": whole[k] for k in self.own_paths(whole)})
         return flat
 
     def cache(self) -> RecordedCache | None:
@@ -168,6 +186,17 @@ class Side:
             "files": self.files(),
             "unread": list(self.unread),
         }
+
+
+def names_dir(value: str, directory: Path) -> bool:
+    """Whether `value`, a path as the run was given it (relative to where it started, or
+    absolute), names `directory`: its parts are the directory's last ones."""
+    parts = [p for p in Path(value).parts if p not in (".", "")]
+    if not parts or len(value) > 4096 or ".." in parts:
+        return False
+    if Path(value).is_absolute():
+        return Path(value) == directory
+    return list(directory.parts[-len(parts) :]) == parts
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -262,12 +291,13 @@ def read_checkpoint(
     except Refused:
         raise
     except EnvlockError as exc:  # corrupt, truncated, not a checkpoint: listed, never skipped
-        return None, (f"{path}: {exc.message}",)
+        said = exc.message if exc.message.startswith(str(path)) else f"{path}: {exc.message}"
+        return None, (said,)
     directory = report.format == "directory"
     unread = tuple(n for n in doc["notes"] if n.startswith("skipped "))
     digested = weight_digests(report, follow_links) if weights else None
     if digested is not None:
-        unread += tuple(f"contents of {u}" for u in digested.unread)
+        unread += by_cause(digested.unread)
     checkpoint = Checkpoint(
         path=str(path),
         tensors={r["key"]: tensor_text(r) for r in doc["keys"]},
@@ -281,6 +311,23 @@ def read_checkpoint(
         digests=digested.digests if digested is not None else None,
     )
     return checkpoint, tuple(f"{path}: {n}" for n in unread)
+
+
+def by_cause(unread: tuple[str, ...]) -> tuple[str, ...]:
+    """`key: why` of the tensors --weights could not read, one line per cause: "contents
+    of 22 tensors (model.0.weight, …): why", not one cause 22 times."""
+    keys: dict[str, list[str]] = {}
+    for item in unread:
+        key, _, why = item.partition(": ")
+        keys.setdefault(why, []).append(key)
+    said = []
+    for why, named in keys.items():
+        if len(named) == 1:
+            said.append(f"contents of {named[0]}: {why}")
+            continue
+        more = ", …" if len(named) > 3 else ""
+        said.append(f"contents of {len(named):,} tensors ({', '.join(named[:3])}{more}): {why}")
+    return tuple(said)
 
 
 def refuse_links_out(path: Path, follow_links: bool) -> None:

@@ -31,3 +31,15 @@ def test_many_changes_are_counted_not_listed() -> None:
     a = list(range(1_000))
     b = [i + 1 for i in a]
     assert excerpt(a, b).endswith("; 997 more changed")
+
+
+def test_one_cause_of_unread_contents_is_said_once() -> None:
+    """--weights over 22 tensors failing for one reason: one line, the count, three keys."""
+    from envlock.runs.describe import by_cause
+
+    unread = tuple(f"model.{i}.weight: shard.distcp: truncated" for i in range(22))
+    assert by_cause((*unread, "x: strided")) == (
+        "contents of 22 tensors (model.0.weight, model.1.weight, model.2.weight, …): "
+        "shard.distcp: truncated",
+        "contents of x: strided",
+    )
