@@ -37,15 +37,15 @@ def pair(name, a, b, **facts):
     pairs[name] = {"a": str(a), "b": str(b), **facts}
 
 
-# Past inspect's config budget (100,000 objects; 10,000 characters of one string).
-files = [f"shards/train-{i:06d}.bin" for i in range(210_000)]
-pair("list past the budget", saved("files_150k", {"train_files": files[:150_000]}),
-     saved("files_210k", {"train_files": files}))
+# Past inspect's config budget (250,000 objects; 10,000 characters of one string).
+files = [f"shards/train-{i:06d}.bin" for i in range(360_000)]
+pair("list past the budget", saved("files_300k", {"train_files": files[:300_000]}),
+     saved("files_360k", {"train_files": files}))
 text = "x" * 149_999
 pair("string past the budget", saved("text_a", {"prompt": text + "a"}),
      saved("text_b", {"prompt": text + "b"}))
 one = [f"shards/train-{i:06d}.bin" for i in range(100_000)]
-other = list(one)
+other = list(one) + [f"shards/more-{i:06d}.bin" for i in range(60_000)]
 other[17] = "shards/replaced.bin"
 pair("one element of 100k", saved("one_a", {"train_files": one}),
      saved("one_b", {"train_files": other}))

@@ -19,6 +19,7 @@ from envlock.base.untrusted import open_untrusted
 
 MAX_FILES = 1_000  # other files digested per directory
 MAX_FILE_BYTES = 256 * MiB  # bytes of them digested per directory, all together
+NAMED_SKIPPED = 10  # files not compared named one by one; the rest counted
 MAX_LEVELS = 3  # folders below the directory looked into (Lightning's version_0/checkpoints/)
 
 
@@ -41,6 +42,9 @@ def other_files(
             continue
         left -= size
         digests[name] = _sha256(path, directory, follow_links)
+    if len(skipped) > NAMED_SKIPPED:  # named up to a few, the rest counted
+        rest = len(skipped) - NAMED_SKIPPED
+        skipped = [*skipped[:NAMED_SKIPPED], (f"{rest:,} more files", skipped[-1][1])]
     return digests, tuple(skipped)
 
 

@@ -38,8 +38,10 @@ _CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters
 # How far a run got, as each library names it: nanoGPT's iter_num, Megatron's iteration,
 # fairseq's num_updates.
 _PROGRESS = ("step", "epoch", "global_step", "iter_num", "iteration", "num_updates")
-_MAX_PLAIN = 100_000  # objects of a config rendered as JSON ...
-_MAX_PLAIN_CHARS = 4_000_000  # ... and characters of its strings
+# A config past these is shown cut, with the sha256 of all of it (digest.py): a diff compares
+# a cut by it, and shows the indices and keys of a change only below them.
+_MAX_PLAIN = 250_000  # objects of a config rendered as JSON ...
+_MAX_PLAIN_CHARS = 16_000_000  # ... and characters of its strings
 _MAX_VALUE = 10 * MAX_TEXT  # characters of one config string (a command line, a prompt)
 _TOP = 5
 
@@ -62,12 +64,13 @@ class _Budget:
         return self.left >= 0
 
     def text(self, value: str) -> str:
-        whole = value
-        if len(value) > _MAX_VALUE:
+        if len(value) > _MAX_VALUE:  # a property of the string: cut alike on every side
             digest = self.digester.hex(value)
             value = f"{value[:_MAX_VALUE]}…(+{len(value) - _MAX_VALUE:,} chars; sha256:{digest})"
         self.chars -= len(value)
-        return value if self.chars >= 0 else self.cut(whole, f"a string of {len(whole):,} chars")
+        if self.chars < 0:
+            raise _Exhausted
+        return value
 
     def is_state_dict(self, obj: Any) -> bool:
         if id(obj) not in self._state_dicts:  # memoized: a shared dict is checked once
@@ -252,7 +255,7 @@ def _leaf(obj: Any) -> dict[str, Any]:
     if is_stub_class(obj):
         return {"type": "global", "value": obj.global_name()}
     # The secrets inside a string go before it is cut, or a cut URL would keep its password.
-    value = redact_config(_plain(obj, _Budget(1000)))
+    value = redact_config(_whole(obj, _Budget(1000)))
     if isinstance(value, str) and len(value) > 80:
         value = value[:77] + "..."
     return {"type": type(obj).__name__, "value": value}
@@ -260,7 +263,28 @@ def _leaf(obj: Any) -> dict[str, Any]:
 
 def plain(obj: Any) -> Any:
     """A JSON-able rendering of an inert value, within the config walk's budget."""
-    return _plain(obj, _Budget(_MAX_PLAIN))
+    return _whole(obj, _Budget(_MAX_PLAIN))
+
+
+class _Exhausted(Exception):
+    """The budget ran out inside a value: the whole value is cut, never part of it."""
+
+
+def _whole(obj: Any, budget: _Budget) -> Any:
+    """`obj` rendered whole, or, past the budget anywhere inside, cut as one value with the
+    digest of all of it. Never cut part-way: where a budget runs out depends on everything
+    rendered before, so two values alike but for one element early on would be cut at
+    different places and differ everywhere after it."""
+    try:
+        return _plain(obj, budget)
+    except _Exhausted:
+        if isinstance(obj, str):
+            return budget.cut(obj, f"a string of {len(obj):,} chars")
+        return budget.cut(obj, f"{_what(obj)} of {_children_count(obj):,} items")
+
+
+def _what(obj: Any) -> str:
+    return obj.global_name() if isinstance(obj, Stub) else type(obj).__name__
 
 
 def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
@@ -269,9 +293,10 @@ def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
     if leaf is not _BRANCH:
         return leaf
     # Charged before looking inside: one shared list may be reached a thousand times.
-    if depth > 20 or not budget.spend(1 + _children_count(obj)):
-        what = obj.global_name() if isinstance(obj, Stub) else type(obj).__name__
-        return budget.cut(obj, f"{what} of {_children_count(obj):,} items")
+    if depth > 20:  # a property of the value itself: cut here, alike on every side
+        return budget.cut(obj, f"{_what(obj)} of {_children_count(obj):,} items")
+    if not budget.spend(1 + _children_count(obj)):
+        raise _Exhausted
     if isinstance(obj, dict):
         return {key_text(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
@@ -341,11 +366,11 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
         if directory:
             stem = name.split(".")[0]
             if _CONFIG_NAME.match(stem) and isinstance(value, dict | Stub):
-                found[name] = _plain(value, _Budget(_MAX_PLAIN))
+                found[name] = _whole(value, _Budget(_MAX_PLAIN))
             nested = config(value, False)
             found.update({f"{name}:{k}": v for k, v in (nested or {}).items()})
         elif _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
-            found[name] = _plain(value, _Budget(_MAX_PLAIN))
+            found[name] = _whole(value, _Budget(_MAX_PLAIN))
     # A run's args may hold a token: `inspect` and `diff` (of a file or of its directory) both
     # read the config here, so they show one answer.
     return redact_config(found) or None

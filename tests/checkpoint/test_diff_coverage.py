@@ -33,7 +33,7 @@ def changes(doc: dict[str, Any], group: str) -> dict[str, list[Any]]:
 
 
 def test_a_list_past_the_budget_compares_by_digest(pairs: dict[str, Pair]) -> None:
-    """150,000 vs 210,000 paths: both past inspect's 100,000 objects, never "identical"."""
+    """300,000 vs 360,000 paths: both past inspect's 250,000 objects, never "identical"."""
     made = pairs["list past the budget"]
     code, doc, stderr = diff(made["a"], made["b"])
     assert code == 1, (stderr, doc)
@@ -41,7 +41,7 @@ def test_a_list_past_the_budget_compares_by_digest(pairs: dict[str, Pair]) -> No
     assert key == "checkpoint.args.train_files"
     assert "checkpoint.args.train_files" in doc["coverage"]["by_digest"]
     a, b = changes(doc, "hyperparameters")[key]
-    assert "150,000 items" in a and "210,000 items" in b
+    assert "300,000 items" in a and "360,000 items" in b
 
 
 def test_a_string_past_the_budget_compares_by_digest(pairs: dict[str, Pair]) -> None:
@@ -52,11 +52,22 @@ def test_a_string_past_the_budget_compares_by_digest(pairs: dict[str, Pair]) -> 
     assert set(changes(doc, "hyperparameters")) == {"checkpoint.args.prompt"}
 
 
-def test_one_element_of_a_100k_list(pairs: dict[str, Pair]) -> None:
+def test_one_element_of_a_100k_list_is_shown_by_its_index(pairs: dict[str, Pair]) -> None:
+    """100,000 paths, one changed and 60,000 added: the index and the count, one short
+    line, never both lists whole; --json carries the path of what changed."""
     made = pairs["one element of 100k"]
     code, doc, _ = diff(made["a"], made["b"])
     assert code == 1
-    assert set(changes(doc, "hyperparameters")) == {"checkpoint.args.train_files"}
+    (change,) = next(g for g in doc["groups"] if g["name"] == "hyperparameters")["changes"]
+    assert change["key"] == "checkpoint.args.train_files"
+    assert change["paths"] == ["[17]"] and change["grown"] == 60_000
+    assert change["a"] == "<list of 100,000 items>"
+    human = CliRunner().invoke(cli, ["diff", made["a"], made["b"]])
+    line = next(x for x in human.stdout.splitlines() if "checkpoint.args.train_files" in x)
+    assert line.split("train_files", 1)[1].strip() == (
+        "[17]: shards/train-000017.bin → shards/replaced.bin; 60,000 added"
+    )
+    assert len(human.stdout) < 2_000
 
 
 def test_an_equal_result_says_tensor_values_were_not_compared(pairs: dict[str, Pair]) -> None:

@@ -43,3 +43,16 @@ def test_one_cause_of_unread_contents_is_said_once() -> None:
         "shard.distcp: truncated",
         "contents of x: strided",
     )
+
+
+def test_a_value_past_the_budget_is_cut_whole_never_part_way() -> None:
+    """Where a budget runs out depends on what came before: a value cut part-way would
+    differ from its twin after one earlier change. Past the budget anywhere, the whole value
+    is cut, with the digest of all of it; equal values stay equal."""
+    from envlock.checkpoint.digest import cut_digest
+    from envlock.checkpoint.summary import plain
+
+    rest = [f"{i:0>80}" for i in range(200_000)]  # 16 M characters: past the budget
+    a, b = plain({"first": "a", "rest": rest}), plain({"first": "b" * 5_000, "rest": rest})
+    assert cut_digest(a) == (True, True) and cut_digest(b) == (True, True) and a != b
+    assert plain({"first": "a", "rest": list(rest)}) == a
