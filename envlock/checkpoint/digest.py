@@ -123,6 +123,7 @@ def _int_bytes(value: int) -> bytes:
 
 def cut(what: str, digest: str | None) -> str:
     """How a value cut by a budget reads: what it was, and its digest (or why none)."""
+    what = what.replace(";", ",").replace(">", "›")  # a key's text cannot end the marker
     if digest is None:
         return f"<cut: {what}; not compared: past {MAX_DIGEST_NODES:,} objects or too deep>"
     return f"<cut: {what}; sha256:{digest}>"

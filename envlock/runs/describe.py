@@ -13,7 +13,7 @@ limit) ends the diff, a corrupt file is listed as unread so the diff says it is 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,8 @@ class Checkpoint:
     chosen_from: tuple[str, ...] = ()  # the alternatives it was chosen among, newest first
     reason: str = ""  # how it was chosen, for people
     digests: dict[str, str] | None = None  # key → sha256 of its contents (diff --weights)
+    # key → the first key whose storage it shares (tied weights: lm_head and embed_tokens)
+    shared: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,8 @@ def _directory_side(target: Path, follow_links: bool, weights: bool = False) -> 
     if run_dir is not None and choice is not None:
         read = {Path(f).resolve() for f in (checkpoint.files if checkpoint else ())}
         read |= {p.resolve() for p in (*run_files(run_dir), *choice.candidates, choice.path)}
+        if formats.is_checkpoint_dir(choice.path):  # its files are the checkpoint's, read or unread
+            read |= {p.resolve() for p in choice.path.iterdir()}
         read |= {(target / SNAPSHOT_FILE).resolve(), (run_dir / SNAPSHOT_FILE).resolve()}
         # Every file of the directory given, but the checkpoints not chosen (older steps).
         digests, skipped = other_files(target, read, follow_links)
@@ -309,6 +313,7 @@ def read_checkpoint(
         chosen_from=tuple(str(p) for p in choice.candidates),
         reason=choice.describe(),
         digests=digested.digests if digested is not None else None,
+        shared={k: row["keys"][0] for row in doc["shared_storage"] for k in row["keys"][1:]},
     )
     return checkpoint, tuple(f"{path}: {n}" for n in unread)
 

@@ -116,6 +116,9 @@ def structure_group(a: Side, b: Side) -> Group:
     changes = mapping_changes(ca.tensors, cb.tensors, ordered=True)
     if ca.params != cb.params:
         changes = (Change("parameters", ca.params, cb.params), *changes)
+    if ca.shared != cb.shared:  # tied vs untied: said, not only a parameter count
+        tied = mapping_changes(ca.shared, cb.shared, ordered=True)
+        changes += tuple(Change(f"{c.key} shares storage with", c.a, c.b, c.only_in) for c in tied)
     return Group("structure", changes, STRUCTURE_NOTE)
 
 

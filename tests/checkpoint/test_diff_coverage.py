@@ -37,11 +37,13 @@ def test_a_list_past_the_budget_compares_by_digest(pairs: dict[str, Pair]) -> No
     made = pairs["list past the budget"]
     code, doc, stderr = diff(made["a"], made["b"])
     assert code == 1, (stderr, doc)
+    # The entry holding it (`args`) is cut whole: never part-way (summary.py's _whole).
     (key,) = changes(doc, "hyperparameters")
-    assert key == "checkpoint.args.train_files"
-    assert "checkpoint.args.train_files" in doc["coverage"]["by_digest"]
+    assert key == "checkpoint.args"
+    assert "checkpoint.args" in doc["coverage"]["by_digest"]
     a, b = changes(doc, "hyperparameters")[key]
-    assert "300,000 items" in a and "360,000 items" in b
+    assert a.startswith("<cut: dict of 1 item (train_files: list of 300,000 items); sha256:")
+    assert b.startswith("<cut: dict of 1 item (train_files: list of 360,000 items); sha256:")
 
 
 def test_a_string_past_the_budget_compares_by_digest(pairs: dict[str, Pair]) -> None:
@@ -105,6 +107,8 @@ def test_a_truncated_dcp_shard_is_incomplete(pairs: dict[str, Pair]) -> None:
     assert code == 3, (stderr, doc)
     assert doc["identical"] is False and doc["complete"] is False
     assert "truncated" in doc["sides"]["b"]["unread"][0]
+    assert doc["groups"] == []  # its files are the checkpoint's: never "other files"
+    assert "nothing else differs" in stderr
 
 
 def test_a_missing_dcp_shard_is_incomplete(pairs: dict[str, Pair]) -> None:

@@ -3,6 +3,8 @@ bounded excerpt of its two values, what was added or removed counted; never both
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from envlock.runs.diff_types import Change, Group
 from envlock.runs.diff_values import SHOWN_CHARS, excerpt
 
@@ -56,3 +58,24 @@ def test_a_value_past_the_budget_is_cut_whole_never_part_way() -> None:
     a, b = plain({"first": "a", "rest": rest}), plain({"first": "b" * 5_000, "rest": rest})
     assert cut_digest(a) == (True, True) and cut_digest(b) == (True, True) and a != b
     assert plain({"first": "a", "rest": list(rest)}) == a
+
+
+def test_tied_against_untied_weights_is_said(tmp_path: Path) -> None:
+    """`lm_head.weight` sharing `embed.weight`'s storage against its own copy: the tie is
+    named, not only the parameter count."""
+    from envlock.commands.diff import diff_of
+    from tests.hostile_checkpoints.assemble import PROTO, state_dict, tensor, zipped
+
+    tied = zipped(
+        tmp_path / "tied.pt",
+        PROTO + state_dict({"embed.weight": tensor("0"), "lm_head.weight": tensor("0")}) + b".",
+    )
+    untied = zipped(
+        tmp_path / "untied.pt",
+        PROTO + state_dict({"embed.weight": tensor("0"), "lm_head.weight": tensor("1")}) + b".",
+        storages=2,
+    )
+    result = diff_of(str(tied), str(untied), follow_links=False, weights=False)
+    (structure,) = [g for g in result.groups if g.name == "structure"]
+    said = {c.key: (c.a, c.b) for c in structure.changes}
+    assert said["lm_head.weight shares storage with"] == ("embed.weight", None)
