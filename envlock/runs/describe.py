@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,12 @@ class Side:
 
     def config(self) -> dict[str, Any]:
         """Every configuration value of the run, flat, each under the source it came from,
-        through the one secret rule (a name says secret: hidden; any other: shown)."""
+        through the one secret rule (a name says secret: hidden; any other: shown). Built
+        once per side (a config of 200,000 keys is compared and its coverage read)."""
+        return self._config
+
+    @cached_property
+    def _config(self) -> dict[str, Any]:
         merged: dict[str, Any] = {}
         pickled = self.checkpoint.config if self.checkpoint else self.checkpoint_config
         if pickled:
