@@ -17,7 +17,7 @@ from envlock.errors import EXIT_DRIFT, EXIT_FAILED, OperationError
 from envlock.runs.coverage import Coverage, coverage
 from envlock.runs.diff import Group, Side, compare, incomplete, load_side
 from envlock.runs.diff_data import change_text
-from envlock.runs.diff_values import excerpt, is_composite
+from envlock.runs.diff_values import excerpt, is_composite, long_texts
 
 KIND = "diff"
 
@@ -149,8 +149,11 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
         table.add_column("key", no_wrap=True)
         table.add_column("change", overflow="fold")
         for change in group.changes[:SHOWN_CHANGES]:
+            long = long_texts(change.a, change.b, SHOWN_VALUE)
             if is_composite(change.a) and is_composite(change.b):
                 text = ui.untrusted(excerpt(change.a, change.b))
+            elif long is not None:
+                text = ui.untrusted(long)
             elif change.kind == "added":
                 text = f"[green]+ {ui.untrusted(show(change.b))}[/] (only in B)"
             elif change.kind == "removed":

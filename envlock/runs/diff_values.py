@@ -79,3 +79,19 @@ def bounded_json(value: Any) -> Any:
     if len(json.dumps(value)) <= WHOLE_CHARS:
         return value
     return f"<{type(value).__name__} of {len(value):,} items>"
+
+
+def long_texts(a: Any, b: Any, limit: int) -> str | None:
+    """Two long strings said from where they first differ: `…xxa → …xxb (from char
+    149,999)`; None unless both are strings and one passes `limit`."""
+    if not (isinstance(a, str) and isinstance(b, str)) or max(len(a), len(b)) <= limit:
+        return None
+    at = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    start = max(0, at - 20)
+    lead = "…" if start else ""
+    return (
+        f"{lead}{printable(a[start : start + SHOWN_CHARS])} → "
+        f"{lead}{printable(b[start : start + SHOWN_CHARS])} (from char {at:,})"
+    )

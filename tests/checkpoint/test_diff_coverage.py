@@ -52,6 +52,9 @@ def test_a_string_past_the_budget_compares_by_digest(pairs: dict[str, Pair]) -> 
     code, doc, stderr = diff(made["a"], made["b"])
     assert code == 1, (stderr, doc)
     assert set(changes(doc, "hyperparameters")) == {"checkpoint.args.prompt"}
+    human = CliRunner().invoke(cli, ["diff", made["a"], made["b"]])
+    line = next(x for x in human.stdout.splitlines() if "checkpoint.args.prompt" in x)
+    assert "sha256:" in line and "(from char 10,0" in line and len(line) < 400
 
 
 def test_one_element_of_a_100k_list_is_shown_by_its_index(pairs: dict[str, Pair]) -> None:

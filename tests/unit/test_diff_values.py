@@ -79,3 +79,11 @@ def test_tied_against_untied_weights_is_said(tmp_path: Path) -> None:
     (structure,) = [g for g in result.groups if g.name == "structure"]
     said = {c.key: (c.a, c.b) for c in structure.changes}
     assert said["lm_head.weight shares storage with"] == ("embed.weight", None)
+
+
+def test_two_long_strings_are_said_from_where_they_differ() -> None:
+    from envlock.runs.diff_values import long_texts
+
+    a, b = "x" * 149_999 + "a", "x" * 149_999 + "b"
+    assert long_texts(a, b, 400) == f"…{'x' * 20}a → …{'x' * 20}b (from char 149,999)"
+    assert long_texts("short", "other", 400) is None
