@@ -82,6 +82,18 @@ def layouts(torch_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 
 @pytest.fixture(scope="session")
+def variants(
+    torch_python: Path, layouts: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> list[dict[str, Any]]:
+    """Every pair of test_diff_truth.py, written once per session in one torch process
+    (diff_variants.py); test_diff_coverage.py checks its property over them too."""
+    from tests import diff_variants
+
+    made = tmp_path_factory.mktemp("diff-variants")
+    return diff_variants.make_variants(torch_python, layouts["root"], made)
+
+
+@pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The suite's own wheels: torch 2.11.0 +cu128/+cu130, CUDA libs, deps, a polluter."""
     return build_wheelhouse(tmp_path_factory.mktemp("wheelhouse"))

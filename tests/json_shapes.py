@@ -244,6 +244,11 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
             "groups": schema.items(
                 schema.obj({"name": schema.STR, "changes": OBJS}, ("name", "counted", "changes"))
             ),
+            # What was compared whole, by digest, or not (issue #40): added, schema 1 kept.
+            "coverage": schema.obj(
+                {"whole": STRS, "by_digest": STRS, "not_compared": OBJS},
+                ("whole", "by_digest", "not_compared", "tensors_hashed"),
+            ),
         },
         {},
     ),

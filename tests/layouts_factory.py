@@ -11,8 +11,9 @@ from typing import Any
 from tests.checkpoint_factory import run_torch
 from tests.support import UV, machine_find_links
 
-# What resolved on 2026-11-30 next to torch 2.13.0+cpu: transformers 5.24.0, accelerate 1.15.0.
-HF_PACKAGES = ("transformers==5.24.0", "accelerate==1.15.0")
+# What resolved on 2026-11-30 next to torch 2.13.0+cpu: transformers 5.24.0, accelerate 1.15.0;
+# peft 0.21.2 (LoRA adapters: adapter_config.json beside adapter_model.safetensors).
+HF_PACKAGES = ("transformers==5.24.0", "accelerate==1.15.0", "peft==0.21.2")
 
 
 def install_hf(python: Path) -> None:

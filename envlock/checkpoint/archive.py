@@ -70,6 +70,7 @@ def _load_zip(path: Path, f: Any) -> LoadedPickle:
             hint="copy it again from its source, or inspect another checkpoint of the run",
         ) from exc
     with archive:
+        _check_extents(path, archive)
         pkl = _find_data_pkl(path, archive.namelist())
         data = _read_member(path, archive, archive.getinfo(pkl))
         prefix = pkl[: -len("data.pkl")] + "data/"
@@ -117,6 +118,21 @@ def _check_entries(path: Path, f: Any) -> None:
     entries = record[getattr(zipfile, "_ECD_ENTRIES_TOTAL", 4)] if record else 0
     if entries > MAX_ZIP_ENTRIES:
         raise Refused(f"{path}: the zip's {entries:,} entries", f"{MAX_ZIP_ENTRIES:,} entries")
+
+
+def _check_extents(path: Path, archive: zipfile.ZipFile) -> None:
+    """Every member's bytes, as the zip's directory sizes them, lie before that directory:
+    a storage cut short is a truncated checkpoint, said without reading tensor bytes."""
+    start = getattr(archive, "start_dir", None)
+    if not isinstance(start, int):
+        return
+    for info in archive.infolist():
+        if info.header_offset + info.compress_size > start:
+            raise OperationError(
+                f"{path}: {printable(info.filename, 200)} ends past the start of the zip's "
+                f"directory (byte {start:,}): the checkpoint is truncated or corrupt",
+                hint="copy it again from its source, or inspect another checkpoint of the run",
+            )
 
 
 def _find_data_pkl(path: Path, names: list[str]) -> str:

@@ -67,8 +67,10 @@ def read_dcp(
     root = {_fqn(k, meta_path): _entry(directory.name, k, v, meta_path) for k, v in entries.items()}
     listed = _shard_names(fields.get("storage_data"))
     shards = sorted(p for p in directory.iterdir() if p.name.endswith(SHARD_SUFFIX))
+    sizes: dict[str, int] = {}
     for shard in shards:  # never read (only .metadata places their bytes), but judged alike
-        open_untrusted(shard, "checkpoint", within=directory, follow_links=follow_links).close()
+        with open_untrusted(shard, "checkpoint", within=directory, follow_links=follow_links) as f:
+            sizes[shard.name] = os.fstat(f.fileno()).st_size
     notes = [_shards_note(directory, listed, shards)]
     missing = sorted(set(listed) - {p.name for p in shards})
     if missing:
@@ -76,6 +78,7 @@ def read_dcp(
             f"{directory}: shard {printable(missing[0], 200)} is listed in .metadata but "
             f"missing ({len(missing)} of {len(listed)}): an incomplete copy"
         )
+    check_extents(directory, _extents(fields.get("storage_data")), sizes)
     wanted = {k for k, v in root.items() if v == UNREAD}
     if wanted:  # step, lr, betas ...: small torch.save blobs at offsets .metadata records
         values, unread = read_bytes_entries(
@@ -172,6 +175,35 @@ def _shard_names(storage_data: Any) -> list[str]:
             if isinstance(path, str):
                 names.add(path)
     return sorted(names)
+
+
+def _extents(storage_data: Any) -> dict[str, int]:
+    """`{shard name: the end of the last chunk .metadata places in it}`."""
+    ends: dict[str, int] = {}
+    if not isinstance(storage_data, dict):
+        return ends
+    for info in storage_data.values():
+        if _name(info) != _STORAGE_INFO:
+            continue
+        fields = info.fields() or {}
+        path, offset, length = (fields.get(k) for k in ("relative_path", "offset", "length"))
+        if isinstance(path, str) and type(offset) is int and type(length) is int:
+            ends[path] = max(ends.get(path, 0), offset + length)
+    return ends
+
+
+def check_extents(directory: Path, ends: dict[str, int], sizes: dict[str, int]) -> None:
+    """Every byte range .metadata names lies inside its shard: a short shard (a copy cut
+    off, a full disk) is a truncated checkpoint, said without reading its bytes."""
+    for name, end in sorted(ends.items()):
+        size = sizes.get(name)
+        if size is not None and end > size:
+            short = sum(1 for n, e in ends.items() if n in sizes and e > sizes[n])
+            raise OperationError(
+                f"{directory}: shard {printable(name, 200)} is truncated: .metadata places "
+                f"chunks up to byte {end:,} but the file has {size:,} bytes"
+                + (f" ({short} shards short)" if short > 1 else "")
+            )
 
 
 def _shards_note(directory: Path, listed: list[str], shards: list[Path]) -> str:

@@ -1,6 +1,7 @@
 """The hyperparameters a training directory keeps outside its weights, read without torch.
 
-Hugging Face `save_pretrained` writes `config.json` and `generation_config.json`; the Trainer
+Hugging Face `save_pretrained` writes `config.json` and `generation_config.json` (peft's
+`adapter_config.json`, a tokenizer's `tokenizer_config.json` ...: RUN_JSON); the Trainer
 adds `trainer_state.json`, `training_args.bin` (a pickled `TrainingArguments`) and
 `optimizer.pt`; accelerate's `save_state` writes `optimizer.bin` and `custom_checkpoint_N.pkl`
 (the state of objects registered for checkpointing). Two runs that differ only in a learning
@@ -23,7 +24,18 @@ from envlock.checkpoint.jsondata import read_json
 from envlock.checkpoint.summary import plain
 from envlock.checkpoint.tree import is_optimizer, key_text
 
-RUN_JSON = ("config.json", "generation_config.json", "trainer_state.json")
+# The sidecars read as configuration, field by field: one table. Any other file of the
+# directory is compared by a digest of its bytes (otherfiles.py; YAML among them).
+RUN_JSON = (
+    "config.json",
+    "generation_config.json",
+    "trainer_state.json",
+    "adapter_config.json",  # peft: r, lora_alpha, target_modules, ...
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+)
 OPTIMIZERS = ("optimizer.pt", "optimizer.bin")
 _PICKLED = re.compile(r"^(training_args\.bin|custom_checkpoint_\d+\.pkl)$")
 # Measurements of the run, not its configuration: every two runs differ in them. How far it

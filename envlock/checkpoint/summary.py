@@ -18,6 +18,7 @@ from typing import Any
 from envlock.base.limits import MAX_JSON_ENTRIES, MAX_TEXT
 from envlock.base.secrets import redact_config, redact_value
 from envlock.checkpoint import weights
+from envlock.checkpoint.digest import Digester, cut
 from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
 from envlock.checkpoint.report import CheckpointReport
 from envlock.checkpoint.tally import Tally, is_state_dict
@@ -37,8 +38,10 @@ _CONFIG_NAME = re.compile(r"^(.*[_-])?(config|cfg|args|hparams|hyper_?parameters
 # How far a run got, as each library names it: nanoGPT's iter_num, Megatron's iteration,
 # fairseq's num_updates.
 _PROGRESS = ("step", "epoch", "global_step", "iter_num", "iteration", "num_updates")
-_MAX_PLAIN = 100_000  # objects of a config rendered as JSON ...
-_MAX_PLAIN_CHARS = 4_000_000  # ... and characters of its strings
+# A config past these is shown cut, with the sha256 of all of it (digest.py): a diff compares
+# a cut by it, and shows the indices and keys of a change only below them.
+_MAX_PLAIN = 250_000  # objects of a config rendered as JSON ...
+_MAX_PLAIN_CHARS = 16_000_000  # ... and characters of its strings
 _MAX_VALUE = 10 * MAX_TEXT  # characters of one config string (a command line, a prompt)
 _TOP = 5
 
@@ -50,16 +53,24 @@ class _Budget:
     def __init__(self, limit: int, chars: int = _MAX_PLAIN_CHARS) -> None:
         self.left, self.chars = limit, chars
         self._state_dicts: dict[int, bool] = {}
+        self.digester = Digester()  # what is cut carries the digest of the whole value
+
+    def cut(self, obj: Any, what: str) -> str:
+        """`obj` past the budget: what it was and the sha256 of all of it (digest.py)."""
+        return cut(what, self.digester.hex(obj))
 
     def spend(self, objects: int = 1) -> bool:
         self.left -= objects
         return self.left >= 0
 
     def text(self, value: str) -> str:
-        if len(value) > _MAX_VALUE:
-            value = f"{value[:_MAX_VALUE]}…(+{len(value) - _MAX_VALUE:,} chars)"
+        if len(value) > _MAX_VALUE:  # a property of the string: cut alike on every side
+            digest = self.digester.hex(value)
+            value = f"{value[:_MAX_VALUE]}…(+{len(value) - _MAX_VALUE:,} chars; sha256:{digest})"
         self.chars -= len(value)
-        return value if self.chars >= 0 else "<...>"
+        if self.chars < 0:
+            raise _Exhausted
+        return value
 
     def is_state_dict(self, obj: Any) -> bool:
         if id(obj) not in self._state_dicts:  # memoized: a shared dict is checked once
@@ -244,7 +255,7 @@ def _leaf(obj: Any) -> dict[str, Any]:
     if is_stub_class(obj):
         return {"type": "global", "value": obj.global_name()}
     # The secrets inside a string go before it is cut, or a cut URL would keep its password.
-    value = redact_config(_plain(obj, _Budget(1000)))
+    value = redact_config(_whole(obj, _Budget(1000)))
     if isinstance(value, str) and len(value) > 80:
         value = value[:77] + "..."
     return {"type": type(obj).__name__, "value": value}
@@ -252,7 +263,42 @@ def _leaf(obj: Any) -> dict[str, Any]:
 
 def plain(obj: Any) -> Any:
     """A JSON-able rendering of an inert value, within the config walk's budget."""
-    return _plain(obj, _Budget(_MAX_PLAIN))
+    return _whole(obj, _Budget(_MAX_PLAIN))
+
+
+class _Exhausted(Exception):
+    """The budget ran out inside a value: the whole value is cut, never part of it."""
+
+
+def _whole(obj: Any, budget: _Budget) -> Any:
+    """`obj` rendered whole, or, past the budget anywhere inside, cut as one value with the
+    digest of all of it. Never cut part-way: where a budget runs out depends on everything
+    rendered before, so two values alike but for one element early on would be cut at
+    different places and differ everywhere after it."""
+    try:
+        return _plain(obj, budget)
+    except _Exhausted:
+        if isinstance(obj, str):
+            return budget.cut(obj, f"a string of {len(obj):,} chars")
+        return budget.cut(obj, f"{_what(obj)} of {_items(obj)}{_largest_inside(obj)}")
+
+
+def _largest_inside(obj: Any) -> str:
+    """` (train_files: list of 300,000 items)`: what made a small dict pass the budget."""
+    if not isinstance(obj, dict) or len(obj) > 64:
+        return ""
+    big = sorted(obj.items(), key=lambda kv: -_children_count(kv[1]))[:2]
+    said = [f"{key_text(k)}: {_what(v)} of {_items(v)}" for k, v in big if _children_count(v)]
+    return f" ({', '.join(said)})" if said else ""
+
+
+def _items(obj: Any) -> str:
+    count = _children_count(obj)
+    return f"{count:,} item" if count == 1 else f"{count:,} items"
+
+
+def _what(obj: Any) -> str:
+    return obj.global_name() if isinstance(obj, Stub) else type(obj).__name__
 
 
 def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
@@ -261,8 +307,10 @@ def _plain(obj: Any, budget: _Budget, depth: int = 0) -> Any:
     if leaf is not _BRANCH:
         return leaf
     # Charged before looking inside: one shared list may be reached a thousand times.
-    if depth > 20 or not budget.spend(1 + _children_count(obj)):
-        return "<...>"
+    if depth > 20:  # a property of the value itself: cut here, alike on every side
+        return budget.cut(obj, f"{_what(obj)} of {_items(obj)}")
+    if not budget.spend(1 + _children_count(obj)):
+        raise _Exhausted
     if isinstance(obj, dict):
         return {key_text(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
     if isinstance(obj, list | tuple | set | frozenset):
@@ -280,7 +328,7 @@ def _plain_leaf(obj: Any, budget: _Budget) -> Any:
     if obj is None or isinstance(obj, bool):
         return obj
     if isinstance(obj, int):  # JSON and str() choke on ints of thousands of digits
-        return obj if obj.bit_length() <= 128 else f"<{obj.bit_length()}-bit int>"
+        return obj if obj.bit_length() <= 128 else budget.cut(obj, f"a {obj.bit_length()}-bit int")
     if isinstance(obj, str):
         return budget.text(obj)
     if isinstance(obj, float):
@@ -291,7 +339,7 @@ def _plain_leaf(obj: Any, budget: _Budget) -> Any:
     if isinstance(obj, DType):
         return f"torch.{obj.name}"
     if isinstance(obj, bytes | bytearray):
-        return f"<{len(obj)} bytes>"
+        return budget.cut(obj, f"{len(obj):,} bytes")
     if is_stub_class(obj):
         return f"<global {obj.global_name()}>"
     return _BRANCH
@@ -332,11 +380,11 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
         if directory:
             stem = name.split(".")[0]
             if _CONFIG_NAME.match(stem) and isinstance(value, dict | Stub):
-                found[name] = _plain(value, _Budget(_MAX_PLAIN))
+                found[name] = _whole(value, _Budget(_MAX_PLAIN))
             nested = config(value, False)
             found.update({f"{name}:{k}": v for k, v in (nested or {}).items()})
         elif _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
-            found[name] = _plain(value, _Budget(_MAX_PLAIN))
+            found[name] = _whole(value, _Budget(_MAX_PLAIN))
     # A run's args may hold a token: `inspect` and `diff` (of a file or of its directory) both
     # read the config here, so they show one answer.
     return redact_config(found) or None

@@ -11,11 +11,13 @@ import click
 from rich.table import Table
 
 from envlock import ui
-from envlock.base.limits import command_budget
+from envlock.base.limits import command_budget, printable
 from envlock.commands.common import json_option
 from envlock.errors import EXIT_DRIFT, EXIT_FAILED, OperationError
+from envlock.runs.coverage import Coverage, coverage
 from envlock.runs.diff import Group, Side, compare, incomplete, load_side
 from envlock.runs.diff_data import change_text
+from envlock.runs.diff_values import excerpt, is_composite, long_texts
 
 KIND = "diff"
 
@@ -31,6 +33,7 @@ class DiffResult:
     side_b: Side
     groups: tuple[Group, ...]
     unread: tuple[str, ...]
+    coverage: Coverage
 
     @property
     def differ(self) -> bool:
@@ -50,13 +53,15 @@ class DiffResult:
             "complete": not self.unread,
             "sides": {"a": self.side_a.to_json(), "b": self.side_b.to_json()},
             "groups": [g.to_json() for g in self.groups],
+            "coverage": self.coverage.to_json(),
         }
 
     def incomplete(self) -> OperationError:
         """What could not be read, as the error after the report (exit 3)."""
         return OperationError(
             f"the comparison is incomplete: {'; '.join(self.unread)}",
-            hint="what was read is compared above; repair or remove what could not be read",
+            hint=("what was read is compared above; " if self.groups else "nothing else differs; ")
+            + "repair or remove what could not be read",
         )
 
 
@@ -66,13 +71,16 @@ def diff_of(a: str, b: str, *, follow_links: bool, weights: bool) -> DiffResult:
         side_a = load_side(a, follow_links, weights)
         side_b = load_side(b, follow_links, weights)
     groups = tuple(g.bounded() for g in compare(side_a, side_b))
-    return DiffResult(a, b, side_a, side_b, groups, tuple(incomplete(side_a, side_b)))
+    covered = coverage(side_a, side_b, weights)
+    unread = (*incomplete(side_a, side_b), *covered.unread)
+    return DiffResult(a, b, side_a, side_b, groups, unread, covered)
 
 
 def render_text(result: DiffResult) -> None:
     a, b = result.a, result.b
     if not result.differ and not result.unread:
-        ui.out.print(f"[green]✓[/] no differences between {ui.escape(a)} and {ui.escape(b)}")
+        said = ui.escape(result.coverage.headline())
+        ui.out.print(f"[green]✓[/] {ui.escape(a)} and {ui.escape(b)}: {said}")
     print_compared(result.side_a, result.side_b)
     print_groups(a, b, list(result.groups))
 
@@ -119,12 +127,14 @@ def print_compared(a: Side, b: Side) -> None:
             ui.out.print(f"  {name}: compared {ui.untrusted(side.checkpoint.reason)}")
 
 
+SHOWN_CHANGES = 200  # changes printed per group; --json carries them all (bounded)
+SHOWN_VALUE = 400  # characters of one value printed
+
+
 def show(value: Any) -> str:
     if value is None:
         return "—"
-    if isinstance(value, str):
-        return value
-    return json.dumps(value)
+    return printable(value if isinstance(value, str) else json.dumps(value), SHOWN_VALUE)
 
 
 def print_groups(a: str, b: str, groups: list[Group]) -> None:
@@ -139,8 +149,13 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
         table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2, 0, 2))
         table.add_column("key", no_wrap=True)
         table.add_column("change", overflow="fold")
-        for change in group.changes:
-            if change.kind == "added":
+        for change in group.changes[:SHOWN_CHANGES]:
+            long = long_texts(change.a, change.b, SHOWN_VALUE)
+            if is_composite(change.a) and is_composite(change.b):
+                text = ui.untrusted(excerpt(change.a, change.b))
+            elif long is not None:
+                text = ui.untrusted(long)
+            elif change.kind == "added":
                 text = f"[green]+ {ui.untrusted(show(change.b))}[/] (only in B)"
             elif change.kind == "removed":
                 text = f"[red]- {ui.untrusted(show(change.a))}[/] (only in A)"
@@ -151,3 +166,6 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
                 text += f" [dim](also {ui.untrusted(', '.join(change.also))})[/]"
             table.add_row(ui.untrusted(change.key), text)
         ui.out.print(table)
+        if len(group.changes) > SHOWN_CHANGES:
+            more = len(group.changes) - SHOWN_CHANGES
+            ui.out.print(f"  [dim]… {more:,} more changes (--json lists them)[/]")

@@ -13,7 +13,8 @@ limit) ends the diff, a corrupt file is listed as unread so the diff says it is 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,15 @@ from envlock.checkpoint.choose import (
     choose_checkpoint,
     has_members,
 )
+from envlock.checkpoint.otherfiles import other_files
 from envlock.checkpoint.reader import inspect_checkpoint
-from envlock.checkpoint.runfiles import hyperparameters, is_run_file, simple, split_run_paths
+from envlock.checkpoint.runfiles import (
+    hyperparameters,
+    is_run_file,
+    run_files,
+    simple,
+    split_run_paths,
+)
 from envlock.checkpoint.tally import is_state_dict
 from envlock.checkpoint.tree import children, is_container, is_optimizer
 from envlock.checkpoint.weights import digests as weight_digests
@@ -57,6 +65,8 @@ class Checkpoint:
     chosen_from: tuple[str, ...] = ()  # the alternatives it was chosen among, newest first
     reason: str = ""  # how it was chosen, for people
     digests: dict[str, str] | None = None  # key → sha256 of its contents (diff --weights)
+    # key → the first key whose storage it shares (tied weights: lm_head and embed_tokens)
+    shared: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,9 @@ class Side:
     run_paths: dict[str, Any] | None = None
     checkpoint: Checkpoint | None = None
     unread: tuple[str, ...] = ()  # what could not be read: the comparison is incomplete
+    # {name: sha256} of the directory's files no reader parses (None: a file, not a folder)
+    file_digests: dict[str, str] | None = None
+    files_not_compared: tuple[tuple[str, str], ...] = ()  # (name, why): past the bounds
 
     @property
     def is_run(self) -> bool:
@@ -114,7 +127,12 @@ class Side:
 
     def config(self) -> dict[str, Any]:
         """Every configuration value of the run, flat, each under the source it came from,
-        through the one secret rule (a name says secret: hidden; any other: shown)."""
+        through the one secret rule (a name says secret: hidden; any other: shown). Built
+        once per side (a config of 200,000 keys is compared and its coverage read)."""
+        return self._config
+
+    @cached_property
+    def _config(self) -> dict[str, Any]:
         merged: dict[str, Any] = {}
         pickled = self.checkpoint.config if self.checkpoint else self.checkpoint_config
         if pickled:
@@ -125,14 +143,32 @@ class Side:
         if run_config is not None:
             merged["run"] = run_config
         flat = flatten(merged)
+        for key in self.own_paths(flat):
+            del flat[key]
         for name, fields in (self.run_files or {}).items():
             flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
         return {k: redact_value(k, v) for k, v in flat.items()}
+
+    def own_paths(self, flat: dict[str, Any]) -> list[str]:
+        """The run config's values that name the directory this side is (`run.ckpt =
+        runs/a` for a snapshot in runs/a): where the run wrote, as `output_dir` is."""
+        if self.snapshot is None:
+            return []
+        here = Path(self.label)
+        here = (here if here.is_dir() else here.parent).resolve()
+        return [
+            k
+            for k, v in flat.items()
+            if k.startswith("run.") and isinstance(v, str) and names_dir(v, here)
+        ]
 
     def paths(self) -> dict[str, Any]:
         flat: dict[str, Any] = {}
         for name, fields in (self.run_paths or {}).items():
             flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
+        if self.snapshot is not None and self.record.config is not None:
+            whole = flatten({"run": self.record.config})
+            flat.update({f"snapshot: {k}": whole[k] for k in self.own_paths(whole)})
         return flat
 
     def cache(self) -> RecordedCache | None:
@@ -158,6 +194,17 @@ class Side:
             "files": self.files(),
             "unread": list(self.unread),
         }
+
+
+def names_dir(value: str, directory: Path) -> bool:
+    """Whether `value`, a path as the run was given it (relative to where it started, or
+    absolute), names `directory`: its parts are the directory's last ones."""
+    parts = [p for p in Path(value).parts if p not in (".", "")]
+    if not parts or len(value) > 4096 or ".." in parts:
+        return False
+    if Path(value).is_absolute():
+        return Path(value) == directory
+    return list(directory.parts[-len(parts) :]) == parts
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -219,7 +266,17 @@ def _directory_side(target: Path, follow_links: bool, weights: bool = False) -> 
         )
     lock = snapshot_lock(snapshot, target) if snapshot is not None else None
     record = SnapshotRecord.of(snapshot) if snapshot is not None else None
-    return Side(str(target), lock, record, None, run, paths, checkpoint, unread)
+    digests: dict[str, str] | None = None
+    skipped: tuple[tuple[str, str], ...] = ()
+    if run_dir is not None and choice is not None:
+        read = {Path(f).resolve() for f in (checkpoint.files if checkpoint else ())}
+        read |= {p.resolve() for p in (*run_files(run_dir), *choice.candidates, choice.path)}
+        if formats.is_checkpoint_dir(choice.path):  # its files are the checkpoint's, read or unread
+            read |= {p.resolve() for p in choice.path.iterdir()}
+        read |= {(target / SNAPSHOT_FILE).resolve(), (run_dir / SNAPSHOT_FILE).resolve()}
+        # Every file of the directory given, but the checkpoints not chosen (older steps).
+        digests, skipped = other_files(target, read, follow_links)
+    return Side(str(target), lock, record, None, run, paths, checkpoint, unread, digests, skipped)
 
 
 def read_lock_text(path: Path) -> str:
@@ -244,12 +301,13 @@ def read_checkpoint(
     except Refused:
         raise
     except EnvlockError as exc:  # corrupt, truncated, not a checkpoint: listed, never skipped
-        return None, (f"{path}: {exc.message}",)
+        said = exc.message if exc.message.startswith(str(path)) else f"{path}: {exc.message}"
+        return None, (said,)
     directory = report.format == "directory"
     unread = tuple(n for n in doc["notes"] if n.startswith("skipped "))
     digested = weight_digests(report, follow_links) if weights else None
     if digested is not None:
-        unread += tuple(f"contents of {u}" for u in digested.unread)
+        unread += by_cause(digested.unread)
     checkpoint = Checkpoint(
         path=str(path),
         tensors={r["key"]: tensor_text(r) for r in doc["keys"]},
@@ -261,8 +319,26 @@ def read_checkpoint(
         chosen_from=tuple(str(p) for p in choice.candidates),
         reason=choice.describe(),
         digests=digested.digests if digested is not None else None,
+        shared={k: row["keys"][0] for row in doc["shared_storage"] for k in row["keys"][1:]},
     )
     return checkpoint, tuple(f"{path}: {n}" for n in unread)
+
+
+def by_cause(unread: tuple[str, ...]) -> tuple[str, ...]:
+    """`key: why` of the tensors --weights could not read, one line per cause: "contents
+    of 22 tensors (model.0.weight, …): why", not one cause 22 times."""
+    keys: dict[str, list[str]] = {}
+    for item in unread:
+        key, _, why = item.partition(": ")
+        keys.setdefault(why, []).append(key)
+    said = []
+    for why, named in keys.items():
+        if len(named) == 1:
+            said.append(f"contents of {named[0]}: {why}")
+            continue
+        more = ", …" if len(named) > 3 else ""
+        said.append(f"contents of {len(named):,} tensors ({', '.join(named[:3])}{more}): {why}")
+    return tuple(said)
 
 
 def refuse_links_out(path: Path, follow_links: bool) -> None:

@@ -82,6 +82,9 @@ def compare(a: Side, b: Side) -> list[Group]:
             Group("hyperparameters", once(mapping_changes(a.config(), b.config()))),
             Group("progress", mapping_changes(progress_of(a), progress_of(b))),
         ]
+    if a.file_digests is not None or b.file_digests is not None:
+        fa, fb = short(dict(a.file_digests or {})), short(dict(b.file_digests or {}))
+        groups.append(Group("other files", mapping_changes(fa, fb), OTHER_FILES_NOTE))
     if a.paths() and b.paths():
         # Every two runs write to different places: shown, never a difference by itself.
         changes = mapping_changes(a.paths(), b.paths())
@@ -113,6 +116,9 @@ def structure_group(a: Side, b: Side) -> Group:
     changes = mapping_changes(ca.tensors, cb.tensors, ordered=True)
     if ca.params != cb.params:
         changes = (Change("parameters", ca.params, cb.params), *changes)
+    if ca.shared != cb.shared:  # tied vs untied: said, not only a parameter count
+        tied = mapping_changes(ca.shared, cb.shared, ordered=True)
+        changes += tuple(Change(f"{c.key} shares storage with", c.a, c.b, c.only_in) for c in tied)
     return Group("structure", changes, STRUCTURE_NOTE)
 
 
@@ -167,6 +173,7 @@ def incomplete(a: Side, b: Side) -> list[str]:
     return [f"A: {u}" for u in a.unread] + [f"B: {u}" for u in b.unread]
 
 
+OTHER_FILES_NOTE = "files no reader parses, compared by the sha256 of their bytes"
 RUN_PATHS_NOTE = "where each run wrote its files, not how it trained: not counted"
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlock.base.limits import MAX_JSON_ENTRIES
+from envlock.runs.diff_values import bounded_json, changed_paths, is_composite
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,11 @@ class Group:
 
 
 def _change_json(c: Change) -> dict[str, Any]:
-    found = {"key": c.key, "a": c.a, "b": c.b, "kind": c.kind}
+    found = {"key": c.key, "a": bounded_json(c.a), "b": bounded_json(c.b), "kind": c.kind}
+    if is_composite(c.a) and is_composite(c.b):  # what inside it changed, every path
+        paths, grown = changed_paths(c.a, c.b)
+        found["paths"] = [p for p, _, _ in paths]
+        found["grown"] = grown
     return {**found, "also": list(c.also)} if c.also else found
 
 

@@ -82,7 +82,7 @@ def test_identical_sides_print_one_line(two_runs: tuple[Path, Path], envlock: En
     result = envlock("diff", ckpt_a, ckpt_a / "envlock-snapshot.json")
     assert result.returncode == 0
     assert len(result.stdout.strip().splitlines()) == 1
-    assert "no differences" in result.stdout
+    assert ": identical in environment" in result.stdout
 
 
 def test_diff_against_a_lock(two_runs: tuple[Path, Path], envlock: Envlock) -> None:

@@ -16,18 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from envlock.cli import cli
-from tests import diff_variants
 
 Pair = dict[str, Any]
-
-
-@pytest.fixture(scope="session")
-def variants(
-    torch_python: Path, layouts: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
-) -> list[Pair]:
-    """Every pair, written once per session in one torch process (diff_variants.py)."""
-    made = tmp_path_factory.mktemp("diff-variants")
-    return diff_variants.make_variants(torch_python, layouts["root"], made)
 
 
 def diff(*args: str | Path) -> tuple[int, dict[str, Any], str]:

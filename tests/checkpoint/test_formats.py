@@ -6,6 +6,7 @@ refused past the MAX_BYTES key its row names. A row without an example here fail
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from envlock.checkpoint.unpickler import LEGACY_MAGIC
 from envlock.checkpoint.weights import digests
 from envlock.commands.diff import diff_of
 from envlock.commands.inspect import inspect_of
-from envlock.errors import UsageError
+from envlock.errors import OperationError, UsageError
 from tests.hostile_checkpoints.assemble import (
     PROTO,
     ST_SPEC,
@@ -221,3 +222,33 @@ def test_each_format_is_read_under_its_rows_limit(
     monkeypatch.setitem(MAX_BYTES, row.limit, 8)
     with pytest.raises(Refused), command_budget("inspect"):
         inspect_checkpoint(path)
+
+
+def holder(folder: Path) -> Path:
+    """The file of an example that holds its tensors' bytes (not DCP's .metadata, not an
+    index): the largest one."""
+    files = [
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and p.name != ".metadata" and not p.name.endswith(".json")
+    ]
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+@pytest.mark.parametrize(
+    "row", [r for r in ROWS if r.values[0].spans or r.values[0].member == INDEX]
+)
+def test_a_short_file_of_each_format_is_incomplete_without_weights(
+    row: Format, tmp_path: Path
+) -> None:
+    """Issue #40: every byte range a row's format declares (a safetensors header's offsets,
+    DCP chunks placed by .metadata, a zip member, an index's shards) is checked against its
+    file when it is inspected: 4 bytes short, it is an error naming the file, in inspect and
+    diff alike, without reading tensor bytes."""
+    path = example(row, tmp_path)
+    short = holder(tmp_path / row.name)
+    short.write_bytes(short.read_bytes()[:-4])
+    with pytest.raises(OperationError, match=re.escape(short.name)):
+        inspect_checkpoint(path)
+    result = diff_of(str(path), str(path), follow_links=False, weights=False)
+    assert result.unread and not result.differ and result.code == 3

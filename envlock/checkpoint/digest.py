@@ -1,0 +1,139 @@
+"""A digest of a whole value from a pickle, for what a budget cuts from a config.
+
+`inspect` and `diff` render a config as JSON within a budget (summary.py); a container past
+it, a string past its length, a huge int or a bytes value is shown cut. A cut value alone
+would compare equal to any other cut the same way, so it carries the sha256 of the whole
+value, computed here as it is read: the same value gives the same digest, and a diff that
+compares two cuts compares their digests. What cannot be digested within MAX_DIGEST_NODES
+says so, and a diff that meets it is incomplete (exit 3), never "identical".
+
+The walk is bounded by the objects the pickle made (each digested once, by identity: a list
+shared a thousand times costs one), so it costs no more than the read that built them. A
+dict's digest does not depend on its order, as `==` does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+from typing import Any
+
+from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
+from envlock.checkpoint.tree import stub_parts
+
+MAX_DIGEST_NODES = 20_000_000  # objects one config's digests may visit (a pickle's budget is 5M)
+DIGEST_HEX = 32  # hex digits kept: 128 bits
+SHARED_LEAF = 4_096  # a leaf's bytes past which its digest is kept (a string shared 1,000x)
+
+# How a cut value reads: `<cut: list of 150,000 items; sha256:…>`, or why it was not digested.
+CUT = re.compile(
+    r"^<cut: (?P<what>[^;>]*); (?:sha256:(?P<digest>[0-9a-f]+)|not compared: (?P<why>[^>]*))>$"
+)
+# A long string keeps its start: `abc…(+140,000 chars; sha256:…)`.
+CUT_TEXT = re.compile(r"…\(\+[\d,]+ chars; sha256:(?P<digest>[0-9a-f]+)\)$")
+
+
+class TooBig(Exception):
+    """The value has more objects than MAX_DIGEST_NODES: not digested."""
+
+
+class Digester:
+    """Digests of values, each object once (by identity), within MAX_DIGEST_NODES in all."""
+
+    def __init__(self, limit: int = MAX_DIGEST_NODES) -> None:
+        self.left = limit
+        self.done: dict[int, bytes] = {}
+        self.busy: set[int] = set()  # a cycle reads as a marker, not forever
+
+    def hex(self, obj: Any) -> str | None:
+        try:
+            return self.of(obj).hex()[:DIGEST_HEX]
+        except (TooBig, RecursionError):  # past the objects or the nesting a walk may take
+            return None
+
+    def of(self, obj: Any) -> bytes:
+        leaf = leaf_bytes(obj)
+        if leaf is not None and len(leaf) < SHARED_LEAF:  # cheaper to hash than to remember
+            self.left -= 1
+            if self.left < 0:
+                raise TooBig
+            return hashlib.sha256(leaf).digest()
+        key = id(obj)
+        if key in self.done:
+            return self.done[key]
+        if key in self.busy:
+            return b"cycle"
+        self.left -= 1
+        if self.left < 0:
+            raise TooBig
+        self.busy.add(key)
+        try:
+            found = hashlib.sha256(self._bytes(obj)).digest()
+        finally:
+            self.busy.discard(key)
+        self.done[key] = found  # the objects live in the loaded tree: their ids stay theirs
+        return found
+
+    def _bytes(self, obj: Any) -> bytes:
+        leaf = leaf_bytes(obj)
+        if leaf is not None:
+            return leaf
+        if isinstance(obj, dict):
+            items = sorted(self.of(k) + self.of(v) for k, v in obj.items())
+            return b"d" + b"".join(items)
+        if isinstance(obj, list | tuple | set | frozenset):
+            parts = [self.of(v) for v in obj]
+            if isinstance(obj, set | frozenset):
+                parts.sort()
+            return type(obj).__name__.encode() + b"".join(parts)
+        if isinstance(obj, Stub):
+            parts = [self.of(p) for p in stub_parts(obj)]
+            return b"o" + obj.global_name().encode("utf-8", "surrogatepass") + b"".join(parts)
+        return b"?" + type(obj).__name__.encode()
+
+
+def leaf_bytes(obj: Any) -> bytes | None:
+    """A value that holds no other, as bytes tagged with its type; None for a container."""
+    if obj is None or isinstance(obj, bool):
+        return repr(obj).encode()
+    if isinstance(obj, int):
+        return b"i" + str(obj).encode() if obj.bit_length() < 4096 else b"I" + _int_bytes(obj)
+    if isinstance(obj, float):
+        return b"f" + struct.pack("<d", obj)
+    if isinstance(obj, complex):
+        return b"c" + struct.pack("<dd", obj.real, obj.imag)
+    if isinstance(obj, str):
+        return b"s" + obj.encode("utf-8", "surrogatepass")
+    if isinstance(obj, bytes | bytearray):
+        return b"b" + bytes(obj)
+    if isinstance(obj, TensorInfo):
+        return f"t{obj.dtype}{list(obj.shape)}{obj.layout}{obj.qscheme}".encode()
+    if isinstance(obj, DType):
+        return b"D" + obj.name.encode()
+    if is_stub_class(obj):
+        return b"g" + obj.global_name().encode("utf-8", "surrogatepass")
+    return None
+
+
+def _int_bytes(value: int) -> bytes:
+    # str() of a huge int is quadratic (and refused past 4300 digits): its bytes instead.
+    return value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+
+
+def cut(what: str, digest: str | None) -> str:
+    """How a value cut by a budget reads: what it was, and its digest (or why none)."""
+    what = what.replace(";", ",").replace(">", "›")  # a key's text cannot end the marker
+    if digest is None:
+        return f"<cut: {what}; not compared: past {MAX_DIGEST_NODES:,} objects or too deep>"
+    return f"<cut: {what}; sha256:{digest}>"
+
+
+def cut_digest(value: Any) -> tuple[bool, bool]:
+    """Whether `value` is a cut value, and whether it carries a digest (compared by it)."""
+    if not isinstance(value, str) or not value.endswith((">", ")")):
+        return False, False
+    found = CUT.match(value)
+    if found:
+        return True, found.group("digest") is not None
+    return (True, True) if CUT_TEXT.search(value) else (False, False)
