@@ -177,7 +177,15 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
             "generations": schema.items(
                 schema.obj(
                     {"number": schema.INT, "name": GENERATION, "lock_id": LOCK_ID},
-                    ("number", "name", "lock_id", "active", "held", "adopted_from"),
+                    (
+                        "number",
+                        "name",
+                        "lock_id",
+                        "active",
+                        "held",
+                        "adopted_from",
+                        "irreplaceable",
+                    ),
                 )
             ),
             "history": OBJS,

@@ -38,6 +38,16 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
 
 
 # -- probe --------------------------------------------------------------------------------
+def generations_with_locks(root):
+    """The root's generations, each saying whether its lock file is still beside it (a
+    complete generation without one is what no lock can rebuild, as an adopted one)."""
+    gens = list_generations(root)
+    for gen in gens:
+        lock = os.path.join(root, "generations", gen["name"], LOCK_COPY)
+        gen["has_lock"] = os.path.isfile(lock)
+    return gens
+
+
 def installed_distributions(site):
     """Name, version and requirements of every distribution in `site`, from the METADATA
     headers alone (the email parser importlib.metadata uses costs ~2 ms a package)."""
@@ -226,7 +236,7 @@ def probe(req):
         else None,
         "container": container_kind(),
         "root_exists": os.path.isdir(root),
-        "generations": list_generations(root) if ours else [],
+        "generations": generations_with_locks(root) if ours else [],
         "current": current_generation(root) if ours else None,
         "history": read_history(root, 20) if ours else [],
         "venv_link": link_state(req.get("venv"), root),
