@@ -227,8 +227,9 @@ def refuse_pth(req, gen_dir):
 
 
 def finish_generation(req, gen_dir, action):
-    # Before the manifest: the shim and activate are part of the generation, not drift.
+    # Before the manifest: the shim, activate and the API are part of the generation.
     write_pip_shims(req, gen_dir, action["number"])
+    write_api(req, gen_dir)
     point_activate_at_stable(req, gen_dir)
     progress("writing the manifest")
     count, size, own = write_manifest(gen_dir)
@@ -314,6 +315,29 @@ def write_pip_shims(req, gen_dir, number):
         path = os.path.join(gen_dir, "bin", name)
         if not os.path.lexists(path):
             write_atomic(path, script.encode(), 0o755)
+
+
+def write_api(req, gen_dir):
+    """The in-process API as `envlock run` ships it (`import envlock`, envlock_megacache), in
+    the generation's own .envlock/api, and one .pth that appends it to sys.path: a script
+    the generation's python starts directly imports it too; a real envlock or module of the
+    same name the lock installs comes first. None is sent when the lock installs envlock."""
+    files = req.get("api_files")
+    if not files:
+        return
+    base = os.path.join(gen_dir, META_DIR, "api")
+    for rel, text in sorted(files.items()):
+        if rel.startswith("/") or ".." in rel.split("/"):
+            raise AgentError("integrity", f"api file {rel!r}: not a path in the generation")
+        os.makedirs(os.path.dirname(os.path.join(base, rel)), exist_ok=True)
+        write_atomic(os.path.join(base, rel), text.encode())
+    lib = os.path.join(gen_dir, "lib")
+    for name in sorted(os.listdir(lib)):
+        site = os.path.join(lib, name, "site-packages")
+        if name.startswith("python") and os.path.isdir(site):
+            startup = os.path.relpath(os.path.join(base, "startup"), site)
+            lines = f"{startup}\n{startup}/envlock_api\n"
+            write_atomic(os.path.join(site, "_envlock_api.pth"), lines.encode())
 
 
 def do_repair(req, action):

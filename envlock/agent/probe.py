@@ -48,6 +48,46 @@ def generations_with_locks(root):
     return gens
 
 
+def root_busy(root):
+    """What the process holding the root's lock (an apply, rollback or gc under way) wrote
+    in it, while that process runs; None when nobody holds it. The lock is never taken."""
+    try:
+        fd = os.open(os.path.join(root, ".envlock.lock"), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 200).decode(errors="replace").strip()
+        inode = os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+    match = re.match(r"pid (\d+) on (\S+)$", text)
+    if not match or match.group(2) != os.uname().nodename:
+        return None
+    return text if flock_held(int(match.group(1)), inode) else None
+
+
+def flock_held(pid, inode):
+    """Whether process `pid` holds a flock on the file of `inode`: /proc/locks says (Linux);
+    without it, whether the process still runs."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read(1 << 20).splitlines()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            pass
+        return True
+    for line in lines:
+        fields = line.split()
+        held = "FLOCK" in fields and "->" not in fields and len(fields) > 5
+        if held and fields[4] == str(pid) and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
+
+
 def installed_distributions(site):
     """Name, version and requirements of every distribution in `site`, from the METADATA
     headers alone (the email parser importlib.metadata uses costs ~2 ms a package)."""
@@ -243,6 +283,7 @@ def probe(req):
         "trust": trust,
     }
     state["hold"] = hold_state(root, state["current"]) if ours else None
+    state["busy"] = root_busy(root) if ours else None
     if state["current"] and (state["hold"] or req.get("active_lock")):
         # The active generation's own lock: what a hold is judged by, what a snapshot records.
         lock_path = os.path.join(root, "generations", state["current"], LOCK_COPY)

@@ -64,6 +64,9 @@ class Plan:
     actions: tuple[Action, ...]
     reason: str = ""
     assumed: Assumed | None = None
+    # Made while another operation held the root's lock (what it wrote there): the plan is
+    # made again once this one holds it, whenever the root changed meanwhile.
+    provisional: str = ""
 
     @property
     def empty(self) -> bool:

@@ -229,6 +229,7 @@ class State:
     host: Host = Host()
     gpu: GpuFacts = GpuFacts()
     hold: Hold | None = None
+    busy: str | None = None  # another operation holds the root's lock ("pid N on HOST")
     active_lock: str | None = None  # the active generation's own lock text, when asked/held
     # The active generation's python when its real file lies inside the root (planted): the
     # probe then ran in the system python instead (envlock/base/pythons.py).
@@ -284,6 +285,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         host=Host(raw.get("hostname"), raw.get("machine"), raw.get("libc"), raw.get("container")),
         gpu=_gpu(raw.get("hardware")),
         hold=_hold(raw.get("hold")),
+        busy=raw["busy"] if isinstance(raw.get("busy"), str) else None,
         active_lock=raw.get("active_lock"),
         root_fingerprint=str(raw.get("root_fingerprint") or ""),
         trust=_trust(raw.get("trust")),

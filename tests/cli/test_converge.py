@@ -6,7 +6,9 @@ build one generation, holds end with the converge that ends them, and a generati
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -158,6 +160,44 @@ def test_two_applies_at_once_build_one_generation_and_the_waiting_one_has_nothin
         profile.write_text(profile.read_text().replace(f', "racepkg{n}"', ""))
     print(f"{raced} of {rounds} rounds: the waiting apply's plan was overtaken and made again")
     assert raced >= 1  # the race this test is about happened at least once
+
+
+def test_a_plan_made_while_another_operation_holds_the_root_says_it_is_provisional(
+    seed: Path, envlock: Envlock
+) -> None:
+    """The waiting apply shows its plan before the root's lock is its own: marked provisional,
+    naming the holder (here: this test, holding the lock as an apply does, beside the
+    generation another apply would be building); planned again once the root changed."""
+    project = seed.parent
+    relock(envlock, seed, "tinydep==1.0", "tinydep==0.9")
+    building = project / "root" / "generations" / "5-0123456789ab"
+    building.mkdir()  # the other apply's build under way: not complete
+    holder = f"pid {os.getpid()} on {os.uname().nodename}"
+    fd = os.open(project / "root" / ".envlock.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, holder.encode(), 0)
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "envlock", "apply", "-y", str(seed)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert waiting.stderr is not None
+    said = [waiting.stderr.readline()]
+    while "waiting for another envlock operation" not in said[-1] and said[-1]:
+        said.append(waiting.stderr.readline())
+    shutil.rmtree(building)  # the other apply finished, and let go
+    os.close(fd)
+    out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, out + "".join(said) + err
+    assert out.startswith(
+        "provisional plan: 4 action(s) (another envlock operation holds the root: "
+        f"{holder}; planned again once this apply holds it, if the root changed)\n"
+        "  1. remove 1 incomplete generation(s): 5-0123456789ab\n"
+    ), out
+    assert "planning again" in err and out.count("provisional") == 1, out + err
+    assert drift(envlock, seed) == []
 
 
 # -- holds end with the converge ---------------------------------------------------------
