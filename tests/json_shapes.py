@@ -148,6 +148,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
         {
             "profile": schema.STR,
             "lock_id": LOCK_ID,
+            "judged_lock_id": schema.nullable(LOCK_ID),
             "hold": schema.nullable(CHECK_HOLD),
             "generation": schema.nullable(GENERATION),
             "deep": schema.BOOL,
@@ -300,6 +301,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
             "left_out": schema.mapping(schema.PACKAGE_NAME, schema.STR),  # name -> why
             "seeded": STRS,
             "next": STRS,
+            "machine_paths": STRS,  # wheels the lock names by a path of this machine
         },
         {},
     ),

@@ -77,10 +77,13 @@ class RootLock:
         os.close(self.fd)
 
 
-def run_step(argv, env=None, what=""):
+def run_step(argv, env=None, what="", watch=None):
     import subprocess
 
-    proc = subprocess.run(argv, capture_output=True, env=env)
+    if watch is None:
+        proc = subprocess.run(argv, capture_output=True, env=env)
+    else:
+        proc = run_watching(argv, env, watch)
     if proc.returncode != 0:
         raise AgentError(
             "command",
@@ -88,6 +91,42 @@ def run_step(argv, env=None, what=""):
             + proc.stderr.decode(errors="replace").strip(),
         )
     return proc
+
+
+LIVE = "live: "  # a progress line a terminal shows in place (reconcile/agentcall.py)
+
+
+def run_watching(argv, env, watch, every=0.5):
+    """subprocess.run's captured run, calling `watch` every `every` seconds meanwhile."""
+    import subprocess
+
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        while True:
+            try:
+                out, err = child.communicate(timeout=every)
+                return subprocess.CompletedProcess(argv, child.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                watch()
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+
+
+def install_count(gen_dir, total):
+    """The install's progress as envlock counts it: the packages in place so far."""
+
+    def watch():
+        lib = os.path.join(gen_dir, "lib")
+        count = 0
+        for name in os.listdir(lib) if os.path.isdir(lib) else ():
+            site = os.path.join(lib, name, "site-packages")
+            if os.path.isdir(site):
+                count += sum(1 for n in os.listdir(site) if n.endswith(".dist-info"))
+        progress(f"{LIVE}installing: {min(count, total)} of {total} packages in place")
+
+    return watch
 
 
 def uv_env(req):
@@ -174,8 +213,9 @@ def build_into(req, gen_dir, action):
 def sync_repairing_cache(req, gen_dir, env, extra=()):
     """`uv pip sync`; when uv fails on its own damaged cache (a crash), clean the entries of
     every package the lock names (uv blames one at a time) and retry once."""
+    watch = install_count(gen_dir, req.get("package_count", 0))
     try:
-        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
+        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync", watch)
         return
     except AgentError as exc:
         blamed = uv_cache_damage(str(exc))
@@ -188,7 +228,7 @@ def sync_repairing_cache(req, gen_dir, env, extra=()):
     )
     run_step([req["uv"], "cache", "clean", *names], env, "uv cache clean")
     try:
-        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
+        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync", watch)
     except AgentError as again:
         if uv_cache_damage(str(again)) is None:
             raise

@@ -396,4 +396,4 @@ def interrupted_note(ctx: Context) -> str:
 def show_container_steps(drifts: list[Drift], as_json: bool) -> None:
     if drifts and not as_json:
         ui.out.print(f"[bold]container: {len(drifts)} change(s)[/]")
-        ui.out.print(drift_table(drifts))
+        ui.table(drift_table(drifts))

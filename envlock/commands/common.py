@@ -145,7 +145,7 @@ def print_drift(drifts: list[Drift], clean_message: str) -> None:
         ui.ok(clean_message)
         return
     ui.out.print(f"[bold red]✗ {len(drifts)} drift item(s)[/]")
-    ui.out.print(drift_table(drifts))
+    ui.table(drift_table(drifts))
 
 
 def print_fixes(ctx: Context, drifts: list[Drift]) -> None:

@@ -149,4 +149,4 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
             if change.also:  # the same change, recorded again by another source
                 text += f" [dim](also {ui.untrusted(', '.join(change.also))})[/]"
             table.add_row(ui.untrusted(change.key), text)
-        ui.out.print(table)
+        ui.table(table)

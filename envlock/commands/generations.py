@@ -153,7 +153,7 @@ def render_text(result: GenerationsResult) -> None:
             ui.size(int(row.adds_bytes)) if row.adds_bytes is not None else "",
             row.note(hold),
         )
-    ui.out.print(table)
+    ui.table(table)
 
 
 def list_snapshots(ctx: Context, as_json: bool) -> None:
@@ -180,7 +180,7 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
             ui.escape(snap.lock),
             note,
         )
-    ui.out.print(table)
+    ui.table(table)
 
 
 def container_document(container: str, snaps: list[ContainerSnapshot]) -> dict[str, Any]:

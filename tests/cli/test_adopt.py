@@ -300,6 +300,7 @@ def test_gc_keeps_what_no_lock_can_rebuild_unless_named_or_included(
 
     listed = envlock("generations", profile)
     assert adopted in listed.stdout and gone in listed.stdout, listed.stdout
+    assert all(line == line.rstrip() for line in listed.stdout.splitlines()), listed.stdout
     rows = json.loads(envlock("generations", "--json", profile).stdout)["generations"]
     assert [r["irreplaceable"] for r in rows][:2] == [adopted, gone]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -198,6 +200,41 @@ def test_a_plan_made_while_another_operation_holds_the_root_says_it_is_provision
     ), out
     assert "planning again" in err and out.count("provisional") == 1, out + err
     assert drift(envlock, seed) == []
+
+
+def test_a_slow_install_shows_its_count_on_a_terminal_and_nowhere_else(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    """uv's install of a package of many files takes seconds: a terminal (a pty, through
+    `script`) sees envlock's count of the packages in place meanwhile; a pipe and --json
+    see none of it."""
+    own = tmp_path / "wheels"
+    shutil.copytree(wheelhouse, own)
+    many = {f"bulkpkg/m{n}.py": f"VALUE = {n}\n" for n in range(15000)}
+    for version in ("1.0", "1.1", "1.2"):
+        build_wheel(own, "bulkpkg", version, files=many)
+    profile = write_seed_project(tmp_path / "proj", own)
+    relock(envlock, profile, '"tinydep==1.0"', '"tinydep==1.0", "bulkpkg==1.0"')
+    clean = {k: v for k, v in os.environ.items() if k not in ("TTY_COMPATIBLE", "FORCE_COLOR")}
+    line = shlex.join([sys.executable, "-m", "envlock", "apply", "-y", str(profile)])
+    seen = subprocess.run(
+        ["script", "-qfec", line, "/dev/null"],
+        env={**clean, "TERM": "xterm", "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert seen.returncode == 0, seen.stdout
+    count = re.findall(r"\x1b\[K  installing: (\d+) of (\d+) packages in place", seen.stdout)
+    assert count and {total for _, total in count} == {"7"}, seen.stdout
+    relock(envlock, profile, '"bulkpkg==1.0"', '"bulkpkg==1.1"')
+    piped = envlock("apply", "-y", "--json", profile)
+    assert piped.returncode == 0, piped.stderr
+    json.loads(piped.stdout)
+    assert "installing:" not in piped.stdout + piped.stderr
+    relock(envlock, profile, '"bulkpkg==1.1"', '"bulkpkg==1.2"')
+    plain = envlock("apply", "-y", profile)
+    assert plain.returncode == 0 and "installing:" not in plain.stdout + plain.stderr
 
 
 # -- holds end with the converge ---------------------------------------------------------

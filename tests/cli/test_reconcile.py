@@ -184,6 +184,10 @@ def test_generations_rollback_and_gc(seed: Path, envlock: Envlock) -> None:
     held = envlock("check", "--json", seed)
     assert held.returncode == 0 and drift_kinds(held) == []
     assert json.loads(held.stdout)["hold"]["generation"] == json.loads(back.stdout)["current"]
+    # The lock it was judged by is the held generation's, as the text says, not the profile's.
+    judged = json.loads(held.stdout)
+    assert judged["judged_lock_id"] == judged["hold"]["lock_id"] != judged["lock_id"]
+    assert f"lock {judged['judged_lock_id']}" in envlock("check", seed).stdout
     ran = envlock("run", seed, "--", "python", "-c", version)
     assert ran.stdout.strip() == "1.0"
 
