@@ -38,6 +38,7 @@ class GcResult:
     dry_run: bool
     removed: bool = False
     freed: int = 0
+    adds: int = 0  # what `generations` showed them to add: their files as built
 
     @property
     def doomed(self) -> list[str]:
@@ -67,20 +68,26 @@ def gc_of(
     on_progress: Callable[[str], None] | None,
 ) -> GcResult:
     """The one producer of gc's result: plan, `ask` (which exits on no), remove."""
-    plan = plan_gc(
-        gather_state(ctx), keep, include_adopted=sparing.include_adopted, named=sparing.named
-    )
+    state = gather_state(ctx)
+    plan = plan_gc(state, keep, include_adopted=sparing.include_adopted, named=sparing.named)
     if plan.empty or dry_run:
         return GcResult(plan, dry_run)
     ask(plan)
     answer = execute(ctx, plan, on_progress=on_progress)
-    return GcResult(plan, dry_run, removed=True, freed=answer.freed)
+    going = set(doomed(plan))
+    adds = sum(int(g.meta.get("own_bytes") or 0) for g in state.generations if g.name in going)
+    return GcResult(plan, dry_run, removed=True, freed=answer.freed, adds=adds)
 
 
 def render_text(result: GcResult) -> None:
     if result.removed:
         names = ", ".join(result.doomed)
         ui.out.print(f"[green]✓[/] removed {names}: {ui.size(result.freed)} freed")
+        if result.freed > result.adds:
+            ui.info(
+                f"  {ui.size(result.adds)} of it their files as built (`generations`' adds), "
+                f"{ui.size(result.freed - result.adds)} written since (bytecode, caches)"
+            )
         print_kept(result.plan)
     elif result.plan.empty:
         print_plan(result.plan)

@@ -12,8 +12,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -235,6 +237,44 @@ def test_a_slow_install_shows_its_count_on_a_terminal_and_nowhere_else(
     relock(envlock, profile, '"bulkpkg==1.1"', '"bulkpkg==1.2"')
     plain = envlock("apply", "-y", profile)
     assert plain.returncode == 0 and "installing:" not in plain.stdout + plain.stderr
+
+
+def test_ctrl_c_during_a_build_says_what_it_left(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) while uv installs: the
+    note names what is left on the root, not a half-built generation that is not there."""
+    own = tmp_path / "wheels"
+    shutil.copytree(wheelhouse, own)
+    build_wheel(own, "bulkpkg", "1.0", files={f"bulkpkg/m{n}.py": "X = 1\n" for n in range(15000)})
+    profile = write_seed_project(tmp_path / "proj", own)
+    relock(envlock, profile, '"tinydep==1.0"', '"tinydep==1.0", "bulkpkg==1.0"')
+    apply = subprocess.Popen(
+        [sys.executable, "-m", "envlock", "apply", "-y", str(profile)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert apply.stderr is not None
+    said = [apply.stderr.readline()]
+    while "packages from the lock" not in said[-1] and said[-1]:
+        said.append(apply.stderr.readline())
+    time.sleep(0.3)
+    os.killpg(apply.pid, signal.SIGINT)
+    out, err = apply.communicate(timeout=60)
+    assert apply.returncode == 130, out + "".join(said) + err
+    left = [
+        p.name
+        for p in (profile.parent / "root" / "generations").iterdir()
+        if not (p / ".envlock" / "generation.json").exists()
+    ]
+    untouched = "interrupted: the active generation is untouched (the switch is atomic); "
+    if left:
+        assert f"{untouched}the half-built {left[0]} is removed by the next" in err, err
+    else:
+        assert f"{untouched}no half-built generation was left" in err, err
+    assert "a half-built generation is removed by the next" not in err
 
 
 # -- holds end with the converge ---------------------------------------------------------

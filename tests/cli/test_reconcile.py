@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from envlock.ui import size
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
 from tests.support import uv_install
@@ -218,8 +219,12 @@ def test_generations_rollback_and_gc(seed: Path, envlock: Envlock) -> None:
     assert unasked.returncode == 2 and "pass -y to remove them, or --dry-run" in unasked.stderr
     after = json.loads(envlock("generations", "--json", seed).stdout)["generations"]
     assert [g["number"] for g in after] == [1, 2, 3]
+    adds = listed["generations"][0]["adds_bytes"]
     removed = envlock("gc", "-y", "--keep", "1", seed)
     assert removed.returncode == 0 and f"removed {first}" in removed.stdout
+    # `run` above wrote bytecode into it after its build: the freed figure says so, and the
+    # part `generations` showed (its adds) is named as such.
+    assert f"{size(adds)} of it their files as built (`generations`' adds)" in removed.stderr
     after = json.loads(envlock("generations", "--json", seed).stdout)["generations"]
     assert [g["number"] for g in after] == [2, 3]
 
