@@ -371,27 +371,14 @@ def write_api(req, gen_dir):
             raise AgentError("integrity", f"api file {rel!r}: not a path in the generation")
         os.makedirs(os.path.dirname(os.path.join(base, rel)), exist_ok=True)
         write_atomic(os.path.join(base, rel), text.encode())
-    # `python -m pip`, the habit: the generation's pip shim answers (a real pip comes first).
-    os.makedirs(os.path.join(base, "pipshim"), exist_ok=True)
-    write_atomic(os.path.join(base, "pipshim", "pip.py"), PIP_MODULE.encode())
     lib = os.path.join(gen_dir, "lib")
     for name in sorted(os.listdir(lib)):
         site = os.path.join(lib, name, "site-packages")
         if name.startswith("python") and os.path.isdir(site):
             startup = os.path.relpath(os.path.join(base, "startup"), site)
-            shim = os.path.relpath(os.path.join(base, "pipshim"), site)
-            lines = f"{startup}\n{startup}/envlock_api\n{shim}\n"
+            # startup/pipshim: `python -m pip` runs the generation's pip shim.
+            lines = f"{startup}\n{startup}/envlock_api\n{startup}/pipshim\n"
             write_atomic(os.path.join(site, "_envlock_api.pth"), lines.encode())
-
-
-PIP_MODULE = """# `python -m pip` in an envlock generation: its bin/pip (envlock's shim) answers.
-import os
-import sys
-
-if __name__ == "__main__":
-    shim = os.path.join(sys.prefix, "bin", "pip")
-    os.execv(shim, [shim] + sys.argv[1:])
-"""
 
 
 def do_repair(req, action):

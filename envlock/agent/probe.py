@@ -50,7 +50,7 @@ def generations_with_locks(root):
 
 def root_busy(root):
     """What the process holding the root's lock (an apply, rollback or gc under way) wrote
-    in it, while that process runs; None when nobody holds it. The lock is never taken."""
+    in it, while one holds it; None when nobody does. The lock is never taken."""
     try:
         fd = os.open(os.path.join(root, ".envlock.lock"), os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -60,21 +60,22 @@ def root_busy(root):
         inode = os.fstat(fd).st_ino
     finally:
         os.close(fd)
-    match = re.match(r"pid (\d+) on (\S+)$", text)
-    if not match or match.group(2) != os.uname().nodename:
-        return None
-    return text if flock_held(int(match.group(1)), inode) else None
+    return (text or "holder unknown") if flock_held(text, inode) else None
 
 
-def flock_held(pid, inode):
-    """Whether process `pid` holds a flock on the file of `inode`: /proc/locks says (Linux);
-    without it, whether the process still runs."""
+def flock_held(text, inode):
+    """Whether a process holds a flock on the file of `inode`: /proc/locks says (Linux; its
+    pids may be another namespace's, so the inode alone decides); without it, whether the
+    process the lock file names runs on this host."""
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as handle:
             lines = handle.read(1 << 20).splitlines()
     except OSError:
+        match = re.match(r"pid (\d+) on (\S+)$", text)
+        if not match or match.group(2) != os.uname().nodename:
+            return False
         try:
-            os.kill(pid, 0)
+            os.kill(int(match.group(1)), 0)
         except ProcessLookupError:
             return False
         except OSError:
@@ -83,7 +84,7 @@ def flock_held(pid, inode):
     for line in lines:
         fields = line.split()
         held = "FLOCK" in fields and "->" not in fields and len(fields) > 5
-        if held and fields[4] == str(pid) and fields[5].rsplit(":", 1)[-1] == str(inode):
+        if held and fields[5].rsplit(":", 1)[-1] == str(inode):
             return True
     return False
 
