@@ -71,7 +71,8 @@ class EnvlockGroup(click.Group):
             hint = f"see `{where.command_path} --help`" if where is not None else None
             fail(exc.format_message(), hint, exc.exit_code)
         except (KeyboardInterrupt, click.Abort):
-            message = f"interrupted: {ctx.meta.get(INTERRUPTED, 'nothing changed')}"
+            note = ctx.meta.get(INTERRUPTED, "nothing changed")
+            message = f"interrupted: {note() if callable(note) else note}"
             ui.error(message)
             fail(message, None, EXIT_INTERRUPTED)
         except SystemExit as exc:

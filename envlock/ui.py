@@ -67,11 +67,49 @@ _RICH_STRIPS = dict.fromkeys((7, 8, 11, 12, 13))
 def _say(message: str, *, stderr: bool, styled: str = "", prefix: str = "") -> None:
     """One line of `message` (text, not markup) after a prefix: through rich on a terminal,
     written as rich would write it, without loading rich, anywhere else."""
+    end_live()
     if plain(stderr=stderr):
         stream = sys.stderr if stderr else sys.stdout
         stream.write((prefix + message.translate(_RICH_STRIPS)).expandtabs(8) + "\n")
     else:
         _console(stderr=stderr).print(styled + escape(message))
+
+
+_LIVE = {"shown": False}
+
+
+def live(message: str) -> None:
+    """A progress count shown in place on stderr's terminal (the next line replaces it);
+    nothing at all on a pipe, a file or under --json."""
+    if JSON.asked or plain(stderr=True):
+        return
+    width = max(20, _console(stderr=True).width - 1)
+    sys.stderr.write("\r\x1b[K  " + message.translate(_RICH_STRIPS)[: width - 2])
+    sys.stderr.flush()
+    _LIVE["shown"] = True
+
+
+def end_live() -> None:
+    """Clear a count `live` left on the terminal before anything else is written."""
+    if _LIVE["shown"]:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+        _LIVE["shown"] = False
+
+
+def table(renderable: object, *, stderr: bool = False) -> None:
+    """A rich table (or any renderable) as its lines, without the spaces rich pads them
+    with at the end (styles kept on a terminal)."""
+    import re
+
+    console = _console(stderr=stderr)
+    end_live()
+    with console.capture() as captured:
+        console.print(renderable)
+    lines = captured.get().split("\n")
+    trimmed = [re.sub(r" +((?:\x1b\[[0-9;]*m)*)$", r"\1", line) for line in lines]
+    console.file.write("\n".join(trimmed))
+    console.file.flush()
 
 
 def ok(message: str) -> None:

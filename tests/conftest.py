@@ -149,6 +149,16 @@ def untracked_files() -> set[str] | None:
     return {name.decode(errors="replace") for name in listed.stdout.split(b"\0") if name}
 
 
+@pytest.fixture(autouse=True)
+def json_state_of_its_own() -> Iterator[None]:
+    """Each test starts with envlock.ui's --json state unset (an in-process CLI call with
+    --json sets it for the rest of the process)."""
+    from envlock import ui
+
+    ui.JSON.asked, ui.JSON.emitted, ui.JSON.last_error = False, False, None
+    yield
+
+
 @pytest.fixture(scope="module", autouse=True)
 def machine_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     """Before and after every test module: the host's devices are still devices and the

@@ -148,6 +148,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
         {
             "profile": schema.STR,
             "lock_id": LOCK_ID,
+            "judged_lock_id": schema.nullable(LOCK_ID),
             "hold": schema.nullable(CHECK_HOLD),
             "generation": schema.nullable(GENERATION),
             "deep": schema.BOOL,
@@ -177,7 +178,15 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
             "generations": schema.items(
                 schema.obj(
                     {"number": schema.INT, "name": GENERATION, "lock_id": LOCK_ID},
-                    ("number", "name", "lock_id", "active", "held", "adopted_from"),
+                    (
+                        "number",
+                        "name",
+                        "lock_id",
+                        "active",
+                        "held",
+                        "adopted_from",
+                        "irreplaceable",
+                    ),
                 )
             ),
             "history": OBJS,
@@ -337,6 +346,7 @@ SHAPES: dict[str, tuple[dict[str, schema.Check], dict[str, schema.Check]]] = {
             "left_out": schema.mapping(schema.PACKAGE_NAME, schema.STR),  # name -> why
             "seeded": STRS,
             "next": STRS,
+            "machine_paths": STRS,  # wheels the lock names by a path of this machine
         },
         {},
     ),

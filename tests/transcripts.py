@@ -37,6 +37,14 @@ NOT_RUN = {
     "$ envlock init train.toml --from /srv/venv --venv /srv/venv --find-links ./wheels": (
         "a pip-built venv at a path of the page's: tests/cli/test_adopt.py runs the same steps"
     ),
+    "$ /srv/venv/bin/python train.py --lr 1e-2 --ckpt runs/c": (
+        "the page's train.py by the venv's own python at the page's path: tests/cli/test_docs.py"
+        "::test_the_pages_train_py_runs_outside_envlock_run_too runs it"
+    ),
+    "$ envlock gc --keep 0 --dry-run train.toml": (
+        "the adopted venv of the page, at its path: tests/cli/test_adopt.py"
+        "::test_gc_keeps_what_no_lock_can_rebuild_unless_named_or_included runs the same steps"
+    ),
     "$ envlock snapshot train.toml runs/a --config a.json --metric tok_per_s=20000 --metric"
     " step=1000": (
         "two runs on cu128 then cu130 with typed-in metrics: tests/cli/test_snapshot_data.py"

@@ -78,10 +78,13 @@ class RootLock:
         os.close(self.fd)
 
 
-def run_step(argv, env=None, what=""):
+def run_step(argv, env=None, what="", watch=None):
     import subprocess
 
-    proc = subprocess.run(argv, capture_output=True, env=env)
+    if watch is None:
+        proc = subprocess.run(argv, capture_output=True, env=env)
+    else:
+        proc = run_watching(argv, env, watch)
     if proc.returncode != 0:
         raise AgentError(
             "command",
@@ -89,6 +92,42 @@ def run_step(argv, env=None, what=""):
             + proc.stderr.decode(errors="replace").strip(),
         )
     return proc
+
+
+LIVE = "live: "  # a progress line a terminal shows in place (reconcile/agentcall.py)
+
+
+def run_watching(argv, env, watch, every=0.5):
+    """subprocess.run's captured run, calling `watch` every `every` seconds meanwhile."""
+    import subprocess
+
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        while True:
+            try:
+                out, err = child.communicate(timeout=every)
+                return subprocess.CompletedProcess(argv, child.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                watch()
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+
+
+def install_count(gen_dir, total):
+    """The install's progress as envlock counts it: the packages in place so far."""
+
+    def watch():
+        lib = os.path.join(gen_dir, "lib")
+        count = 0
+        for name in os.listdir(lib) if os.path.isdir(lib) else ():
+            site = os.path.join(lib, name, "site-packages")
+            if os.path.isdir(site):
+                count += sum(1 for n in os.listdir(site) if n.endswith(".dist-info"))
+        progress(f"{LIVE}installing: {min(count, total)} of {total} packages in place")
+
+    return watch
 
 
 def uv_env(req):
@@ -174,8 +213,9 @@ def build_into(req, gen_dir, action):
 def sync_repairing_cache(req, gen_dir, env, extra=()):
     """`uv pip sync`; when uv fails on its own damaged cache (a crash), clean the entries of
     every package the lock names (uv blames one at a time) and retry once."""
+    watch = install_count(gen_dir, req.get("package_count", 0))
     try:
-        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
+        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync", watch)
         return
     except AgentError as exc:
         blamed = uv_cache_damage(str(exc))
@@ -188,7 +228,7 @@ def sync_repairing_cache(req, gen_dir, env, extra=()):
     )
     run_step([req["uv"], "cache", "clean", *names], env, "uv cache clean")
     try:
-        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync")
+        run_step(sync_argv(req, gen_dir, extra), env, "uv pip sync", watch)
     except AgentError as again:
         if uv_cache_damage(str(again)) is None:
             raise
@@ -227,8 +267,9 @@ def refuse_pth(req, gen_dir):
 
 
 def finish_generation(req, gen_dir, action):
-    # Before the manifest: the shim and activate are part of the generation, not drift.
+    # Before the manifest: the shim, activate and the API are part of the generation.
     write_pip_shims(req, gen_dir, action["number"])
+    write_api(req, gen_dir)
     point_activate_at_stable(req, gen_dir)
     progress("writing the manifest")
     count, size, own = write_manifest(gen_dir)
@@ -314,6 +355,30 @@ def write_pip_shims(req, gen_dir, number):
         path = os.path.join(gen_dir, "bin", name)
         if not os.path.lexists(path):
             write_atomic(path, script.encode(), 0o755)
+
+
+def write_api(req, gen_dir):
+    """The in-process API as `envlock run` ships it (`import envlock`, envlock_megacache), in
+    the generation's own .envlock/api, and one .pth that appends it to sys.path: a script
+    the generation's python starts directly imports it too; a real envlock or module of the
+    same name the lock installs comes first. None is sent when the lock installs envlock."""
+    files = req.get("api_files")
+    if not files:
+        return
+    base = os.path.join(gen_dir, META_DIR, "api")
+    for rel, text in sorted(files.items()):
+        if rel.startswith("/") or ".." in rel.split("/"):
+            raise AgentError("integrity", f"api file {rel!r}: not a path in the generation")
+        os.makedirs(os.path.dirname(os.path.join(base, rel)), exist_ok=True)
+        write_atomic(os.path.join(base, rel), text.encode())
+    lib = os.path.join(gen_dir, "lib")
+    for name in sorted(os.listdir(lib)):
+        site = os.path.join(lib, name, "site-packages")
+        if name.startswith("python") and os.path.isdir(site):
+            startup = os.path.relpath(os.path.join(base, "startup"), site)
+            # startup/pipshim: `python -m pip` runs the generation's pip shim.
+            lines = f"{startup}\n{startup}/envlock_api\n{startup}/pipshim\n"
+            write_atomic(os.path.join(site, "_envlock_api.pth"), lines.encode())
 
 
 def do_repair(req, action):

@@ -40,6 +40,57 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
 
 
 # -- probe --------------------------------------------------------------------------------
+def generations_with_locks(root):
+    """The root's generations, each saying whether its lock file is still beside it (a
+    complete generation without one is what no lock can rebuild, as an adopted one)."""
+    gens = list_generations(root)
+    for gen in gens:
+        lock = os.path.join(root, "generations", gen["name"], LOCK_COPY)
+        gen["has_lock"] = os.path.isfile(lock)
+    return gens
+
+
+def root_busy(root):
+    """What the process holding the root's lock (an apply, rollback or gc under way) wrote
+    in it, while one holds it; None when nobody does. The lock is never taken."""
+    try:
+        fd = os.open(os.path.join(root, ".envlock.lock"), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 200).decode(errors="replace").strip()
+        inode = os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+    return (text or "holder unknown") if flock_held(text, inode) else None
+
+
+def flock_held(text, inode):
+    """Whether a process holds a flock on the file of `inode`: /proc/locks says (Linux; its
+    pids may be another namespace's, so the inode alone decides); without it, whether the
+    process the lock file names runs on this host."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read(1 << 20).splitlines()
+    except OSError:
+        match = re.match(r"pid (\d+) on (\S+)$", text)
+        if not match or match.group(2) != os.uname().nodename:
+            return False
+        try:
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            pass
+        return True
+    for line in lines:
+        fields = line.split()
+        held = "FLOCK" in fields and "->" not in fields and len(fields) > 5
+        if held and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
+
+
 def installed_distributions(site):
     """Name, version and requirements of every distribution in `site`, from the METADATA
     headers alone (the email parser importlib.metadata uses costs ~2 ms a package)."""
@@ -228,13 +279,14 @@ def probe(req):
         else None,
         "container": container_kind(),
         "root_exists": os.path.isdir(root),
-        "generations": list_generations(root) if ours else [],
+        "generations": generations_with_locks(root) if ours else [],
         "current": current_generation(root) if ours else None,
         "history": read_history(root, 20) if ours else [],
         "venv_link": link_state(req.get("venv"), root),
         "trust": trust,
     }
     state["hold"] = hold_state(root, state["current"]) if ours else None
+    state["busy"] = root_busy(root) if ours else None
     if state["current"] and (state["hold"] or req.get("active_lock")):
         # The active generation's own lock: what a hold is judged by, what a snapshot records.
         lock_path = os.path.join(root, "generations", state["current"], LOCK_COPY)

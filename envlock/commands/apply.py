@@ -9,6 +9,7 @@ first change of this apply, whatever that change is.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -210,7 +211,8 @@ def make_gate(ctx: Context, *, yes: bool, as_json: bool) -> Gate:
             print_plan(plan)
         confirm(asked)
         asked = True
-        click.get_current_context().meta[INTERRUPTED] = interrupted_note(ctx)
+        # Said when the interrupt comes: what it left is known only then.
+        click.get_current_context().meta[INTERRUPTED] = lambda: interrupted_note(ctx)
 
     return gate
 
@@ -377,10 +379,14 @@ def interrupted_note(ctx: Context) -> str:
     envlock does not stop a remote agent: it runs under the root's lock and either
     finishes or leaves the root as it was (the switch is atomic), so saying so is safer
     than killing it between two of its steps."""
-    note = (
-        "the active generation is untouched (the switch is atomic); a half-built "
-        "generation is removed by the next `envlock apply`"
-    )
+    note = "the active generation is untouched (the switch is atomic)"
+    left = settled_half_built(ctx.profile.target.root) if not ctx.profile.target.remote else None
+    if left is None:
+        note += "; a half-built generation, if one was left, is removed by the next `envlock apply`"
+    elif left:
+        note += f"; the half-built {', '.join(left)} is removed by the next `envlock apply`"
+    else:
+        note += "; no half-built generation was left"
     if ctx.profile.target.remote:
         note += (
             "; the agent on the target may still be finishing under the root's lock: "
@@ -393,7 +399,38 @@ def interrupted_note(ctx: Context) -> str:
     return note
 
 
+def settled_half_built(root: str, seconds: float = 5.0) -> list[str]:
+    """The half-built generations a local root keeps once the interrupted agent has stopped:
+    it removes its own build as it stops, so wait a moment (a second Ctrl-C stops waiting)."""
+    deadline = time.monotonic() + seconds
+    left = half_built(root)
+    try:
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = half_built(root)
+    except KeyboardInterrupt:
+        pass
+    return left
+
+
+def half_built(root: str) -> list[str]:
+    """The generations of a local root without generation.json: a build cut short (its
+    agent removes it as it stops; one still there waits for the next apply)."""
+    from envlock.agent.core import GEN_RE, GENERATION
+
+    base = os.path.join(root, "generations")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    return [
+        name
+        for name in names
+        if GEN_RE.match(name) and not os.path.lexists(os.path.join(base, name, GENERATION))
+    ]
+
+
 def show_container_steps(drifts: list[Drift], as_json: bool) -> None:
     if drifts and not as_json:
         ui.out.print(f"[bold]container: {len(drifts)} change(s)[/]")
-        ui.out.print(drift_table(drifts))
+        ui.table(drift_table(drifts))

@@ -215,4 +215,4 @@ def print_status(status: CacheStatus) -> None:
             ", ".join(entry.generations) or "none (kept: never deleted)",
         )
     ui.out.print(f"compile caches under {status.cache_dir} (* = the active build)")
-    ui.out.print(table)
+    ui.table(table)

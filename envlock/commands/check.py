@@ -75,6 +75,9 @@ class CheckResult:
         return {
             "profile": self.profile,
             "lock_id": self.lock,
+            # The lock the generation was judged by: the held one's during a hold (None for
+            # an adopted generation, judged by its manifest), else the profile's.
+            "judged_lock_id": self.hold["lock_id"] if self.hold else self.lock,
             "hold": self.hold,
             "generation": state.current if state else None,
             "deep": self.deep,

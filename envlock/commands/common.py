@@ -145,7 +145,7 @@ def print_drift(drifts: list[Drift], clean_message: str) -> None:
         ui.ok(clean_message)
         return
     ui.out.print(f"[bold red]✗ {len(drifts)} drift item(s)[/]")
-    ui.out.print(drift_table(drifts))
+    ui.table(drift_table(drifts))
 
 
 def print_fixes(ctx: Context, drifts: list[Drift]) -> None:
@@ -168,7 +168,14 @@ def print_plan(plan: Plan) -> None:
     if plan.empty:
         ui.out.print(f"[green]✓[/] nothing to do: {ui.escape(plan.reason or 'in sync')}")
         return
-    ui.out.print(f"[bold]plan: {len(plan.actions)} action(s)[/]")
+    if plan.provisional:
+        ui.out.print(
+            f"[bold]provisional plan: {len(plan.actions)} action(s)[/] (another envlock "
+            f"operation holds the root: {ui.escape(plan.provisional)}; planned again once "
+            "this apply holds it, if the root changed)"
+        )
+    else:
+        ui.out.print(f"[bold]plan: {len(plan.actions)} action(s)[/]")
     for index, action in enumerate(plan.actions, 1):
         ui.out.print(f"  {index}. {ui.escape(action.description)}")
 

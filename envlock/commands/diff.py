@@ -165,7 +165,7 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
             if change.also:  # the same change, recorded again by another source
                 text += f" [dim](also {ui.untrusted(', '.join(change.also))})[/]"
             table.add_row(ui.untrusted(change.key), text)
-        ui.out.print(table)
+        ui.table(table)
         if len(group.changes) > SHOWN_CHANGES:
             more = len(group.changes) - SHOWN_CHANGES
             ui.out.print(f"  [dim]… {more:,} more changes (--json lists them)[/]")

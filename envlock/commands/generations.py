@@ -35,6 +35,7 @@ class GenerationRow:
     matches_lock: bool  # built from the profile's lock
     held: bool  # a rollback holds the root on it
     adopted_from: str | None  # `apply --adopt`: no lock built it
+    irreplaceable: str | None = None  # why no lock can rebuild it (adopted, lock gone): gc keeps it
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,8 +45,8 @@ class GenerationRow:
         note = "incomplete" if not self.complete else ""
         if self.matches_lock:
             note = "the profile's lock"
-        if self.adopted_from:
-            note = f"adopted from {ui.escape(self.adopted_from)}"
+        if self.irreplaceable:
+            note = ui.escape(self.irreplaceable)
         if self.held and hold is not None:
             note += ("; " if note else "") + f"held (rolled back from {hold.from_} at {hold.time})"
         return note
@@ -152,7 +153,7 @@ def render_text(result: GenerationsResult) -> None:
             ui.size(int(row.adds_bytes)) if row.adds_bytes is not None else "",
             row.note(hold),
         )
-    ui.out.print(table)
+    ui.table(table)
 
 
 def list_snapshots(ctx: Context, as_json: bool) -> None:
@@ -179,7 +180,7 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
             ui.escape(snap.lock),
             note,
         )
-    ui.out.print(table)
+    ui.table(table)
 
 
 def container_document(container: str, snaps: list[ContainerSnapshot]) -> dict[str, Any]:
@@ -204,6 +205,7 @@ def generation_rows(ctx: Context, state: State) -> tuple[GenerationRow, ...]:
             matches_lock=g.lock_hash == ctx.lock.short_hash,
             held=hold is not None and g.name == hold.generation,
             adopted_from=g.adopted_from,
+            irreplaceable=g.irreplaceable if g.complete else None,
         )
         for g in state.generations
     )

@@ -30,6 +30,7 @@ class ImportResult:
     comparison: Comparison | None
     failure: str  # the lock's error, when it failed
     adopting: bool = False  # [target] venv is the surveyed venv: `apply --adopt` keeps it
+    tied: tuple[str, ...] = ()  # wheels the lock names by a path of this machine
 
     @property
     def code(self) -> int:
@@ -55,6 +56,7 @@ class ImportResult:
             "left_out": self.found.left_out,
             "seeded": list(self.found.seeded),
             "next": self.steps,
+            "machine_paths": list(self.tied),
         }
 
 
@@ -120,8 +122,10 @@ def init_from(
         notes=(f"Imported by `envlock init --from {venv}`: {summary(survey, found)}.", *where),
     )
     prof = write_starter(profile, starter_text(imported))
-    lock_path, comparison, failure = lock_and_compare(prof, survey, quiet)
-    return ImportResult(profile, venv, survey, found, lock_path, comparison, failure, adopting)
+    lock_path, comparison, failure, tied = lock_and_compare(prof, survey, quiet)
+    return ImportResult(
+        profile, venv, survey, found, lock_path, comparison, failure, adopting, tied
+    )
 
 
 def relative_to(path: str, directory: Path) -> str:
@@ -150,18 +154,18 @@ def summary(survey: Survey, found: Import) -> str:
 
 def lock_and_compare(
     prof: Any, survey: Survey, quiet: bool
-) -> tuple[Path | None, Comparison | None, str]:
+) -> tuple[Path | None, Comparison | None, str, tuple[str, ...]]:
     from envlock.lock.resolve import write_lock
 
     try:
         with ui.status(f"resolving {prof.path.name} with uv", quiet=quiet):
             lock, _ = write_lock(prof)
     except OperationError as exc:
-        return None, None, str(exc)
+        return None, None, str(exc), ()
     installed = {
         name: dist for name, dist in survey.installed.items() if name not in left_alone(survey)
     }
-    return lock.path, compare(installed, lock.versions()), ""
+    return lock.path, compare(installed, lock.versions()), "", tuple(lock.machine_paths())
 
 
 def left_alone(survey: Survey) -> set[str]:
@@ -187,6 +191,13 @@ def render_imported(result: ImportResult) -> None:
         ui.out.print(ui.untrusted(result.failure))
         return
     ui.out.print(f"[green]✓[/] wrote {esc(result.lock_path.name if result.lock_path else '')}")
+    if result.tied:
+        tied = result.tied
+        ui.out.print(
+            f"note: the lock is tied to this machine: {len(tied)} wheel(s) by a local path "
+            f"({esc(', '.join(tied[:2]))}{' …' if len(tied) > 2 else ''}); `lock --portable` "
+            "refuses that"
+        )
     if comparison.exact:
         ui.out.print(f"the lock installs exactly the {len(comparison.same)} installed packages")
     else:

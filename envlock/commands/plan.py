@@ -89,7 +89,7 @@ def plan_of(ctx: Context) -> PlanResult:
 def render_text(result: PlanResult) -> None:
     if result.container or result.plan is None:
         ui.out.print(f"[bold]container: {len(result.container)} change(s)[/]")
-        ui.out.print(drift_table(list(result.container)))
+        ui.table(drift_table(list(result.container)))
     if result.plan is None:
         ui.out.print("then: converge the environment inside once the container runs")
         return

@@ -319,7 +319,7 @@ def refuse(ctx: Context, why: str, drifts: list[Drift], *, allow: bool = False) 
         refusal.exit_code = refused_exit()
         raise refusal
     ui.err.print(f"[bold red]envlock:[/] {ui.escape(why)}")
-    ui.err.print(drift_table(drifts))
+    ui.table(drift_table(drifts), stderr=True)
     print_fixes(ctx, drifts)
     if allow:
         ui.info("  or run anyway: envlock run --allow-drift …")

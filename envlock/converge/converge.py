@@ -154,8 +154,9 @@ class Converging:
             self.asked.gate(steps, plan)
             steps = self.change_container(steps, state)
             answer = self.execute(plan, state)
-            if not answer.replan:
-                return Round(plan, answer.current or state.current, replans, applied=True)
+            if not answer.replan:  # it held under the root's lock: provisional no more
+                held = dataclasses.replace(plan, provisional="")
+                return Round(held, answer.current or state.current, replans, applied=True)
             self.say("another envlock operation changed the root meanwhile: planning again")
         raise OperationError(
             f"the root kept changing while apply planned ({REPLANS + 1} plans overtaken)",
@@ -171,6 +172,8 @@ class Converging:
             refuse_incompatible(ctx, asked.snapshot_dir, state)
         adopt = adopting(ctx, state, asked.adopt, replans, asked.progress)
         plan = make_plan(expect, state, drifts, adopt=adopt)
+        if state.busy and not plan.empty:
+            plan = dataclasses.replace(plan, provisional=state.busy)
         if asked.snapshot_dir:
             plan = without_mismatched_scripts(ctx, plan)
         return state, plan
@@ -199,7 +202,19 @@ class Converging:
 
         locked = None if self.snapshotted or self.ctx.provisioner is None else under_lock
         wait, progress = not self.asked.no_wait, self.asked.progress
-        answer = execute(self.ctx, plan, wait=wait, on_progress=progress, when_locked=locked)
+        carry = None
+        if any(action.kind == "build" for action in plan.actions):
+            from envlock.runs.environment import api_payload  # what a build carries
+
+            carry = api_payload(self.ctx)
+        answer = execute(
+            self.ctx,
+            plan,
+            wait=wait,
+            on_progress=progress,
+            when_locked=locked,
+            carry=carry,
+        )
         self.report += taken
         self.snapshotted = self.snapshotted or bool(taken)
         return answer

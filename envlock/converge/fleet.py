@@ -311,7 +311,7 @@ def run_fleet(
         )
     else:
         ui.out.print(ui.escape(headline))
-        ui.out.print(summary_table(ordered))
+        ui.table(summary_table(ordered))
         if interrupted:
             ui.error(interrupted_words(ordered))
     raise SystemExit(EXIT_INTERRUPTED if interrupted else code)

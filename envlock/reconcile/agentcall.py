@@ -8,12 +8,14 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any, cast
 
+from envlock import ui
 from envlock.base.pythons import own_python
 from envlock.errors import OperationError, UsageError
 from envlock.reconcile.agentcode import agent_bootstrap as agent_bootstrap
 from envlock.targets.base import ConnectionLost, Result, Transport, TransportFailed
 
 PROGRESS_PREFIX = "envlock-progress: "
+LIVE = "live: "  # agent/apply.py's: a count a terminal shows in place, never a line of a log
 OS_HINTS = {
     "ENOSPC": "the target's disk is full: run `envlock gc` (it removes old generations; "
     "`--dry-run` lists them) or free space otherwise, and apply again",
@@ -112,7 +114,10 @@ class Listener:
         if self.dialogue is not None and line == LOCKED_READY:
             self.answer_locked(self.dialogue)
         elif self.on_progress is not None and progress is not None:
-            self.on_progress(progress)
+            if progress.startswith(LIVE):  # to a terminal only: never a pipe, a log, --json
+                ui.live(progress[len(LIVE) :])
+            else:
+                self.on_progress(progress)
 
     def answer_locked(self, dialogue: Dialogue) -> None:
         """The agent holds the lock: run when_locked, and tell it to go on or to stop."""

@@ -21,9 +21,14 @@ from envlock.reconcile.plan import Plan
 from envlock.targets.base import CommandFailed, Transport
 
 
-def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, Any]:
+def apply_request(
+    ctx: Context, plan: Plan, *, wait: bool = True, carry: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The agent's request; `carry`: what a build writes into the generation besides the
+    lock (the in-process API: runs/environment.py api_payload), sent only with a build."""
     profile = ctx.profile
     actions = [action.to_json() for action in plan.actions]
+    building = any(action["kind"] == "build" for action in actions)
     for action in actions:
         if action["kind"] == "scripts":
             action["dest"] = profile.scripts.dest if profile.scripts else ""
@@ -37,9 +42,8 @@ def apply_request(ctx: Context, plan: Plan, *, wait: bool = True) -> dict[str, A
         "cache_dir": profile.cache_dir,
         # Only a build writes the lock into a generation; working it out may hash the local
         # copies of wheels (the install cache), which a switch or a rollback must not pay.
-        "lock_text": build_lock_text(ctx)
-        if any(action["kind"] == "build" for action in actions)
-        else "",
+        "lock_text": build_lock_text(ctx) if building else "",
+        **(carry or {} if building else {}),
         "lock_sha256": ctx.lock.sha256,
         "package_count": len(ctx.lock.packages),
         "offline": profile.dependencies.offline,
@@ -144,13 +148,14 @@ def execute(
     wait: bool = True,
     on_progress: Callable[[str], None] | None = None,
     when_locked: Callable[[], object] | None = None,
+    carry: dict[str, Any] | None = None,
 ) -> ApplyAnswer:
     """Carry out a plan on the target (under the root's lock) and return the agent's answer:
     `replan` when the root is no longer what the plan assumed. `when_locked` runs under the
     lock, before the first change, once the plan is known to hold."""
     if plan.empty:
         return NOTHING_DONE
-    request = apply_request(ctx, plan, wait=wait)
+    request = apply_request(ctx, plan, wait=wait, carry=carry)
     request["handshake"] = when_locked is not None
     for action in request["actions"]:
         if action["kind"] == "install-uv":

@@ -64,6 +64,9 @@ class Plan:
     actions: tuple[Action, ...]
     reason: str = ""
     assumed: Assumed | None = None
+    # Made while another operation held the root's lock (what it wrote there): the plan is
+    # made again once this one holds it, whenever the root changed meanwhile.
+    provisional: str = ""
 
     @property
     def empty(self) -> bool:
@@ -272,8 +275,10 @@ PLANNERS: dict[Repair, Planner] = {
 
 # -- what no drift kind names: strays and the hold -------------------------------------------
 def cleanup_strays(state: State) -> list[Action]:
+    """Remove half-built generations; not while another operation holds the root's lock:
+    one of them may be the build it is making (the plan is made again once it ends)."""
     stray = [g.name for g in state.generations if not g.complete and g.name != state.current]
-    if not stray:
+    if not stray or state.busy:
         return []
     return [
         Action(

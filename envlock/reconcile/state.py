@@ -16,6 +16,17 @@ class Generation:
     lock_hash: str
     complete: bool
     meta: dict[str, Any] = field(default_factory=dict)
+    has_lock: bool = True  # its lock file is still beside it (an old agent does not say)
+
+    @property
+    def irreplaceable(self) -> str | None:
+        """Why no lock can rebuild this generation (adopted, or its lock file gone), in the
+        words every listing and prompt uses; None when its lock can."""
+        if self.adopted_from:
+            return f"adopted from {self.adopted_from}, no lock can rebuild it"
+        if self.complete and not self.has_lock:
+            return "its lock file is gone, no lock can rebuild it"
+        return None
 
     @property
     def adopted_from(self) -> str | None:
@@ -218,6 +229,7 @@ class State:
     host: Host = Host()
     gpu: GpuFacts = GpuFacts()
     hold: Hold | None = None
+    busy: str | None = None  # another operation holds the root's lock ("pid N on HOST")
     active_lock: str | None = None  # the active generation's own lock text, when asked/held
     # The active generation's python when its real file lies inside the root (planted): the
     # probe then ran in the system python instead (envlock/base/pythons.py).
@@ -247,7 +259,14 @@ def parse_state(raw: dict[str, Any]) -> State:
     return State(
         raw=raw,
         generations=tuple(
-            Generation(g["number"], g["name"], g["lock_hash"], g["complete"], g.get("meta") or {})
+            Generation(
+                g["number"],
+                g["name"],
+                g["lock_hash"],
+                g["complete"],
+                g.get("meta") or {},
+                has_lock=g.get("has_lock", True) is not False,
+            )
             for g in raw.get("generations", [])
         ),
         current=raw.get("current"),
@@ -266,6 +285,7 @@ def parse_state(raw: dict[str, Any]) -> State:
         host=Host(raw.get("hostname"), raw.get("machine"), raw.get("libc"), raw.get("container")),
         gpu=_gpu(raw.get("hardware")),
         hold=_hold(raw.get("hold")),
+        busy=raw["busy"] if isinstance(raw.get("busy"), str) else None,
         active_lock=raw.get("active_lock"),
         root_fingerprint=str(raw.get("root_fingerprint") or ""),
         trust=_trust(raw.get("trust")),

@@ -12,7 +12,7 @@ from envlock.profile.read import Profile
 from envlock.profile.sources import requests
 from envlock.reconcile.context import Context, own_context
 from envlock.reconcile.state import State
-from envlock.runs.startup_set import package_dir, python_path, remote_dir, ship
+from envlock.runs.startup_set import package_dir, python_path, remote_dir, ship, startup_files
 
 # Variables that would make the generation's interpreter look elsewhere.
 SCRUBBED = ("PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX", "__PYVENV_LAUNCHER__")
@@ -88,6 +88,23 @@ def run_context(profile: Profile, scripts: Sequence[str], target: str) -> dict[s
         "target": target,
         "data": requests(profile.data),  # fingerprinted by each snapshot the command writes
     }
+
+
+def api_payload(ctx: Context) -> dict[str, Any]:
+    """What a build carries into its generation (agent/apply.py write_api): the startup
+    set's `envlock` API and envlock_megacache as text by path in the package (never
+    sitecustomize: outside `envlock run` nothing loads at start-up) and the run context
+    `envlock run` would give, as of this build. Nothing when the lock installs envlock."""
+    if "envlock" in ctx.lock.packages:
+        return {}
+    files = {
+        rel: data.decode()
+        for rel, data in startup_files().items()
+        if rel != "startup/sitecustomize.py"
+    }
+    context = run_context(ctx.profile, sorted(ctx.scripts), ctx.transport.name)
+    files["context.json"] = json.dumps(context, sort_keys=True)
+    return {"api_files": files}
 
 
 def command_environment(

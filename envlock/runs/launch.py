@@ -48,15 +48,24 @@ def exec_local(argv: list[str], env: Mapping[str, str]) -> None:
     try:
         os.execvpe(argv[0], argv, dict(env))
     except FileNotFoundError:
-        sys.stderr.write(
-            f"envlock: command not found: {argv[0]} (is it installed in the environment? "
-            "`envlock run` puts the generation's bin first on PATH)\n"
+        cannot_start(
+            f"command not found: {argv[0]} (is it installed in the environment? "
+            "`envlock run` puts the generation's bin first on PATH)",
+            NOT_FOUND,
         )
-        sys.exit(NOT_FOUND)
     except PermissionError:
         hint = f" — try `python {argv[0]}`" if argv[0].endswith(".py") else ""
-        sys.stderr.write(f"envlock: not executable: {argv[0]}{hint}\n")
-        sys.exit(NOT_EXECUTABLE)
+        cannot_start(f"not executable: {argv[0]}{hint}", NOT_EXECUTABLE)
+
+
+def cannot_start(message: str, code: int) -> None:
+    """A shell's 126/127: said on stderr, and under --json as envlock's error document."""
+    from envlock import ui
+
+    sys.stderr.write(f"envlock: {message}\n")
+    if ui.JSON.asked:
+        ui.emit_error(message, None, code)
+    sys.exit(code)
 
 
 def remote_spec(

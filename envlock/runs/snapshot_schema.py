@@ -85,6 +85,7 @@ SNAPSHOT = obj(
         "profile": obj({"name": STR, "path": OPT_STR, "sha256": OPT_STR}, ("name",)),
         "lock": obj({"sha256": OPT_STR, "text": STR}, ("text",)),
         "generation": OPT_STR,
+        "verified": BOOL,  # false: written outside `envlock run`, the environment unchecked
         "python": OPT_STR,
         "platform": nullable(obj({"machine": OPT_STR, "libc": OPT_STR})),
         "packages": nullable(mapping(PACKAGE_NAME, STR)),

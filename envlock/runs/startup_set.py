@@ -23,7 +23,11 @@ from envlock.targets.base import Transport
 
 # Paths inside the envlock package. The agent is taken whole, as reconcile/agentcall.py does.
 SHARED = ("base/secrets.py", "runs/snapshot_doc.py")
-STARTUP = ("startup/sitecustomize.py", "startup/envlock_megacache.py")
+STARTUP = (
+    "startup/sitecustomize.py",
+    "startup/envlock_megacache.py",
+    "startup/pipshim/pip.py",  # `python -m pip` in a generation (agent/apply.py write_api)
+)
 API = "startup/envlock_api/envlock/__init__.py"
 COMPLETE = ".complete"
 

@@ -330,6 +330,12 @@ def test_pip_inside_the_environment_is_guarded(
     ) in refused.stderr
     assert "ENVLOCK_ALLOW_PIP=1 pip install …" in refused.stderr
     assert envlock("run", seed, "--", "pip3", "uninstall", "-y", "tinydep").returncode == 1
+    # The `python -m pip` habit, with the generation's python started directly: the same.
+    python = shim.parent / "python"
+    habit = subprocess.run([python, "-m", "pip", "install", "six"], capture_output=True, text=True)
+    assert habit.returncode == 1 and "this environment is managed by envlock" in habit.stderr
+    asked = subprocess.run([python, "-m", "pip", "freeze"], capture_output=True, text=True)
+    assert "tinydep==1.0" in asked.stdout.splitlines(), asked.stderr
 
     listed = envlock("run", seed, "--", "pip", "list", "--format", "json")
     assert listed.returncode == 0, listed.stderr

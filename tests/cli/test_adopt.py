@@ -275,3 +275,51 @@ def test_a_crash_mid_adopt_leaves_the_old_venv_or_a_complete_generation_0(
     )
     assert prefix.stdout.strip() == str(venv)
     assert envlock("check", "--deep", profile).returncode == 0
+
+
+def test_gc_keeps_what_no_lock_can_rebuild_unless_named_or_included(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    """An adopted generation (the only copy of a hand-built venv) and one whose lock file is
+    gone stay through gc, named as such in `generations`, `--dry-run` and the prompt; only
+    `--include N` or `--include-adopted` removes them."""
+    profile = tmp_path / "s.toml"
+    assert envlock("init", profile, "--find-links", wheelhouse, "--offline").returncode == 0
+    assert envlock("lock", profile).returncode == 0
+    prof = load_profile(profile)
+    venv, root = Path(prof.target.venv), Path(prof.target.root)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    assert envlock("apply", "--adopt", "-y", profile).returncode == 0
+    for pin in ("tinydep==0.9", "tinydep==1.0"):  # generations 2 and 3: 0 and 1 are old
+        assert envlock("add", "-y", profile, pin).returncode == 0
+    (gen0,) = (root / "generations").glob("0-*")
+    (gen1,) = (root / "generations").glob("1-*")
+    (gen1 / ".envlock" / "pylock.toml").unlink()  # its lock file is gone
+    adopted = f"adopted from {venv}, no lock can rebuild it"
+    gone = "its lock file is gone, no lock can rebuild it"
+
+    listed = envlock("generations", profile)
+    assert adopted in listed.stdout and gone in listed.stdout, listed.stdout
+    assert all(line == line.rstrip() for line in listed.stdout.splitlines()), listed.stdout
+    rows = json.loads(envlock("generations", "--json", profile).stdout)["generations"]
+    assert [r["irreplaceable"] for r in rows][:2] == [adopted, gone]
+
+    would = envlock("gc", "--keep", "0", "--dry-run", profile)
+    assert would.returncode == 0, would.stderr
+    assert "nothing to remove" in would.stdout
+    assert f"kept {gen0.name}: {adopted}" in would.stdout
+    assert "`--include 0` or `--include-adopted`" in would.stdout
+    kept = envlock("gc", "-y", "--keep", "0", profile)
+    assert kept.returncode == 0 and gen0.is_dir() and gen1.is_dir(), kept.stdout
+
+    named = envlock("gc", "--keep", "0", "--include", "1", "--dry-run", profile)
+    assert f"would remove 1 generation(s): {gen1.name} ({gone})" in named.stdout
+    assert f"kept {gen0.name}: {adopted}" in named.stdout
+    asked = envlock("gc", "--keep", "0", "--include-adopted", profile, input="n\n")
+    assert f"{gen0.name} ({adopted})" in asked.stdout, asked.stdout
+    assert gen0.is_dir()
+    removed = envlock("gc", "-y", "--keep", "0", "--include-adopted", "--json", profile)
+    assert removed.returncode == 0, removed.stderr
+    (action,) = json.loads(removed.stdout)["actions"]
+    assert set(action["irreplaceable"]) == {gen0.name, gen1.name}
+    assert not gen0.exists() and not gen1.exists()

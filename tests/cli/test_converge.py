@@ -6,10 +6,16 @@ build one generation, holds end with the converge that ends them, and a generati
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import re
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -158,6 +164,119 @@ def test_two_applies_at_once_build_one_generation_and_the_waiting_one_has_nothin
         profile.write_text(profile.read_text().replace(f', "racepkg{n}"', ""))
     print(f"{raced} of {rounds} rounds: the waiting apply's plan was overtaken and made again")
     assert raced >= 1  # the race this test is about happened at least once
+
+
+def test_a_plan_made_while_another_operation_holds_the_root_says_it_is_provisional(
+    seed: Path, envlock: Envlock
+) -> None:
+    """The waiting apply shows its plan before the root's lock is its own: marked provisional,
+    naming the holder (here: this test, holding the lock as an apply does, beside the
+    generation another apply would be building), and never removing that build; planned
+    again once the root changed."""
+    project = seed.parent
+    relock(envlock, seed, "tinydep==1.0", "tinydep==0.9")
+    building = project / "root" / "generations" / "5-0123456789ab"
+    building.mkdir()  # the other apply's build under way: not complete
+    holder = f"pid {os.getpid()} on {os.uname().nodename}"
+    fd = os.open(project / "root" / ".envlock.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, holder.encode(), 0)
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "envlock", "apply", "-y", str(seed)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert waiting.stderr is not None
+    said = [waiting.stderr.readline()]
+    while "waiting for another envlock operation" not in said[-1] and said[-1]:
+        said.append(waiting.stderr.readline())
+    shutil.rmtree(building)  # the other apply finished, and let go
+    os.close(fd)
+    out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, out + "".join(said) + err
+    assert out.startswith(
+        "provisional plan: 3 action(s) (another envlock operation holds the root: "
+        f"{holder}; planned again once this apply holds it, if the root changed)\n"
+        "  1. build generation "
+    ), out
+    assert "incomplete" not in out  # the other apply's build is not planned away
+    assert "planning again" in err and out.count("provisional") == 1, out + err
+    assert drift(envlock, seed) == []
+
+
+def test_a_slow_install_shows_its_count_on_a_terminal_and_nowhere_else(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    """uv's install of a package of many files takes seconds: a terminal (a pty, through
+    `script`) sees envlock's count of the packages in place meanwhile; a pipe and --json
+    see none of it."""
+    own = tmp_path / "wheels"
+    shutil.copytree(wheelhouse, own)
+    many = {f"bulkpkg/m{n}.py": f"VALUE = {n}\n" for n in range(15000)}
+    for version in ("1.0", "1.1", "1.2"):
+        build_wheel(own, "bulkpkg", version, files=many)
+    profile = write_seed_project(tmp_path / "proj", own)
+    relock(envlock, profile, '"tinydep==1.0"', '"tinydep==1.0", "bulkpkg==1.0"')
+    clean = {k: v for k, v in os.environ.items() if k not in ("TTY_COMPATIBLE", "FORCE_COLOR")}
+    line = shlex.join([sys.executable, "-m", "envlock", "apply", "-y", str(profile)])
+    seen = subprocess.run(
+        ["script", "-qfec", line, "/dev/null"],
+        env={**clean, "TERM": "xterm", "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert seen.returncode == 0, seen.stdout
+    count = re.findall(r"\x1b\[K  installing: (\d+) of (\d+) packages in place", seen.stdout)
+    assert count and {total for _, total in count} == {"7"}, seen.stdout
+    relock(envlock, profile, '"bulkpkg==1.0"', '"bulkpkg==1.1"')
+    piped = envlock("apply", "-y", "--json", profile)
+    assert piped.returncode == 0, piped.stderr
+    json.loads(piped.stdout)
+    assert "installing:" not in piped.stdout + piped.stderr
+    relock(envlock, profile, '"bulkpkg==1.1"', '"bulkpkg==1.2"')
+    plain = envlock("apply", "-y", profile)
+    assert plain.returncode == 0 and "installing:" not in plain.stdout + plain.stderr
+
+
+def test_ctrl_c_during_a_build_says_what_it_left(
+    tmp_path: Path, wheelhouse: Path, envlock: Envlock
+) -> None:
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) while uv installs: the
+    note names what is left on the root, not a half-built generation that is not there."""
+    own = tmp_path / "wheels"
+    shutil.copytree(wheelhouse, own)
+    build_wheel(own, "bulkpkg", "1.0", files={f"bulkpkg/m{n}.py": "X = 1\n" for n in range(15000)})
+    profile = write_seed_project(tmp_path / "proj", own)
+    relock(envlock, profile, '"tinydep==1.0"', '"tinydep==1.0", "bulkpkg==1.0"')
+    apply = subprocess.Popen(
+        [sys.executable, "-m", "envlock", "apply", "-y", str(profile)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert apply.stderr is not None
+    said = [apply.stderr.readline()]
+    while "packages from the lock" not in said[-1] and said[-1]:
+        said.append(apply.stderr.readline())
+    time.sleep(0.3)
+    os.killpg(apply.pid, signal.SIGINT)
+    out, err = apply.communicate(timeout=60)
+    assert apply.returncode == 130, out + "".join(said) + err
+    left = [
+        p.name
+        for p in (profile.parent / "root" / "generations").iterdir()
+        if not (p / ".envlock" / "generation.json").exists()
+    ]
+    untouched = "interrupted: the active generation is untouched (the switch is atomic); "
+    if left:
+        assert f"{untouched}the half-built {left[0]} is removed by the next" in err, err
+    else:
+        assert f"{untouched}no half-built generation was left" in err, err
+    assert "a half-built generation is removed by the next" not in err
 
 
 # -- holds end with the converge ---------------------------------------------------------

@@ -5,6 +5,7 @@ completion, which the site documents, is produced for each shell."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from envlock.profile.read import load_profile
 from tests.conftest import run_envlock
 from tests.projects import torch_profile_text
 from tests.remote.docker_fixtures import Engine
@@ -115,6 +117,48 @@ def test_the_snapshot_diff_transcript(transcript_project: Path, wheelhouse: Path
     assert run_envlock("apply", "-y", transcript_project).returncode == 0
     (block,) = blocks_of(DIFF, *PAGES)
     run_block(block, project, transcript_env(wheelhouse))
+
+
+def test_the_pages_train_py_runs_outside_envlock_run_too(
+    transcript_project: Path, wheelhouse: Path
+) -> None:
+    """The page's train.py started by the generation's python itself (an IDE, a notebook, a
+    scheduler line): `import envlock` works, the snapshot records the generation and says,
+    on stderr and in the document, that the environment was not verified."""
+    project = transcript_project.parent
+    page = REPO / "docs" / "guides" / "snapshots-and-diff.md"
+    (script,) = re.findall(r"^```python\n(# train\.py\n.*?)^```", page.read_text(), re.M | re.S)
+    (project / "train.py").write_text(script)
+    assert run_envlock("apply", "-y", transcript_project).returncode == 0
+    venv = Path(load_profile(transcript_project).target.venv)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ENVLOCK_", "PYTHONPATH"))}
+    argv = [venv / "bin" / "python", "train.py", "--lr", "0.01", "--ckpt", "runs/outside"]
+    ran = subprocess.run(argv, cwd=project, env=clean, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    generation = os.path.basename(os.path.realpath(venv))
+    assert ran.stderr == (
+        "envlock.snapshot(): this process was not started by `envlock run`, so the environment "
+        "was not verified against its lock; recorded what this process sees of generation "
+        f'{generation} ("verified": false). Start it with `envlock run PROFILE -- …`, or run '
+        "`envlock check PROFILE`, for a verified record\n"
+    )
+    written = json.loads((project / "runs/outside/envlock-snapshot.json").read_text())
+    assert written["verified"] is False and written["generation"] == generation
+    assert written["profile"]["name"] == "train" and written["config"]["lr"] == 0.01
+    assert "tinydep" in written["packages"]
+    inside = run_envlock(
+        "run",
+        transcript_project,
+        "--",
+        "python",
+        project / "train.py",
+        "--ckpt",
+        project / "runs/in",
+    )
+    assert inside.returncode == 0 and inside.stderr == "", inside.stderr
+    assert json.loads((project / "runs/in/envlock-snapshot.json").read_text())["verified"] is True
+    diff = run_envlock("diff", project / "runs/in", project / "runs/outside")
+    assert diff.returncode == 1 and "run.lr" in diff.stdout, diff.stdout + diff.stderr
 
 
 def test_the_first_container_transcript(tmp_path: Path, wheelhouse: Path) -> None:

@@ -106,6 +106,9 @@ def test_init_from_an_exactly_reproducible_venv_exits_0(
     result = envlock("init", profile, "--from", venv, "--find-links", wheelhouse, "--offline")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "the lock installs exactly the 4 installed packages" in result.stdout
+    # The find-links are a directory of this machine: the lock says so, as `lock` does.
+    assert "note: the lock is tied to this machine: 4 wheel(s) by a local path (" in result.stdout
+    assert "`lock --portable` refuses that" in result.stdout
     prof = load_profile(profile)
     assert prof.torch is not None and prof.torch.backend == "cpu"
     # The round trip: the imported profile builds and runs; the original is untouched.

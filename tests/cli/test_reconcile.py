@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from envlock.ui import size
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
 from tests.support import uv_install
@@ -184,6 +185,10 @@ def test_generations_rollback_and_gc(seed: Path, envlock: Envlock) -> None:
     held = envlock("check", "--json", seed)
     assert held.returncode == 0 and drift_kinds(held) == []
     assert json.loads(held.stdout)["hold"]["generation"] == json.loads(back.stdout)["current"]
+    # The lock it was judged by is the held generation's, as the text says, not the profile's.
+    judged = json.loads(held.stdout)
+    assert judged["judged_lock_id"] == judged["hold"]["lock_id"] != judged["lock_id"]
+    assert f"lock {judged['judged_lock_id']}" in envlock("check", seed).stdout
     ran = envlock("run", seed, "--", "python", "-c", version)
     assert ran.stdout.strip() == "1.0"
 
@@ -214,8 +219,12 @@ def test_generations_rollback_and_gc(seed: Path, envlock: Envlock) -> None:
     assert unasked.returncode == 2 and "pass -y to remove them, or --dry-run" in unasked.stderr
     after = json.loads(envlock("generations", "--json", seed).stdout)["generations"]
     assert [g["number"] for g in after] == [1, 2, 3]
+    adds = listed["generations"][0]["adds_bytes"]
     removed = envlock("gc", "-y", "--keep", "1", seed)
     assert removed.returncode == 0 and f"removed {first}" in removed.stdout
+    # `run` above wrote bytecode into it after its build: the freed figure says so, and the
+    # part `generations` showed (its adds) is named as such.
+    assert f"{size(adds)} of it their files as built (`generations`' adds)" in removed.stderr
     after = json.loads(envlock("generations", "--json", seed).stdout)["generations"]
     assert [g["number"] for g in after] == [2, 3]
 

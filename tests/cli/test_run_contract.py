@@ -7,6 +7,7 @@ interrupts and -v keep their exit codes.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pty
 import select
@@ -311,6 +312,11 @@ def test_exit_statuses_of_run(seed: Path, tmp_path: Path, envlock: Envlock) -> N
     assert f"python {script}" in no_x.stderr and "Traceback" not in no_x.stderr
     missing = envlock("run", seed, "--", "no-such-command-x")
     assert missing.returncode == 127 and "command not found" in missing.stderr
+    for argv, code in (([str(script)], 126), (["no-such-command-x"], 127)):
+        documented = envlock("run", "--json", seed, "--", *argv)
+        assert documented.returncode == code, documented.stderr
+        error = json.loads(documented.stdout)
+        assert error["exit"] == code and error["error"] in documented.stderr, error
     passed = envlock("run", seed, "--", "python", "-c", "raise SystemExit(3)")
     assert passed.returncode == 3 and passed.stderr == ""
 

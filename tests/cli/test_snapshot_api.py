@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -298,28 +299,34 @@ def envlock_file() -> str:
     return str(envlock.__file__)
 
 
-def test_outside_envlock_run_the_error_says_to_use_it(project: Project, tmp_path: Path) -> None:
-    # The API's directory reached a process that envlock run did not start (an env copied
-    # without ENVLOCK_*): a clear error, not a traceback from deep inside.
+def test_outside_envlock_run_it_records_and_says_it_was_not_verified(
+    project: Project, tmp_path: Path
+) -> None:
+    # The generation's python started directly (an env copied without ENVLOCK_*, an IDE):
+    # the snapshot records what the process sees and says the environment was not verified.
     seen = project.run("python", "-c", "import os; print(os.environ['PYTHONPATH'])")
     pythonpath = seen.stdout.strip()
-    code = (
-        "import envlock\n"
-        "try:\n"
-        "    envlock.snapshot('x')\n"
-        "except RuntimeError as exc:\n"
-        "    print(exc)\n"
-    )
+    code = "import envlock\nprint(envlock.snapshot('x'))\n"
     bare = {k: v for k, v in os.environ.items() if not k.startswith("ENVLOCK_")}
-    alone = subprocess.run(
-        [str(project.python), "-c", code],
+    for env in ({**bare, "PYTHONPATH": pythonpath}, bare):  # run's copy, the generation's
+        alone = subprocess.run(
+            [str(project.python), "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path
+        )
+        assert alone.returncode == 0, alone.stderr
+        assert "was not verified against its lock" in alone.stderr
+        written = json.loads((tmp_path / "x" / "envlock-snapshot.json").read_text())
+        assert written["verified"] is False and written["profile"]["name"] == "train"
+        shutil.rmtree(tmp_path / "x")
+    # A Python that is no generation, given the API's directory: the advice, nothing written.
+    plain = Path(sys.base_prefix) / "bin" / "python3"
+    elsewhere = subprocess.run(
+        [str(plain), "-c", code],
         env={**bare, "PYTHONPATH": pythonpath},
         capture_output=True,
         text=True,
         cwd=tmp_path,
     )
-    assert alone.returncode == 0, alone.stderr
-    assert "needs a process started by `envlock run PROFILE -- CMD`" in alone.stdout
+    assert "needs a process started by `envlock run PROFILE -- CMD`" in elsewhere.stderr
     assert not (tmp_path / "x").exists()
     # envlock's own API outside envlock run, without a profile: the same advice.
     own = subprocess.run(

@@ -278,10 +278,11 @@ def unmarked(text: str) -> str:
 
 def printable(line: str) -> bool:
     """A line envlock can print: one of its messages, as is or after ui's prefix
-    (`✓ `, `error: `, `warning: `, envlock/ui.py) or a plan's numbering (`  2. `,
-    envlock/commands/common.py)."""
+    (`✓ `, `error: `, `warning: `, envlock/ui.py), a plan's numbering (`  2. `,
+    envlock/commands/common.py) or a question's ` [y/N]: n` (click's, with the answer)."""
     variants = {line.rstrip(), line.strip()}
     variants |= {re.sub(r"^(✓|error:|warning:|\d+\.) ", "", v) for v in variants}
+    variants |= {re.sub(r" \[y/N\]: [yn]?$", "", v) for v in variants}  # click's question
     return any(p.fullmatch(v) for p in message_patterns() for v in variants)
 
 

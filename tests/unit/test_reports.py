@@ -1099,12 +1099,44 @@ def test_gc_plans_in_full() -> None:
     assert plan_gc(observed, keep=1) == Plan(
         (
             Action(
-                "cleanup", "remove 3 generation(s): 4-g, 2-g, 1-g", {"names": ["4-g", "2-g", "1-g"]}
+                "cleanup",
+                "remove 3 generation(s): 4-g, 2-g, 1-g",
+                {"names": ["4-g", "2-g", "1-g"], "irreplaceable": []},
             ),
         )
     )
     assert plan_gc(observed, keep=4) == Plan(
-        (Action("cleanup", "remove 1 generation(s): 4-g", {"names": ["4-g"]}),)
+        (Action("cleanup", "remove 1 generation(s): 4-g", {"names": ["4-g"], "irreplaceable": []}),)
     )
     complete = state(generations=gens(1, 2), current="2-g")
     assert plan_gc(complete, keep=1) == Plan((), "nothing to remove (2 generation(s) kept)")
+
+
+def test_gc_keeps_what_no_lock_can_rebuild_unless_asked() -> None:
+    adopted = Generation(0, "0-a", "a", True, {"adopted_from": "/srv/venv"})
+    lockless = Generation(1, "1-g", "g", True, has_lock=False)
+    observed = state(generations=(adopted, lockless, *gens(2, 3, 4)), current="4-g")
+    kept_0 = (
+        "kept 0-a: adopted from /srv/venv, no lock can rebuild it; to remove it anyway, "
+        "pass `--include 0` or `--include-adopted`"
+    )
+    kept_1 = (
+        "kept 1-g: its lock file is gone, no lock can rebuild it; to remove it anyway, "
+        "pass `--include 1` or `--include-adopted`"
+    )
+    plan = plan_gc(observed, keep=1)
+    assert plan.actions[0].args == {"names": ["2-g"], "irreplaceable": []}
+    assert plan.reason == f"{kept_1}\n{kept_0}"
+    named = plan_gc(observed, keep=1, named=("1",))
+    assert named.actions[0].description == (
+        "remove 2 generation(s): 2-g, 1-g (its lock file is gone, no lock can rebuild it)"
+    )
+    assert named.reason == kept_0
+    every = plan_gc(observed, keep=1, include_adopted=True)
+    assert every.actions[0].args == {
+        "names": ["2-g", "1-g", "0-a"],
+        "irreplaceable": ["1-g", "0-a"],
+    }
+    assert every.reason == ""
+    with pytest.raises(UsageError, match="gc --include 7: no such generation"):
+        plan_gc(observed, keep=1, named=("7",))

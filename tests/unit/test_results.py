@@ -195,6 +195,7 @@ def test_generations_rows_are_typed_and_both_renderers_read_them(
         "matches_lock",
         "held",
         "adopted_from",
+        "irreplaceable",
     }
     assert document["history"] == [switch.to_json()]
     assert result.member().generation == 2

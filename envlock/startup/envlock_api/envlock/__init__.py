@@ -1,10 +1,13 @@
-"""`import envlock` inside a command started by `envlock run`, without envlock in the lock.
+"""`import envlock` in a training environment, without envlock in the lock.
 
     import envlock
     envlock.snapshot(ckpt_dir, config=args)   # writes ckpt_dir/envlock-snapshot.json
 
 This is not envlock itself but its in-process API: a stdlib-only package that `envlock run`
-puts on the command's PYTHONPATH when the environment installs no `envlock` of its own. It
+puts on the command's PYTHONPATH when the environment installs no `envlock` of its own, and
+that each generation envlock builds carries in .envlock/api (a .pth appends it to sys.path),
+so a script its python starts directly imports it too. Outside `envlock run` it records what
+it can, `"verified": false`, and says so on stderr. It
 records what `envlock snapshot` records, gathered in this very process by the agent's probe
 (package metadata, torch's version.py, the GPUs, the compile cache: no torch import, no file
 hashing but the pinned scripts), plus the process's own view: its argv, its config and its
@@ -37,6 +40,9 @@ def _real_envlock():
             continue
         # A directory named envlock without __init__ (a namespace portion) is no envlock.
         if spec is None or spec.loader is None or spec.origin in (None, "namespace"):
+            continue
+        # Another copy of this API (the generation's own, under .envlock/api) is no envlock.
+        if os.path.basename(os.path.dirname(os.path.dirname(spec.origin))) == "envlock_api":
             continue
         if spec.origin != os.path.abspath(__file__):
             return spec
@@ -113,25 +119,71 @@ def snapshot(directory, profile=None, config=None, *, all_ranks=False, data=None
         datasets=fingerprints(datasets, seconds=doc["DATA_SECONDS"]),
         metrics=measured,
     )
+    data["verified"] = run["verified"]
+    if not run["verified"]:
+        data["generation"] = run["generation"]  # this Python's, whichever is active
     name = doc["snapshot_name"](place["rank"] if all_ranks else None)
     path = os.path.join(os.fspath(directory), name)
     doc["write_file"](path, (json.dumps(data, indent=1) + "\n").encode())
     return path
 
 
+NOT_VERIFIED = (
+    "envlock.snapshot(): this process was not started by `envlock run`, so the environment "
+    "was not verified against its lock; recorded what this process sees of generation {} "
+    '("verified": false). Start it with `envlock run PROFILE -- …`, or run `envlock check '
+    "PROFILE`, for a verified record"
+)
+
+
 def run_context():
-    """What `envlock run` exported for this command (ENVLOCK_RUN_CONTEXT, ENVLOCK_ROOT, …)."""
+    """What `envlock run` exported for this command (ENVLOCK_RUN_CONTEXT, ENVLOCK_ROOT, …);
+    outside it, what the generation this Python belongs to recorded when it was built."""
     names = ("ENVLOCK_RUN_CONTEXT", "ENVLOCK_ROOT", "ENVLOCK_GENERATION")
     missing = [name for name in names if not os.environ.get(name)]
     if missing:
-        raise NotUnderEnvlockRun(
-            "envlock.snapshot() needs a process started by `envlock run PROFILE -- CMD` "
-            "({} not set): run the script through envlock run, or call `envlock snapshot "
-            "PROFILE DIR` from outside".format(", ".join(missing))
-        )
+        return outside_context(missing)
     run = json.loads(os.environ["ENVLOCK_RUN_CONTEXT"])
     run["root"] = os.environ["ENVLOCK_ROOT"]
     run["generation"] = os.environ["ENVLOCK_GENERATION"]
+    run["verified"] = True  # `envlock run` checked it before starting the command
+    return run
+
+
+def outside_context(missing):
+    """The run context of a script the generation's python started directly (an IDE, a
+    notebook, a scheduler line): the generation from sys.prefix, the profile as of its
+    build (.envlock/api/context.json); said on stderr, and `verified` false."""
+    gen = os.path.realpath(sys.prefix)
+    if not os.path.isfile(os.path.join(gen, ".envlock", "generation.json")):
+        raise NotUnderEnvlockRun(
+            "envlock.snapshot() needs a process started by `envlock run PROFILE -- CMD` "
+            "({} not set) or an envlock generation's python ({} is none): run the script "
+            "through envlock run, or call `envlock snapshot PROFILE DIR` from outside".format(
+                ", ".join(missing), sys.prefix
+            )
+        )
+    run = {
+        "envlock": "",
+        "profile": {"name": "unknown", "path": None, "sha256": None},
+        "cache_dir": None,
+        "scripts": None,
+        "env": [],
+        "target": "",
+        "data": {},
+    }  # type: dict
+    try:
+        with open(os.path.join(gen, ".envlock", "api", "context.json")) as handle:
+            built = json.load(handle)
+        run.update((k, v) for k, v in built.items() if k in run)
+    except (OSError, ValueError, AttributeError):
+        pass
+    run.update(
+        root=os.path.dirname(os.path.dirname(gen)),
+        generation=os.path.basename(gen),
+        verified=False,
+    )
+    sys.stderr.write(NOT_VERIFIED.format(run["generation"]) + "\n")
     return run
 
 
@@ -175,14 +227,15 @@ def gather(run):
 def lock_text(run, probe):
     """The lock this generation was built from (its own copy), else the profile's lock."""
     agent = namespace("agent", agent_files())
-    candidates = [
-        os.path.join(run["root"], "generations", run["generation"], agent["LOCK_COPY"]),
-        os.path.join(
-            os.path.dirname(run["profile"]["path"]),
-            "pylock.{}.toml".format(run["profile"]["name"]),
-        ),
-    ]
-    if probe.get("active_lock"):
+    candidates = [os.path.join(run["root"], "generations", run["generation"], agent["LOCK_COPY"])]
+    if run["profile"].get("path"):
+        candidates.append(
+            os.path.join(
+                os.path.dirname(run["profile"]["path"]),
+                "pylock.{}.toml".format(run["profile"]["name"]),
+            )
+        )
+    if probe.get("active_lock") and run["verified"]:  # outside run: this Python's own lock
         return probe["active_lock"]
     for path in candidates:
         try:
