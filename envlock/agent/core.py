@@ -525,6 +525,20 @@ def list_generations(root):
     return gens
 
 
+# A generation being removed is first renamed to this prefix (agent/apply.py): never listed.
+TRASH = ".trash-"
+
+
+def list_removals(root):
+    """The generations a removal renamed away and has not finished deleting (a crash)."""
+    try:
+        return sorted(
+            n for n in os.listdir(os.path.join(root, "generations")) if n.startswith(TRASH)
+        )
+    except OSError:
+        return []
+
+
 def current_generation(root):
     try:
         target = os.readlink(os.path.join(root, "current"))

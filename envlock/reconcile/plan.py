@@ -273,6 +273,7 @@ PLANNERS: dict[Repair, Planner] = {
 # -- what no drift kind names: strays and the hold -------------------------------------------
 def cleanup_strays(state: State) -> list[Action]:
     stray = [g.name for g in state.generations if not g.complete and g.name != state.current]
+    stray += state.removing  # removals a crash interrupted (agent/apply.py: renamed away first)
     if not stray:
         return []
     return [
