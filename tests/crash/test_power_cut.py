@@ -282,3 +282,25 @@ def test_a_cut_in_the_middle_of_gc_leaves_no_half_removed_generation(
     left = sorted(p.name[:2] for p in (project.root / "generations").iterdir())
     assert left == ["2-", "3-"], left
     project.assert_converges("0.9")
+
+
+def test_a_cut_between_the_profile_and_its_lock_is_completed_by_the_next_command(
+    project: Project,
+) -> None:
+    """`add` writes the profile, then its lock; the power goes between the two renames. The
+    next command completes the pair by itself and says so: never a new profile with its old
+    lock (a stale lock the user must know to fix with `lock`, then `apply`)."""
+    assert project.envlock("apply", "-y", project.profile).returncode == 0
+    # from_rgx too: LazyFS a47a5ba checks a multi-path fault's `to` only when `from` is set.
+    cut = r"lazyfs::crash::timing=after::op=rename::from_rgx=seed\.toml::to_rgx=proj/seed\.toml$"
+    project.fs.command(cut)
+    # The file system dies under `add` (what it says then is no matter: its disk is gone).
+    added = project.envlock("add", "-y", project.profile, "flashinfer-python")
+    assert project.fs.crashed(), f"the cut never came: {added.stderr[-400:]}"
+    project.fs.restart_after_crash()
+    assert "flashinfer-python" in project.profile.read_text()
+    checked = project.envlock("check", project.profile)
+    assert "completed a change a crash interrupted" in checked.stderr, checked.stderr
+    assert project.envlock("lock", "--check", project.profile).returncode == 0
+    assert not list(project.profile.parent.glob(".*pending*"))
+    project.assert_converges("1.0")
