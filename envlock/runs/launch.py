@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
-from envlock.agent.start import NOT_EXECUTABLE, NOT_FOUND  # a shell's 126 and 127
+from envlock.agent.start import NOT_EXECUTABLE, NOT_FOUND, cannot_start  # a shell's 126 and 127
 from envlock.base.pythons import own_python
 from envlock.errors import EXIT_USAGE, OperationError
 from envlock.reconcile.agentcode import program
@@ -56,6 +56,9 @@ def exec_local(argv: list[str], env: Mapping[str, str]) -> None:
     except PermissionError:
         hint = f" — try `python {argv[0]}`" if argv[0].endswith(".py") else ""
         sys.stderr.write(f"envlock: not executable: {argv[0]}{hint}\n")
+        sys.exit(NOT_EXECUTABLE)
+    except OSError as exc:  # ENOEXEC (a script with no `#!`), ENOTDIR, ELOOP, E2BIG...
+        sys.stderr.write(cannot_start(argv[0], exc) + "\n")
         sys.exit(NOT_EXECUTABLE)
 
 

@@ -311,6 +311,13 @@ def test_exit_statuses_of_run(seed: Path, tmp_path: Path, envlock: Envlock) -> N
     assert f"python {script}" in no_x.stderr and "Traceback" not in no_x.stderr
     missing = envlock("run", seed, "--", "no-such-command-x")
     assert missing.returncode == 127 and "command not found" in missing.stderr
+    # Executable, but nothing the kernel can run (ENOEXEC: a script with no `#!` line).
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"\x00\x01not a program\n")
+    plain.chmod(0o755)
+    foreign = envlock("run", seed, "--", str(plain))
+    assert foreign.returncode == 126 and "Traceback" not in foreign.stderr, foreign.stderr
+    assert f"envlock: cannot execute: {plain} is not a program the kernel can run" in foreign.stderr
     passed = envlock("run", seed, "--", "python", "-c", "raise SystemExit(3)")
     assert passed.returncode == 3 and passed.stderr == ""
 
