@@ -181,11 +181,9 @@ def write_both(proposal: Proposal, redo: str) -> list[Written]:
         Written(path, path.read_bytes(), proposal.edit.text.encode(), mode),
         Written(lock_path, lock_before, proposal.candidate.text.encode()),
     ]
-    done: list[Written] = []
-    with undone_on_failure(done, "writing the lock", f"once fixed, run `{redo}` again"):
+    with undone_on_failure(written, "writing the lock", f"once fixed, run `{redo}` again"):
         # One change across a crash: the pair is recorded first (envlock/base/pairs.py).
         write_together([(item.path, item.after, item.mode) for item in written], redo)
-        done += written
     return written
 
 
