@@ -216,7 +216,7 @@ def test_snapshot_and_add_are_whole_after_a_cut(project: Project, tmp_path: Path
     ckpt = project.fs.mnt / "ckpt"
     ckpt.mkdir()
     assert project.envlock("snapshot", project.profile, ckpt).returncode == 0
-    added = project.envlock("add", "-y", project.profile, "flashinfer-python")
+    added = project.envlock("add", "-y", project.profile, "filelock")
     assert added.returncode == 0, added.stderr
     project.fs.cut()
     snapshot = json.loads((ckpt / "envlock-snapshot.json").read_text())
