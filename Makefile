@@ -39,7 +39,7 @@ docs-serve: setup
 	.venv/bin/mkdocs serve
 
 system-deps:
-	bash tests/setup/system-deps.sh lxc debootstrap openssh-server docker.io
+	bash tests/setup/system-deps.sh lxc debootstrap openssh-server docker.io strace
 
 test: setup system-deps
 	.venv/bin/python -m pytest

@@ -663,10 +663,12 @@ def exit_codes() -> dict[int, str]:
         errors.EXIT_USAGE: "usage error: bad arguments, an invalid profile, snapshot or lock, a"
         " stale or missing lock",
         errors.EXIT_FAILED: "an operation failed: target, transport, resolver, Proxmox API, a"
-        " refused hostile checkpoint; `diff`: the comparison is incomplete (a side's"
+        " refused hostile checkpoint, a connection lost while a remote `run`'s command ran;"
+        " `diff`: the comparison is incomplete (a side's"
         " checkpoint could not be read whole: what was not read is listed, what was read is"
         " compared)",
-        launch.NOT_EXECUTABLE: "`run`: the command is not executable (`try python ./script.py`)",
+        launch.NOT_EXECUTABLE: "`run`: the command is not executable (`try python ./script.py`),"
+        " or the kernel cannot run it (a script without a `#!` line)",
         launch.NOT_FOUND: "`run`: the command was not found in the environment",
         errors.EXIT_INTERRUPTED: "interrupted (Ctrl-C, or SIGTERM to envlock), with what was"
         " left and what cleans it up",

@@ -21,11 +21,14 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         HOLD,
         LOCK_COPY,
         META_DIR,
+        TRASH,
         AgentError,
         append_history,
         current_generation,
         file_stats,
+        fsync_dir,
         list_generations,
+        list_removals,
         make_durable,
         progress,
         read_json,
@@ -160,6 +163,35 @@ def sync_argv(req, gen_dir, extra=()):
     return argv + list(extra)
 
 
+# -- removing a generation: a transaction -------------------------------------------------
+# A generation being removed is first renamed to a trash name in one durable step (the
+# rename, then an fsync of generations/): from then on no listing, rollback or run sees it,
+# whatever a crash or a kill -9 interrupts next. Only then are its files deleted; the next
+# operation on the root (under its lock) finishes a removal a crash cut short; the probe
+# lists what is left (`removing`), and a converge plans its cleanup.
+
+
+def remove_generation(root, name):
+    base = os.path.join(root, "generations")
+    trash = os.path.join(base, f"{TRASH}{name}.{os.urandom(4).hex()}")
+    os.rename(os.path.join(base, name), trash)
+    fsync_dir(base)
+    delete_tree(trash)
+
+
+def delete_tree(path):
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def finish_removals(root):
+    """Delete what a removal a crash interrupted left in the trash (under the root's lock)."""
+    for name in list_removals(root):
+        progress("finishing the removal of generation {}".format(name[len(TRASH) :].split(".")[0]))
+        delete_tree(os.path.join(root, "generations", name))
+
+
 def do_build(req, action):
     import shutil
 
@@ -170,7 +202,7 @@ def do_build(req, action):
         progress("generation {} already built".format(action["name"]))
         return
     if os.path.lexists(gen_dir):
-        shutil.rmtree(gen_dir)
+        remove_generation(root, action["name"])
     try:
         build_into(req, gen_dir, action)
     except BaseException:
@@ -421,8 +453,8 @@ def do_switch(req, action):
         # Written before the switch: a reader never sees the held generation unheld.
         write_hold(root, action["name"], previous, why)
     symlink_atomic(os.path.join(root, "current"), os.path.join("generations", action["name"]))
-    if not held and os.path.lexists(os.path.join(root, HOLD)):
-        os.unlink(os.path.join(root, HOLD))
+    if not held:
+        end_hold(root)
     append_history(root, {"action": why, "from": previous, "to": action["name"]})
 
 
@@ -442,8 +474,15 @@ def do_hold(req, action):
     root = req["root"]
     if action["held"]:
         write_hold(root, action["name"], None, "snapshot")
-    elif os.path.lexists(os.path.join(root, HOLD)):
+    else:
+        end_hold(root)
+
+
+def end_hold(root):
+    """Remove the hold, durably (a power cut must not bring it back)."""
+    if os.path.lexists(os.path.join(root, HOLD)):
         os.unlink(os.path.join(root, HOLD))
+        fsync_dir(root)
 
 
 def utc_now():
@@ -488,15 +527,16 @@ def do_cache_dir(req, action):
 
 
 def do_cleanup(req, action):
-    import shutil
-
     freed = 0
     for name in action["names"]:
         path = os.path.join(req["root"], "generations", name)
+        if name.startswith(TRASH):  # a removal a crash interrupted
+            delete_tree(path)
+            continue
         if GEN_RE.match(name) and os.path.isdir(path) and name != current_generation(req["root"]):
             progress(f"removing generation {name}")
             freed += unshared_bytes(path)
-            shutil.rmtree(path)
+            remove_generation(req["root"], name)
     FREED.append(freed)
 
 
@@ -588,6 +628,7 @@ def apply(req):
             return {"replan": True, "done": [], "current": current_generation(root)}
         if req.get("handshake") and not handshake():
             return {"aborted": True, "done": [], "current": current_generation(root)}
+        finish_removals(root)
         number_builds(root, req["actions"])
         for action in req["actions"]:
             progress(action["description"])

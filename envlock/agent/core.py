@@ -79,6 +79,7 @@ def write_atomic(path, data, mode=0o644):
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     refuse_non_regular(path)
+    remove_stale_temps(path)
     tmp = write_temp(path, data, mode)
     try:
         # Again, just before the rename: the directory may be shared, the checks are cheap.
@@ -89,6 +90,26 @@ def write_atomic(path, data, mode=0o644):
             os.unlink(tmp)
         raise
     fsync_dir(directory)
+
+
+# A temp file this old was left by a writer a crash or a kill -9 stopped (a live one is
+# seconds old): the next writer of the same file removes it.
+STALE_TEMP_S = 3600
+
+
+def remove_stale_temps(path):
+    """The temp files of `path` (`.NAME.<12 hex>.tmp`) written over an hour ago."""
+    name = os.path.basename(path)
+    mine = re.compile(re.escape(f".{name}.") + r"[0-9a-f]{12}\.tmp")
+    cutoff = time.time() - STALE_TEMP_S
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(os.path.dirname(path) or "."):
+            if not mine.fullmatch(entry.name):
+                continue
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                    os.unlink(entry.path)
 
 
 def write_new(path, data, mode=0o644):
@@ -647,6 +668,20 @@ def list_generations(root):
         )
     gens.sort(key=lambda g: g["number"])
     return gens
+
+
+# A generation being removed is first renamed to this prefix (agent/apply.py): never listed.
+TRASH = ".trash-"
+
+
+def list_removals(root):
+    """The generations a removal renamed away and has not finished deleting (a crash)."""
+    try:
+        return sorted(
+            n for n in os.listdir(os.path.join(root, "generations")) if n.startswith(TRASH)
+        )
+    except OSError:
+        return []
 
 
 def current_generation(root):

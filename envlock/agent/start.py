@@ -13,6 +13,7 @@ ship this module alone.
 
 import base64
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -65,6 +66,22 @@ def become(argv, env):
         sys.stderr.write("envlock: not executable: {0} (try `python {0}`)\n".format(argv[0]))
         sys.stderr.flush()
         os._exit(NOT_EXECUTABLE)
+    except OSError as exc:
+        sys.stderr.write(cannot_start(argv[0], exc) + "\n")
+        sys.stderr.flush()
+        os._exit(NOT_EXECUTABLE)
+
+
+def cannot_start(name, exc):
+    """envlock's words for a command the kernel refused to start for another reason than a
+    missing file or a permission (its exit status is a shell's 126, as for those)."""
+    if exc.errno == errno.ENOEXEC:
+        return (
+            f"envlock: cannot execute: {name} is not a program the kernel can run (a script "
+            f"needs a `#!` line first; or run it with its interpreter: `sh {name}`, "
+            f"`python {name}`)"
+        )
+    return f"envlock: cannot execute: {name} ({exc.strerror or exc})"
 
 
 def install_startup_set(final, version, files):

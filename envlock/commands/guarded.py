@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envlock import ui
-from envlock.base.atomic import write_atomic
+from envlock.base.pairs import write_together
 from envlock.commands.common import json_option
 from envlock.commands.undo import Written, undone_on_failure
 from envlock.edits.changes import LockChanges
@@ -185,11 +185,9 @@ def write_both(proposal: Proposal, redo: str) -> list[Written]:
         Written(path, path.read_bytes(), proposal.edit.text.encode(), mode),
         Written(lock_path, lock_before, proposal.candidate.text.encode()),
     ]
-    done: list[Written] = []
-    with undone_on_failure(done, "writing the lock", f"once fixed, run `{redo}` again"):
-        for item in written:
-            write_atomic(item.path, item.after, item.mode)
-            done.append(item)
+    with undone_on_failure(written, "writing the lock", f"once fixed, run `{redo}` again"):
+        # One change across a crash: the pair is recorded first (envlock/base/pairs.py).
+        write_together([(item.path, item.after, item.mode) for item in written], redo)
     return written
 
 

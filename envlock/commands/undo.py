@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envlock import ui
-from envlock.base.atomic import write_atomic
+from envlock.base.pairs import write_together
 from envlock.errors import EnvlockError
 
 
@@ -27,19 +27,17 @@ class Written:
     after: bytes
     mode: int = 0o644
 
-    def put_back(self) -> str | None:
-        """Restore `before`; a reason instead when the file is no longer what was written
-        (someone edited it meanwhile: their edit wins) or cannot be written."""
+    def unrestorable(self) -> str | None:
+        """Why `before` cannot be restored: the file is no longer what was written (someone
+        edited it meanwhile: their edit wins) or cannot be read; None: it can (or it holds
+        `before` already: it was never written)."""
         try:
             # own: the file envlock just wrote
-            if self.path.read_bytes() != self.after:
-                return "changed since envlock wrote it, so left as it is"
-            if self.before is None:
-                self.path.unlink()
-            else:
-                write_atomic(self.path, self.before, self.mode)
+            now = self.path.read_bytes() if self.path.exists() else None
         except OSError as exc:
             return f"could not be put back: {exc.strerror or exc}"
+        if now not in (self.after, self.before):
+            return "changed since envlock wrote it, so left as it is"
         return None
 
 
@@ -64,13 +62,20 @@ def undone_on_failure(written: list[Written], step: str, then: str) -> Iterator[
 
 def put_back_all(written: list[Written], step: str, then: str) -> str:
     """Restore each file; one sentence on what was restored, what was not, and what next."""
-    restored, kept = [], []
+    restored, kept, back = [], [], []
     for item in written:
-        why = item.put_back()
+        why = item.unrestorable()
         if why is None:
-            restored.append(item.path.name)
+            back.append(item)
         else:
             kept.append(f"{item.path.name} {why}")
+    try:
+        # Together, as they were written (envlock/base/pairs.py): never half put back.
+        if back:
+            write_together([(i.path, i.before, i.mode) for i in back], f"undo of {step}")
+        restored = [item.path.name for item in back]
+    except OSError as exc:
+        kept += [f"{i.path.name} could not be put back: {exc.strerror or exc}" for i in back]
     parts = []
     if restored:
         verb = "is" if len(restored) == 1 else "are"

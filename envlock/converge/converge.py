@@ -119,7 +119,8 @@ class Converging:
     ctx: Context
     asked: Asked
     report: list[str] = field(default_factory=list)
-    snapshotted: bool = False
+    snapshotted: bool = False  # a snapshot was taken
+    snapshot_asked: bool = False  # ... or the profile asked for none (once per apply)
     provisioned: bool = False
 
     def container_first(self) -> list[Drift]:
@@ -152,11 +153,13 @@ class Converging:
                 # After a container change on an earlier round: verified as usual.
                 return Round(plan, state.current, replans, applied=self.provisioned)
             self.asked.gate(steps, plan)
-            steps = self.change_container(steps, state)
-            answer = self.execute(plan, state)
+            if self.asked.restart:  # a restart stops the agent that holds the lock
+                steps = self.change_container(steps, state)
+            answer = self.execute(plan, state, steps)
             if not answer.replan:  # it held under the root's lock: provisional no more
                 held = dataclasses.replace(plan, provisional="")
-                return Round(held, answer.current or state.current, replans, applied=True)
+                applied = not plan.empty or self.provisioned
+                return Round(held, answer.current or state.current, replans, applied=applied)
             self.say("another envlock operation changed the root meanwhile: planning again")
         raise OperationError(
             f"the root kept changing while apply planned ({REPLANS + 1} plans overtaken)",
@@ -192,37 +195,41 @@ class Converging:
             )
         return []
 
-    def execute(self, plan: Plan, state: State) -> ApplyAnswer:
-        """The plan, carried out under the root's lock; the container's snapshot, when none
-        was taken yet, by the agent's dialogue once it holds the lock and the plan holds."""
-        taken: list[str] = []
+    def execute(self, plan: Plan, state: State, steps: list[Drift]) -> ApplyAnswer:
+        """The plan, carried out under the root's lock. The container's snapshot (when none
+        was taken yet) and its change are decided by the agent's dialogue, once it holds
+        the lock and the plan holds: the container is checked again there, so a second
+        apply that waited for the first finds nothing left and takes no snapshot."""
 
         def under_lock() -> None:
-            taken.extend(snapshot_first(self.ctx, state, self.asked.progress))
+            pending = self.still_pending(steps)
+            if not plan.empty or pending:
+                self.snapshot_once(state)
+            self.change_container(pending, state)
 
-        locked = None if self.snapshotted or self.ctx.provisioner is None else under_lock
+        idle = self.ctx.provisioner is None or (self.snapshot_asked and not steps)
+        locked = None if idle else under_lock
         wait, progress = not self.asked.no_wait, self.asked.progress
         carry = None
         if any(action.kind == "build" for action in plan.actions):
             from envlock.runs.environment import api_payload  # what a build carries
 
             carry = api_payload(self.ctx)
-        answer = execute(
-            self.ctx,
-            plan,
-            wait=wait,
-            on_progress=progress,
-            when_locked=locked,
-            carry=carry,
+        return execute(
+            self.ctx, plan, wait=wait, on_progress=progress, when_locked=locked, carry=carry
         )
-        self.report += taken
-        self.snapshotted = self.snapshotted or bool(taken)
-        return answer
+
+    def still_pending(self, steps: list[Drift]) -> list[Drift]:
+        """The container's changes as they stand now (another apply may have made them)."""
+        if not steps:
+            return []
+        return container_changes(check_container(self.ctx), self.asked.restart)
 
     def snapshot_once(self, state: State | None) -> None:
-        if not self.snapshotted:
-            self.report += snapshot_first(self.ctx, state, self.asked.progress)
-            self.snapshotted = True
+        if not self.snapshot_asked and self.ctx.provisioner is not None:
+            taken = snapshot_first(self.ctx, state, self.asked.progress)
+            self.report += taken
+            self.snapshotted, self.snapshot_asked = bool(taken), True
 
     def say(self, text: str) -> None:
         if self.asked.progress is not None:

@@ -17,6 +17,7 @@ import platform as host_platform
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from envlock.base.pairs import finish_interrupted
 from envlock.base.tomlread import (
     ENV_NAME_RE,
     Table,
@@ -72,6 +73,11 @@ __all__ = [
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Parse and validate a profile file; raises ProfileError on the first problem."""
     file = Path(path)
+    said = finish_interrupted(file)
+    if said is not None:
+        from envlock import ui
+
+        ui.info(f"envlock: {said}")
     data = load_toml(file)
     return _ProfileReader(file, data).read()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import threading
 from collections.abc import Callable
 from typing import IO, Any, cast
@@ -229,15 +230,7 @@ def parse_answer(transport: Transport, command: str, result: Result) -> dict[str
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
-        stderr = "\n  ".join(
-            line
-            for line in result.error_text().splitlines()
-            if not line.startswith(PROGRESS_PREFIX)
-        )
-        raise OperationError(
-            f"{transport.name}: the envlock agent ({command}) failed with exit "
-            f"{result.exit_code}" + (f":\n  {stderr}" if stderr else "")
-        )
+        raise no_answer(transport, command, result)
     if "error" in answer:
         error = answer["error"]
         if error.get("kind") == "refused":  # the agent refused what it was asked: exit 2
@@ -245,6 +238,36 @@ def parse_answer(transport: Transport, command: str, result: Result) -> dict[str
         message, errno = cause_first(str(error["message"]), str(error.get("errno", "")))
         raise OperationError(f"{transport.name}: {message}", hint=OS_HINTS.get(errno))
     return answer
+
+
+def no_answer(transport: Transport, command: str, result: Result) -> OperationError:
+    """The agent ended without its answer: its own lines (not the dialogue's), and how it
+    ended. A negative status is a signal to the local process (the agent on a local target,
+    the ssh or pct client otherwise): the connection was lost, not an exit of the agent."""
+    stderr = "\n  ".join(
+        line
+        for line in result.error_text().splitlines()
+        if not line.startswith(PROGRESS_PREFIX) and line != LOCKED_READY
+    )
+    how = f"failed with exit {result.exit_code}"
+    if result.exit_code < 0 and transport.name == "local":
+        how = f"was stopped ({signal_name(-result.exit_code)})"
+    elif result.exit_code < 0:
+        how = (
+            "was cut off: the connection to the target was lost (the local client ended by "
+            f"{signal_name(-result.exit_code)})"
+        )
+    return OperationError(
+        f"{transport.name}: the envlock agent ({command}) {how}"
+        + (f":\n  {stderr}" if stderr else "")
+    )
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 # uv's (Rust's) words for a full disk, and Python's.

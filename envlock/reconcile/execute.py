@@ -152,8 +152,9 @@ def execute(
 ) -> ApplyAnswer:
     """Carry out a plan on the target (under the root's lock) and return the agent's answer:
     `replan` when the root is no longer what the plan assumed. `when_locked` runs under the
-    lock, before the first change, once the plan is known to hold."""
-    if plan.empty:
+    lock, before the first change, once the plan is known to hold (with an empty plan too:
+    the container's change is decided under the root's lock)."""
+    if plan.empty and when_locked is None:
         return NOTHING_DONE
     request = apply_request(ctx, plan, wait=wait, carry=carry)
     request["handshake"] = when_locked is not None

@@ -278,7 +278,10 @@ def cleanup_strays(state: State) -> list[Action]:
     """Remove half-built generations; not while another operation holds the root's lock:
     one of them may be the build it is making (the plan is made again once it ends)."""
     stray = [g.name for g in state.generations if not g.complete and g.name != state.current]
-    if not stray or state.busy:
+    if state.busy:  # another operation holds the root: its build is no stray
+        return []
+    stray += state.removing  # removals a crash interrupted (agent/apply.py: renamed away first)
+    if not stray:
         return []
     return [
         Action(

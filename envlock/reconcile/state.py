@@ -240,6 +240,8 @@ class State:
     trust: Trust = Trust()
     # Whether run's startup set is in place on the target (None: not asked).
     startup_ready: bool | None = None
+    # Generations a removal renamed away and a crash kept it from deleting (agent/apply.py).
+    removing: tuple[str, ...] = ()
 
     @property
     def current_generation(self) -> Generation | None:
@@ -270,6 +272,7 @@ def parse_state(raw: dict[str, Any]) -> State:
             for g in raw.get("generations", [])
         ),
         current=raw.get("current"),
+        removing=tuple(raw.get("removing") or ()),
         in_generation=bool(raw.get("in_generation")),
         venv_link=_venv_link(raw.get("venv_link")),
         python_version=raw.get("python", {}).get("version", ""),

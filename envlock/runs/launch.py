@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
-from envlock.agent.start import NOT_EXECUTABLE, NOT_FOUND  # a shell's 126 and 127
+from envlock.agent.start import NOT_EXECUTABLE, NOT_FOUND, cannot_start  # a shell's 126 and 127
 from envlock.base.pythons import own_python
 from envlock.errors import EXIT_USAGE, OperationError
 from envlock.reconcile.agentcode import program
@@ -48,17 +48,19 @@ def exec_local(argv: list[str], env: Mapping[str, str]) -> None:
     try:
         os.execvpe(argv[0], argv, dict(env))
     except FileNotFoundError:
-        cannot_start(
+        refuse_start(
             f"command not found: {argv[0]} (is it installed in the environment? "
             "`envlock run` puts the generation's bin first on PATH)",
             NOT_FOUND,
         )
     except PermissionError:
         hint = f" — try `python {argv[0]}`" if argv[0].endswith(".py") else ""
-        cannot_start(f"not executable: {argv[0]}{hint}", NOT_EXECUTABLE)
+        refuse_start(f"not executable: {argv[0]}{hint}", NOT_EXECUTABLE)
+    except OSError as exc:  # ENOEXEC (a script with no `#!`), ENOTDIR, ELOOP, E2BIG...
+        refuse_start(cannot_start(argv[0], exc).removeprefix("envlock: "), NOT_EXECUTABLE)
 
 
-def cannot_start(message: str, code: int) -> None:
+def refuse_start(message: str, code: int) -> None:
     """A shell's 126/127: said on stderr, and under --json as envlock's error document."""
     from envlock import ui
 

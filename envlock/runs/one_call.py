@@ -38,6 +38,7 @@ from typing import IO, Any
 
 from envlock.agent.core import state_digest as state_digest  # for commands/run.py
 from envlock.base.usercache import read_entry, write_entry
+from envlock.errors import OperationError
 from envlock.reconcile.agentcall import agent_argv, parse_answer
 from envlock.runs.launch import FORWARDED, Forwarder
 from envlock.targets.base import Result, Transport
@@ -236,7 +237,26 @@ def follow(
     code = proc.wait()
     for thread in relays:
         thread.join()
+    if code < 0 and transport.name != "local":
+        raise connection_lost(transport, target)
     return code
+
+
+def connection_lost(transport: Transport, target: str) -> OperationError:
+    """The local ssh (or pct) client was killed while the command ran: the command is
+    stopped over a new connection (a lost session alone may leave it running), exit 3."""
+    try:
+        stopped = transport.run(["sh", "-c", 'kill -s TERM -- "$1"', "sh", target]).ok
+    except OperationError:
+        stopped = False
+    if stopped:
+        return OperationError(
+            f"the connection to {transport.name} was lost while the command ran (it was stopped)"
+        )
+    return OperationError(
+        f"the connection to {transport.name} was lost while the command ran",
+        hint=f"it may still run there: stop it with `kill -- {target}` on the target",
+    )
 
 
 def relay(source: IO[bytes], sink: IO[str]) -> None:

@@ -116,11 +116,16 @@ def test_both_start_the_command_alike(tmp_path: Path, case: str, args: list[str]
     assert not set(unset) & set(report["env"]) and report["env"]["KEEP"] == "kept"
 
 
-@pytest.mark.parametrize("what", ["missing", "not executable"])
+@pytest.mark.parametrize("what", ["missing", "not executable", "no #! line"])
 def test_a_command_that_cannot_start_ends_alike(tmp_path: Path, what: str) -> None:
     spec = spec_of({}, "/gen/bin", (), None)
     if what == "missing":
         argv, code, said = ["no-such-command-here"], 127, "command not found"
+    elif what == "no #! line":  # ENOEXEC: executable, but nothing the kernel can run
+        script = tmp_path / "plain"
+        script.write_bytes(b"\x00\x01not a program\n")
+        script.chmod(0o755)
+        argv, code, said = [str(script)], 126, "cannot execute"
     else:
         script = tmp_path / "train.py"
         script.write_text("print('never')\n")

@@ -317,6 +317,16 @@ def test_exit_statuses_of_run(seed: Path, tmp_path: Path, envlock: Envlock) -> N
         assert documented.returncode == code, documented.stderr
         error = json.loads(documented.stdout)
         assert error["exit"] == code and error["error"] in documented.stderr, error
+    # Executable, but nothing the kernel can run (ENOEXEC: a script with no `#!` line).
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"\x00\x01not a program\n")
+    plain.chmod(0o755)
+    foreign = envlock("run", seed, "--", str(plain))
+    assert foreign.returncode == 126 and "Traceback" not in foreign.stderr, foreign.stderr
+    kernel = f"envlock: cannot execute: {plain} is not a program the kernel can run"
+    assert kernel in foreign.stderr
+    documented = envlock("run", "--json", seed, "--", str(plain))
+    assert documented.returncode == 126 and json.loads(documented.stdout)["exit"] == 126
     passed = envlock("run", seed, "--", "python", "-c", "raise SystemExit(3)")
     assert passed.returncode == 3 and passed.stderr == ""
 

@@ -235,3 +235,72 @@ def test_a_cache_damaged_by_the_cut_is_cleaned_and_apply_retries(project: Projec
     applied = project.envlock("apply", "-y", project.profile)
     assert applied.returncode == 0, applied.stderr
     project.assert_converges("0.9")
+
+
+# The files of a generation a gc removes, each a point its removal may be cut at. The
+# generation's name may carry a trash prefix: wherever the removal deletes them.
+GC_CUTS = {
+    "manifest": r"\.envlock/manifest\.json$",
+    "generation.json": r"\.envlock/generation\.json$",
+    "lock copy": r"\.envlock/pylock\.toml$",
+    "a package": r"site-packages/tinydep/__init__\.py$",
+}
+
+
+@pytest.mark.parametrize("cut", GC_CUTS)
+def test_a_cut_in_the_middle_of_gc_leaves_no_half_removed_generation(
+    project: Project, cut: str
+) -> None:
+    """gc removes generation 1 (neither active nor previous) and the power goes after one of
+    its unlinks: generation 1 is then gone for `generations`, `rollback` and `run`, and the
+    next operation on the root finishes the removal."""
+    assert project.envlock("apply", "-y", project.profile).returncode == 0
+    project.relock("0.9")
+    assert project.envlock("apply", "-y", project.profile).returncode == 0
+    added = project.envlock("add", "-y", project.profile, "flashinfer-python")
+    assert added.returncode == 0, added.stderr
+    assert project.envlock("apply", "-y", project.profile).returncode == 0
+    in_gen1 = r"generations/[^/]*1-[0-9a-f]{12}[^/]*/(.*/)?"
+    project.fs.command(f"lazyfs::crash::timing=after::op=unlink::from_rgx={in_gen1}{GC_CUTS[cut]}")
+    before = project.envlock("generations", project.profile).stdout
+    gc = project.envlock("gc", "-y", "--keep", "1", project.profile)
+    assert "Traceback" not in gc.stderr
+    assert project.fs.crashed(), (
+        f"the cut never came: {before} {gc.stdout[-400:]} {gc.stderr[-400:]}"
+    )
+    project.fs.restart_after_crash()
+    assert project.assert_active_is_whole() == "0.9"
+    listed = project.envlock("generations", "--json", project.profile)
+    assert listed.returncode == 0, listed.stderr
+    names = [g["name"] for g in json.loads(listed.stdout)["generations"]]
+    assert not any(name.startswith("1-") for name in names), names
+    rolled = project.envlock("rollback", "--to", "1", project.profile)
+    assert rolled.returncode != 0 and "is active" not in rolled.stdout, rolled.stdout
+    assert project.active().startswith("3-")
+    applied = project.envlock("apply", "-y", project.profile)
+    assert applied.returncode == 0, applied.stderr
+    left = sorted(p.name[:2] for p in (project.root / "generations").iterdir())
+    assert left == ["2-", "3-"], left
+    project.assert_converges("0.9")
+
+
+def test_a_cut_between_the_profile_and_its_lock_is_completed_by_the_next_command(
+    project: Project,
+) -> None:
+    """`add` writes the profile, then its lock; the power goes between the two renames. The
+    next command completes the pair by itself and says so: never a new profile with its old
+    lock (a stale lock the user must know to fix with `lock`, then `apply`)."""
+    assert project.envlock("apply", "-y", project.profile).returncode == 0
+    # from_rgx too: LazyFS a47a5ba checks a multi-path fault's `to` only when `from` is set.
+    cut = r"lazyfs::crash::timing=after::op=rename::from_rgx=seed\.toml::to_rgx=proj/seed\.toml$"
+    project.fs.command(cut)
+    # The file system dies under `add` (what it says then is no matter: its disk is gone).
+    added = project.envlock("add", "-y", project.profile, "flashinfer-python")
+    assert project.fs.crashed(), f"the cut never came: {added.stderr[-400:]}"
+    project.fs.restart_after_crash()
+    assert "flashinfer-python" in project.profile.read_text()
+    checked = project.envlock("check", project.profile)
+    assert "completed a change a crash interrupted" in checked.stderr, checked.stderr
+    assert project.envlock("lock", "--check", project.profile).returncode == 0
+    assert not list(project.profile.parent.glob(".*pending*"))
+    project.assert_converges("1.0")

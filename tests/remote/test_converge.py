@@ -62,3 +62,41 @@ def test_a_waiting_apply_on_a_container_takes_no_snapshot_and_builds_nothing(
         raced += any("planning again" in err for _, err in outputs)
         assert cli("check", profile).returncode == 0
     print(f"{raced} of {rounds} rounds: the waiting apply planned again under the lock")
+
+
+def test_two_applies_with_a_pending_container_change_take_one_snapshot(
+    lxc_profile: tuple[Path, int], fakepve: Any, fakepve_url: str, fakepve_cafile: str
+) -> None:
+    """Four rounds: the container's config drifts (cores), then two applies at once. The
+    change and its snapshot are decided under the root's lock, checked again after the
+    wait: exactly one snapshot a round, both applies exit 0, the config is the profile's."""
+    profile, vmid = lxc_profile
+    env = envlock_env()
+    first = subprocess.run(
+        [sys.executable, "-m", "envlock", "apply", "-y", str(profile)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert first.returncode == 0, first.stderr
+    api = pve_api(fakepve_url, fakepve_cafile)
+    for _ in range(4):
+        api.nodes("pve1").lxc(vmid).config.put(cores=8)
+        before = set(snapshot_names(api, vmid))
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "envlock", "apply", "-y", str(profile)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for _ in range(2)
+        ]
+        outputs = [proc.communicate(timeout=600) for proc in procs]
+        for proc, (out, err) in zip(procs, outputs, strict=True):
+            assert proc.returncode == 0, out + err
+            assert "Traceback" not in err, err
+        taken = set(snapshot_names(api, vmid)) - before
+        assert len(taken) == 1, (taken, outputs)
+        assert api.nodes("pve1").lxc(vmid).config.get()["cores"] == 2

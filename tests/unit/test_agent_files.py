@@ -419,3 +419,23 @@ def test_every_agent_module_is_python_3_8_syntax() -> None:
     modules = [*package.glob("agent/*.py"), *package.glob("startup/**/*.py")]
     for module in sorted(modules):
         ast.parse(module.read_text(), filename=str(module), feature_version=(3, 8))
+
+
+def test_the_next_writer_removes_the_temp_files_a_crash_left_beside_a_snapshot(
+    tmp_path: Path,
+) -> None:
+    """A crash during `snapshot` leaves `.envlock-snapshot.json.<hex>.tmp` behind; the next
+    write into the directory removes it (an hour old), never a live writer's or another file's."""
+    from envlock.runs.snapshot_file import write_snapshot
+
+    left = tmp_path / ".envlock-snapshot.json.0123456789ab.tmp"
+    live = tmp_path / ".envlock-snapshot.json.ba9876543210.tmp"
+    other = tmp_path / ".config.json.0123456789ab.tmp"
+    for path in (left, live, other):
+        path.write_text("{")
+    old = os.stat(left).st_mtime - 2 * 3600
+    os.utime(left, (old, old))
+    os.utime(other, (old, old))
+    write_snapshot(tmp_path, {"schema": 1})
+    assert not left.exists() and live.exists() and other.exists()
+    assert json.loads((tmp_path / "envlock-snapshot.json").read_text()) == {"schema": 1}

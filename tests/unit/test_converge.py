@@ -360,10 +360,18 @@ def test_container_changes_are_made_after_a_snapshot_then_verified(tmp_path: Pat
     root = root_of(tmp_path)
     change = Drift("container-config", "memory", "4096", "2048")
     box = Provisioner(drifts=(change,))
-    script = Script(probe(in_sync(root)), probe(in_sync(root)))
+    # The container's change is decided under the root's lock (an agent call with no
+    # actions), where the container is checked again: another apply may have made it.
+    locked = ("apply", handshake({"current": GEN}))
+    script = Script(probe(in_sync(root)), locked, probe(in_sync(root)))
     done = converge(context(tmp_path, script, box))
     assert script.done()
-    assert box.calls == [("check", None), ("snapshot", (GEN, HASH, HASH)), ("provision", False)]
+    assert box.calls == [
+        ("check", None),
+        ("check", None),
+        ("snapshot", (GEN, HASH, HASH)),
+        ("provision", False),
+    ]
     assert done.applied and done.snapshotted and done.current == GEN
 
 
@@ -418,7 +426,8 @@ def test_container_changes_after_a_pending_restart_line_keep_it_and_report_progr
     pending = Drift("container-restart", "cores", "8", "4", "restart to apply cores 8")
     change = Drift("container-config", "memory", "4096", "2048")
     box = Provisioner(drifts=(pending, change))
-    script = Script(probe(in_sync(root)), probe(in_sync(root)))
+    locked = ("apply", handshake({"current": GEN}))
+    script = Script(probe(in_sync(root)), locked, probe(in_sync(root)))
     said: list[str] = []
     done = converge(context(tmp_path, script, box), progress=said.append)
     assert done.report == ("restart to apply cores 8", "snapshot envlock-snap", "container started")
@@ -433,11 +442,12 @@ def test_a_replan_after_the_container_changed_still_verifies(tmp_path: Path) -> 
         probe(moved),
         ("apply", replied({"replan": True})),
         probe(in_sync(root)),  # another apply repaired it meanwhile: nothing left to do
-        probe(in_sync(root)),  # ... but the container changed: verified all the same
+        ("apply", handshake({"current": GEN})),  # ... but the container: under the lock
+        probe(in_sync(root)),  # ... changed, so verified all the same
     )
     done = converge(context(tmp_path, script, box))
     assert script.done() and done.applied and done.replans == 1 and done.current == GEN
-    assert [c for c, _ in box.calls] == ["check", "snapshot", "provision"]
+    assert [c for c, _ in box.calls] == ["check", "check", "snapshot", "provision"]
 
 
 def test_a_replan_that_finds_nothing_left_says_so(tmp_path: Path) -> None:
@@ -758,3 +768,26 @@ def test_restart_is_refused_without_a_container_for_one_target_and_a_fleet(
     refuse_restart(context(tmp_path, Script(), Provisioner()), True)
     with pytest.raises(UsageError, match=r"^--restart needs a proxmox-lxc target with a"):
         refuse_across_fleet(plain, adopt=False, snapshot_dir=None, restart=True)
+
+
+def test_an_apply_that_waited_for_another_s_container_change_takes_no_snapshot(
+    tmp_path: Path,
+) -> None:
+    """Two applies saw the same pending container change; the second waited for the root's
+    lock while the first made it. Checked again under the lock, nothing is left: no snapshot,
+    no change (taken outside the lock, each apply took its own snapshot)."""
+    root = root_of(tmp_path)
+    box = Provisioner(drifts=(Drift("container-config", "memory", "4096", "2048"),))
+    script = Script(probe(in_sync(root)), ("apply", handshake({"current": GEN})))
+    box_check = box.check
+
+    def first_check_pending() -> ContainerCheck:
+        found = box_check()
+        box.drifts = ()  # by the next check, under the lock, the other apply made it
+        return found
+
+    box.check = first_check_pending  # type: ignore[method-assign]
+    done = converge(context(tmp_path, script, box))
+    assert script.done()
+    assert [c for c, _ in box.calls] == ["check", "check"]
+    assert not done.snapshotted and not done.applied
