@@ -101,11 +101,13 @@ LIVE = "live: "  # a progress line a terminal shows in place (reconcile/agentcal
 
 
 def run_watching(argv, env, watch, every=0.5):
-    """subprocess.run's captured run, calling `watch` every `every` seconds meanwhile."""
+    """subprocess.run's captured run, calling `watch` as it starts (a terminal sees the
+    step at once, however fast it turns out) and every `every` seconds meanwhile."""
     import subprocess
 
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
+        watch()
         while True:
             try:
                 out, err = child.communicate(timeout=every)

@@ -179,17 +179,19 @@ def test_a_wheelhouse_beside_the_profile_is_named_where_the_target_reads_it(
     assert json.loads(locked.stdout)["target_paths"] == [str((repo / "wheels").resolve())]
 
 
-def test_a_wheel_from_a_source_the_profile_does_not_declare_is_refused(
+def test_uv_s_own_configuration_adds_no_source_to_a_lock(
     tmp_path: Path, machine: Path, team: Path
 ) -> None:
-    """uv's own configuration of this machine (a uv.toml naming find-links) is not envlock's
-    to read, but what it adds to a remote target's lock is checked: refused, not written."""
+    """uv's own configuration (a uv.toml naming find-links, here through UV_CONFIG_FILE) is
+    what envlock inherits, not what the profile declares: uv is told to ignore it
+    (UV_NO_CONFIG; UV_CONFIG_FILE is not passed on), so the wheel only it names is never
+    found, and no lock is written."""
     profile = write_profile(tmp_path / "repo", SSH, offline(team), ("onlyhere",))
     config = tmp_path / "uv.toml"
     config.write_text(f"[pip]\nfind-links = [{json.dumps(str(machine))}]\n")
     env = {**bare(), "UV_CONFIG_FILE": str(config)}
     refused = cli("lock", profile, env=env)
-    assert refused.returncode == 2, refused.stderr
-    assert "from outside the profile's find-links" in refused.stderr
-    assert str(machine / "onlyhere-1.0-py3-none-any.whl") in refused.stderr
+    assert refused.returncode == 3, refused.stderr
+    assert "onlyhere was not found in the provided package locations" in refused.stderr
+    assert str(machine / "onlyhere-1.0-py3-none-any.whl") not in refused.stderr
     assert not (profile.parent / "pylock.seed.toml").exists()
