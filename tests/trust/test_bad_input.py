@@ -166,7 +166,7 @@ def test_a_mistyped_command_gets_a_suggestion(envlock: Envlock) -> None:
         assert result.returncode == 2
         assert f"No such command '{typed}': did you mean check?" in result.stderr
     unknown = envlock("xyzzy", "p.toml")
-    assert "known commands: add, apply, cache, check," in unknown.stderr
+    assert "known commands: add, apply, bisect, cache, check," in unknown.stderr
 
 
 def test_version_and_help_list_every_command(envlock: Envlock) -> None:
@@ -197,6 +197,7 @@ def test_check_json_schema_is_stable(tmp_path: Path, wheelhouse: Path, envlock: 
         "schema",
         "profile",
         "lock_id",
+        "judged_lock_id",  # added in schema 1: the lock judged (a held generation's)
         "hold",
         "generation",
         "deep",
