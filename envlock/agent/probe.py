@@ -71,6 +71,7 @@ def flock_held(text, inode):
     pids may be another namespace's, so the inode alone decides); without it, whether the
     process the lock file names runs on this host."""
     try:
+        # own: the kernel's table of locks (read, bounded, never taken)
         with open("/proc/locks", encoding="ascii", errors="replace") as handle:
             lines = handle.read(1 << 20).splitlines()
     except OSError:

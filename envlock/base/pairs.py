@@ -54,6 +54,7 @@ def finish(record: Path, entries: list[dict[str, Any]]) -> list[str]:
                 written.append(path.name)
             continue
         after = base64.b64decode(str(data))
+        # named: the profile or lock this pair wrote, compared with what it wrote
         if not path.exists() or path.read_bytes() != after:
             mode = entry["mode"]
             write_atomic(path, after, mode if isinstance(mode, int) else 0o644)

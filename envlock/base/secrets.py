@@ -71,14 +71,14 @@ def is_secret_word(word: str) -> bool:
     return word in SECRET_WORDS or word.endswith(SECRET_ENDINGS)
 
 
-# The shell's working directory (POSIX sets PWD): a path, shown; `pwd`, `DB_PWD` and `--pwd`
-# are passwords.
-NOT_SECRET = frozenset(("PWD", "OLDPWD"))
+# The shell's working directory (POSIX sets PWD): a path, shown, also as the last part of a
+# flattened key (`run.PWD`); `pwd`, `DB_PWD` and `--pwd` are passwords.
+NOT_SECRET = re.compile(r"(?:^|[^A-Za-z0-9_-])(?:OLD)?PWD$")
 
 
 def is_secret_name(name: Any) -> bool:
     """Whether a variable, config key or option of this name holds a secret."""
-    if name in NOT_SECRET:
+    if NOT_SECRET.search(str(name)):
         return False
     found = words(str(name))
     while len(found) > 1 and found[-1] in HOLDER_WORDS:

@@ -119,6 +119,7 @@ def resolve_pins(profile: Profile, versions: dict[str, str]) -> Resolved:
         if done.returncode != 0:
             lines = [line for line in done.stderr.splitlines() if line.strip()]
             return Resolved(False, {}, " ".join(lines[-3:]).replace(tmp, "…"))
+        # own: uv's answer, written into envlock's own temporary directory
         found, needs = parse_compiled(out.read_text())
     extra = sorted(set(found) - set(versions))
     if extra:

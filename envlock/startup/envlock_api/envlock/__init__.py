@@ -173,6 +173,7 @@ def outside_context(missing):
         "data": {},
     }  # type: dict
     try:
+        # own: what envlock's build wrote beside this API in the generation
         with open(os.path.join(gen, ".envlock", "api", "context.json")) as handle:
             built = json.load(handle)
         run.update((k, v) for k, v in built.items() if k in run)
