@@ -18,9 +18,11 @@ import json
 import os
 import resource
 import shutil
+import stat
 import struct
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,7 +53,11 @@ def fifo(path: Path, valid: Path) -> None:
 
 
 def dev_zero(path: Path, valid: Path) -> None:
-    path.symlink_to("/dev/zero")
+    """A link to a zero device of the test's own (never the host's /dev/zero: a regressed
+    write through the link must not reach the machine's device)."""
+    own = Path(tempfile.mkdtemp(prefix="envlock-test-device-")) / "zero"
+    os.mknod(own, stat.S_IFCHR | 0o666, os.makedev(1, 5))
+    path.symlink_to(own)
 
 
 def sparse(path: Path, valid: Path) -> None:
