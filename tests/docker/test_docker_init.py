@@ -14,7 +14,7 @@ from tests.remote.docker_fixtures import Engine, MakeDocker
 from tests.remote.test_init import PIP, tree_sums
 from tests.remote.test_remote import envlock_env
 
-CONTAINER_VENV = "/root/venv"
+CONTAINER_VENV = "/srv/venv"
 
 
 def test_init_from_in_a_container_then_adopt_run_and_rollback(
