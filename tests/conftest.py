@@ -46,6 +46,7 @@ NEEDS = {
     "pve": {"fakepve", "fakepve_url", "pve_api"},
     "tmpfs": {"tmpfs"},
     "docker": {"docker_engine", "docker_image", "docker_container", "second_engine"},
+    "trainers": {"trainer_project"},
 }
 UNIT = Path(__file__).resolve().parent / "unit"
 

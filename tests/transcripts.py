@@ -50,6 +50,13 @@ NOT_RUN = {
         "two runs on cu128 then cu130 with typed-in metrics: tests/cli/test_snapshot_data.py"
         "::test_diff_answers_why_the_run_got_slower runs the same steps"
     ),
+    "$ envlock run train.toml -- python train_hf.py --out runs/a --lr 1e-3 --data"
+    " data/small.jsonl": (
+        "two Trainer runs of the generation with transformers, accelerate and Lightning, whose"
+        " measured speeds differ from run to run: tests/integrations/test_trainers.py::test_diff_"
+        "of_two_trainer_runs_shows_learning_rate_and_dataset runs the block and compares every"
+        " line but the measured values"
+    ),
     "$ envlock bisect train.toml runs/a runs/b --metric tok_s -- python train.py": (
         "measured throughput differs from run to run: tests/cli/test_bisect.py builds the same"
         " runs and checks the answer, its evidence and the progress lines"

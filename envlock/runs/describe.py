@@ -151,7 +151,8 @@ class Side:
 
     def own_paths(self, flat: dict[str, Any]) -> list[str]:
         """The run config's values that name the directory this side is (`run.ckpt =
-        runs/a` for a snapshot in runs/a): where the run wrote, as `output_dir` is."""
+        runs/a` for a snapshot in runs/a), and those a trainer's callback filed under
+        `run_paths` (envlock/integrations): where the run wrote, as `output_dir` is."""
         if self.snapshot is None:
             return []
         here = Path(self.label)
@@ -159,7 +160,8 @@ class Side:
         return [
             k
             for k, v in flat.items()
-            if k.startswith("run.") and isinstance(v, str) and names_dir(v, here)
+            if k.startswith(RUN_PATHS_KEY)
+            or (k.startswith("run.") and isinstance(v, str) and names_dir(v, here))
         ]
 
     def paths(self) -> dict[str, Any]:
@@ -194,6 +196,10 @@ class Side:
             "files": self.files(),
             "unread": list(self.unread),
         }
+
+
+# Where envlock's trainer callbacks file a run's paths in its config (output_dir, …).
+RUN_PATHS_KEY = "run.run_paths."
 
 
 def names_dir(value: str, directory: Path) -> bool:

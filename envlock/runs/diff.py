@@ -147,24 +147,46 @@ def progress_of(side: Side) -> dict[str, Any]:
 
 
 def once(changes: tuple[Change, ...]) -> tuple[Change, ...]:
-    """Each value reported once: a checkpoint's config value that changed exactly as the
-    snapshot's config value of the same name (`checkpoint.args.lr` beside `run.lr`) is the
-    same setting, recorded twice by the run: named under `also`, not counted again."""
-    run = {c.key.removeprefix("run."): c for c in changes if c.key.startswith("run.")}
+    """Each value reported once: a checkpoint's config value, or a run file's field, that
+    changed exactly as the snapshot's config value of the same name (`checkpoint.args.lr`
+    beside `run.lr`; `training_args.bin: learning_rate` beside a trainer callback's
+    `run.training_args.learning_rate`) is the same setting, recorded twice by the run:
+    named under `also`, not counted again."""
+    twins = run_twins(changes)
     kept: list[Change] = []
     folded: dict[str, list[str]] = {}
     for change in changes:
-        leaf = change.key.rsplit(".", 1)[-1]
-        twin = run.get(leaf)
-        if (
-            change.key.startswith("checkpoint.")
-            and twin is not None
-            and (twin.a, twin.b, twin.only_in) == (change.a, change.b, change.only_in)
+        twin = None if change.key.startswith("run.") else twins.get(leaf_of(change.key))
+        if twin is not None and (twin.a, twin.b, twin.only_in) == (
+            change.a,
+            change.b,
+            change.only_in,
         ):
             folded.setdefault(twin.key, []).append(change.key)
             continue
         kept.append(change)
     return tuple(Change(c.key, c.a, c.b, c.only_in, tuple(folded.get(c.key, ()))) for c in kept)
+
+
+def run_twins(changes: tuple[Change, ...]) -> dict[str, Change]:
+    """The snapshot config's changes by name: their whole key after `run.`, and the last
+    part of it where no other change of the run's shares that last part."""
+    run = [c for c in changes if c.key.startswith("run.")]
+    leaves: dict[str, list[Change]] = {}
+    for change in run:
+        leaves.setdefault(change.key.rsplit(".", 1)[-1], []).append(change)
+    twins = {leaf: found[0] for leaf, found in leaves.items() if len(found) == 1}
+    twins.update((c.key.removeprefix("run."), c) for c in run)
+    return twins
+
+
+def leaf_of(key: str) -> str:
+    """A checkpoint's config key (`checkpoint.args.lr`) or a run file's field
+    (`training_args.bin: learning_rate`) by its last part; anything else by no name."""
+    if key.startswith("checkpoint."):
+        return key.rsplit(".", 1)[-1]
+    name, colon, field = key.partition(": ")
+    return field.rsplit(".", 1)[-1] if colon and name else ""
 
 
 def incomplete(a: Side, b: Side) -> list[str]:

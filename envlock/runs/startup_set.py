@@ -47,7 +47,13 @@ def startup_files() -> dict[str, bytes]:
         if name.endswith(".py") and name != "__init__.py"
     )
     found = {}
-    for rel in (*STARTUP, API, *agent, *SHARED):
+    # The trainer callbacks: the API registers them as its envlock.integrations.
+    integrations = sorted(
+        f"integrations/{name}"
+        for name in os.listdir(os.path.join(base, "integrations"))
+        if name.endswith(".py")
+    )
+    for rel in (*STARTUP, API, *agent, *SHARED, *integrations):
         # own: envlock's own package files
         with open(os.path.join(base, rel), "rb") as handle:
             found[rel] = handle.read()

@@ -51,6 +51,13 @@ NOT_ON_THE_HOT_PATH = (
     "packaging.utils",
     "secrets",
     "random",
+    # The trainer callbacks and their frameworks: only a training script imports them.
+    "envlock.integrations",
+    "envlock.integrations.",
+    "torch",
+    "transformers",
+    "lightning",
+    "accelerate",
 )
 REQUIREMENT_PARSER = "packaging.requirements"
 

@@ -412,11 +412,13 @@ def test_do_switch_moves_current_and_records_history(tmp_path: Path) -> None:
 def test_every_agent_module_is_python_3_8_syntax() -> None:
     """The agent runs on the target's interpreter, which may be as old as 3.8: no syntax
     newer than that, as far as ast's feature_version check sees (walrus, match, …). So do
-    the start-up modules, in the user's own Python under `envlock run`."""
+    the start-up modules, in the user's own Python under `envlock run`, and the trainer
+    callbacks that the start-up API exposes there (envlock/integrations)."""
     import ast
 
     package = Path(__file__).resolve().parents[2] / "envlock"
     modules = [*package.glob("agent/*.py"), *package.glob("startup/**/*.py")]
+    modules += package.glob("integrations/*.py")
     for module in sorted(modules):
         ast.parse(module.read_text(), filename=str(module), feature_version=(3, 8))
 

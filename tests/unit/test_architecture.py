@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "envlock.base",
             "envlock.agent",
             "envlock.startup",
+            "envlock.integrations",
         ),
     ),
 ]

@@ -74,6 +74,33 @@ SHARED = ("agent/core.py", "base/secrets.py", "agent/datanames.py", "runs/snapsh
 _loaded = {}  # type: dict  # name -> namespace, loaded once per process
 
 
+def _integrations():
+    """`envlock.integrations` (the trainer callbacks) from the one copy of them: the
+    package's integrations/ folder, which the startup set ships beside this API. Registered
+    as this package's subpackage, its own __path__ that folder, so `import
+    envlock.integrations.transformers` works in a training environment as in envlock's own
+    venv, with one implementation (the folder is stdlib only, Python 3.8+). This package's
+    own __path__ is left alone: nothing else of envlock becomes importable through it."""
+    import importlib.util
+
+    folder = os.path.join(PACKAGE, "integrations")
+    spec = importlib.util.spec_from_file_location(
+        __name__ + ".integrations",
+        os.path.join(folder, "__init__.py"),
+        submodule_search_locations=[folder],
+    )
+    if spec is None or spec.loader is None or not os.path.isdir(folder):
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # before it runs: its submodules import it by name
+    spec.loader.exec_module(module)
+    return module
+
+
+if _REAL is None:  # when this API became the real envlock, that one has its own
+    integrations = _integrations()
+
+
 class NotUnderEnvlockRun(RuntimeError):
     """envlock.snapshot() was called in a process that `envlock run` did not start."""
 
@@ -100,9 +127,11 @@ def snapshot(directory, profile=None, config=None, *, all_ranks=False, data=None
     if place["rank"] != 0 and not all_ranks:
         return None
     probe = gather(run)
-    datasets = dict(run.get("data") or {})
-    datasets.update((name, os.path.abspath(path)) for name, path in named.items())
     fingerprints = namespace("agent", agent_files())["fingerprints"]
+    datasets = profile_datasets(run, fingerprints, set(named))
+    if named:
+        paths = {name: os.path.abspath(path) for name, path in named.items()}
+        datasets.update(fingerprints(paths, seconds=doc["DATA_SECONDS"]))
     text = lock_text(run, probe)
     data = doc["document"](
         probe=probe,
@@ -116,7 +145,7 @@ def snapshot(directory, profile=None, config=None, *, all_ranks=False, data=None
         config=config,
         process=dict(place, argv=list(sys.argv)),
         envlock_version=run["envlock"],
-        datasets=fingerprints(datasets, seconds=doc["DATA_SECONDS"]),
+        datasets=datasets,
         metrics=measured,
     )
     data["verified"] = run["verified"]
@@ -126,6 +155,21 @@ def snapshot(directory, profile=None, config=None, *, all_ranks=False, data=None
     path = os.path.join(os.fspath(directory), name)
     doc["write_file"](path, (json.dumps(data, indent=1) + "\n").encode())
     return path
+
+
+_profile_data = {}  # type: dict  # the profile's [data] fingerprints of this process
+
+
+def profile_datasets(run, fingerprints, named):
+    """The fingerprints of the profile's [data] (but those `data=` names again), taken once
+    per process: a trainer's callback snapshots every few hundred steps, and each snapshot
+    of the run records the datasets as the run found them, not another walk of them."""
+    wanted = {k: v for k, v in (run.get("data") or {}).items() if k not in named}
+    key = json.dumps(wanted, sort_keys=True)
+    if key not in _profile_data:
+        seconds = namespace("doc", SHARED)["DATA_SECONDS"]
+        _profile_data[key] = fingerprints(wanted, seconds=seconds) if wanted else {}
+    return dict(_profile_data[key])
 
 
 NOT_VERIFIED = (
