@@ -138,7 +138,7 @@ def test_diff_of_two_trainer_runs_shows_learning_rate_and_dataset(
     hyper = "\n".join(actual["hyperparameters"])
     assert "run.training_args.learning_rate 0.001 → 0.002" in hyper
     assert "run.train_dataset.samples 16 → 32" in hyper
-    assert any(line.startswith("train ") for line in actual["datasets"])
+    assert any(line.startswith("train ") for line in actual["data"])
 
 
 def test_a_trainer_run_outside_envlock_run_says_it_was_not_verified(
