@@ -52,6 +52,8 @@ class SaveStateHook:
         self.trackers = checked_trackers(trackers)
 
     def __call__(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
+        if not getattr(self.accelerator, "is_main_process", True):
+            return  # save_state runs its hooks on every process; rank 0 writes
         record(
             str(output_dir),
             config=self.run_config(models),

@@ -65,6 +65,8 @@ class _Recorder:
         self.data = data
 
     def save(self, trainer: Any, pl_module: Any) -> list[str]:
+        if not getattr(trainer, "is_global_zero", True):
+            return []  # rank 0 writes (the API decides so too): no directory made elsewhere
         written = []
         directories = checkpoint_dirs(trainer)
         config = run_config(trainer, pl_module, directories)

@@ -75,6 +75,8 @@ class _Recorder:
         self.samples: int | None = None  # the train dataset's size, when it has one
 
     def save(self, args: Any, state: Any, model: Any) -> str | None:
+        if not getattr(state, "is_world_process_zero", True):
+            return None  # the API would return None too; this spares other nodes the look
         directory = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if not os.path.isdir(directory):  # a hyperparameter search's run-N/ folder
             warn(f"no checkpoint directory {directory} to write the snapshot into")

@@ -86,7 +86,7 @@ def run_context(profile: Profile, scripts: Sequence[str], target: str) -> dict[s
         },
         "env": sorted(profile.env),
         "target": target,
-        "data": requests(profile.data),  # fingerprinted by each snapshot the command writes
+        "data": requests(profile.data),  # fingerprinted once per process, in each snapshot
     }
 
 
