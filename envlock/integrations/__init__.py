@@ -1,0 +1,1 @@
+"""Trainers and trackers: envlock beside the tools people train and track with."""
