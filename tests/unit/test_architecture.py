@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "envlock"
 # From the top down, as ARCHITECTURE.md draws them: a folder is a layer. A module's layer is
 # its folder's (or, at the top of the package, its own name's); every module must be named.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("integrations", ("envlock.integrations",)),
     ("cli", ("envlock.cli", "envlock.cli_group", "envlock.__main__")),
     ("commands", ("envlock.commands",)),
     ("converge", ("envlock.converge",)),
