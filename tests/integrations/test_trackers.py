@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -421,3 +422,41 @@ def test_a_fifo_named_as_the_snapshot_is_refused_at_once(tmp_path: Path) -> None
     with pytest.raises(tracked.SnapshotUnreadable, match="no lock recorded"):
         tracked.read_snapshot(str(tmp_path / "x.json"))
     shutil.rmtree(tmp_path)
+
+
+def page_example(name: str) -> str:
+    """The ```python block of docs/trackers.md that starts `# NAME`."""
+    page = (CHECKOUT / "docs" / "trackers.md").read_text()
+    (script,) = re.findall(rf"^```python\n(# {re.escape(name)}\n.*?)^```", page, re.M | re.S)
+    return script
+
+
+READ_MLFLOW = """\
+import json, mlflow
+(run,) = mlflow.MlflowClient().search_runs(["0"])
+artifacts = [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "envlock/a")]
+print(json.dumps({"tags": run.data.tags, "params": run.data.params, "artifacts": artifacts}))
+"""
+
+
+def test_the_pages_examples_run_as_written(
+    runs: Runs, tracker_python: Path, tmp_path: Path
+) -> None:
+    """docs/trackers.md's two examples, in a directory holding runs/a (a real snapshot)."""
+    env = tracker_env(tmp_path, PYTHONPATH=str(CHECKOUT))
+    env["MLFLOW_TRACKING_URI"] = f"file:{tmp_path / 'mlruns'}"
+    home = Path(env["HOME"])
+    shutil.copytree(runs.first, home / "runs" / "a")
+    for name in ("mlflow_example.py", "wandb_example.py"):
+        (home / name).write_text(page_example(name))
+        proc = subprocess.run(
+            [str(tracker_python), name], capture_output=True, text=True, env=env, cwd=home
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    found = run_script(tracker_python, READ_MLFLOW, [], env)
+    lock = snapshot_of(runs.first)["lock"]["sha256"]
+    assert found["tags"]["envlock.lock_sha256"] == lock
+    assert found["params"]["model.layers"] == "2"
+    assert found["artifacts"] == ["envlock/a/envlock-snapshot.json"]
+    (run_file,) = (tmp_path / "wandb_dir" / "wandb").glob("offline-run-*/run-*.wandb")
+    assert lock.encode() in run_file.read_bytes()
