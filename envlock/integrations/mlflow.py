@@ -34,7 +34,8 @@ NOT_IN_NAME = re.compile(r"[^\w.\- /]")
 def log_snapshot(snapshot: Any, run: Any = None, artifact_path: str | None = None) -> dict:
     """Record `snapshot` (envlock-snapshot.json, or the directory holding it) in `run` (an
     mlflow Run or ActiveRun, or a run id; default: the active run). Params already on the
-    run are kept as they are (MLflow refuses to change one). Returns what was recorded."""
+    run are kept as they are (MLflow refuses to change one); a name longer than MLflow takes
+    is left to the artifact. Returns what was recorded."""
     import mlflow  # the training environment's, when it is used
 
     path = tracked.snapshot_file(snapshot)
@@ -45,12 +46,14 @@ def log_snapshot(snapshot: Any, run: Any = None, artifact_path: str | None = Non
     limits = bounds()
     tags = {name(k): tracked.bounded(v, limits["MAX_TAG_VAL_LENGTH"]) for k, v in tags_of(doc)}
     existing = client.get_run(run_id).data.params
-    params, kept = {}, []
+    params, kept, unnamed = {}, [], []
     for key, value in tracked.hyperparameters(doc).items():
         key = name(key)
         if key in existing:
             kept.append(key)
-        elif len(key) <= limits["MAX_ENTITY_KEY_LENGTH"]:
+        elif len(key) > limits["MAX_ENTITY_KEY_LENGTH"] or key in params:
+            unnamed.append(key)  # too long, or two keys made one name: in the artifact only
+        else:
             params[key] = tracked.bounded(tracked.text(value), limits["MAX_PARAM_VAL_LENGTH"])
     folder = artifact_path or tracked.artifact_dir(path)
     with tempfile.TemporaryDirectory(prefix="envlock-mlflow-") as scratch:
@@ -63,7 +66,14 @@ def log_snapshot(snapshot: Any, run: Any = None, artifact_path: str | None = Non
         tags=[entities.RunTag(k, v) for k, v in sorted(tags.items())],
     )
     artifact = folder.rstrip("/") + "/" + source.rsplit("/", 1)[-1]
-    return {"run_id": run_id, "artifact": artifact, "tags": tags, "params": params, "kept": kept}
+    return {
+        "run_id": run_id,
+        "artifact": artifact,
+        "tags": tags,
+        "params": params,
+        "kept": kept,  # already on the run (MLflow keeps the first value)
+        "unnamed": unnamed,  # no name of their own MLflow takes
+    }
 
 
 def tags_of(doc: dict) -> list:

@@ -460,3 +460,21 @@ def test_the_pages_examples_run_as_written(
     assert found["artifacts"] == ["envlock/a/envlock-snapshot.json"]
     (run_file,) = (tmp_path / "wandb_dir" / "wandb").glob("offline-run-*/run-*.wandb")
     assert lock.encode() in run_file.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("model.layers", "model.layers"),
+        ("optim/betas", "optim/betas"),
+        ("a:b@c", "a_b_c"),  # a colon is refused on Windows, `@` everywhere
+        ("/abs", "__abs"),
+        ("a//b", "_a__b"),
+        ("..", "_.."),
+        ("", "_"),
+    ],
+)
+def test_a_config_key_becomes_a_name_mlflow_takes(key: str, expected: str) -> None:
+    from envlock.integrations.mlflow import name
+
+    assert name(key) == expected
