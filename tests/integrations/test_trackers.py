@@ -363,6 +363,8 @@ def test_diff_reads_the_snapshots_downloaded_from_either_tracker(
     result = run_envlock("diff", whole, artifacts)
     assert result.returncode == 1, result.stderr
     assert "run.lr    0.0003 → 0.001" in result.stdout
+    newest = wandb_run["artifacts"][2]["downloaded"]
+    assert f"B: compared the snapshot in {newest} (the newest in {artifacts})" in result.stdout
     # Which snapshot each side is: the newest by step (MLflow's checkpoint-2, not `edited`)
     # and by version (W&B's v2).
     answer = json.loads(run_envlock("diff", "--json", whole, artifacts).stdout)
