@@ -118,8 +118,9 @@ def redacted(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def facts(doc: dict[str, Any]) -> dict[str, str]:
-    """{envlock.lock_sha256, envlock.torch, …: text}: what runs are filtered by."""
+def facts(doc: dict[str, Any], as_text: bool = True) -> dict[str, Any]:
+    """{envlock.lock_sha256, envlock.torch, …: value}: what runs are filtered by, as text
+    (MLflow's tags) or as recorded (W&B's summary keeps `verified` a boolean)."""
     torch = table(doc, "torch")
     profile = table(doc, "profile")
     found = {
@@ -133,7 +134,7 @@ def facts(doc: dict[str, Any]) -> dict[str, str]:
         "python": doc.get("python"),
         "envlock": doc.get("envlock"),
     }
-    return {PREFIX + k: text(v) for k, v in found.items() if v not in (None, "")}
+    return {PREFIX + k: text(v) if as_text else v for k, v in found.items() if v not in (None, "")}
 
 
 def table(doc: dict[str, Any], key: str) -> dict[str, Any]:

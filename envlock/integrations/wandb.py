@@ -39,7 +39,9 @@ def log_snapshot(snapshot: Any, run: Any = None, artifact_name: str | None = Non
     path = tracked.snapshot_file(snapshot)
     read = tracked.read_snapshot(path)
     doc = tracked.redacted(read)
-    summary: dict[str, Any] = {k[len(tracked.PREFIX) :]: v for k, v in tracked.facts(doc).items()}
+    summary: dict[str, Any] = {
+        k[len(tracked.PREFIX) :]: v for k, v in tracked.facts(doc, as_text=False).items()
+    }
     summary["data"] = tracked.fingerprints(doc)
     config = tracked.nested(doc.get("config"))
     if config is not None and not isinstance(config, dict):

@@ -331,7 +331,7 @@ def test_wandb_run_holds_the_snapshot_artifact_summary_and_config(
     summary = wandb_run["summary"]["envlock"]
     assert summary["lock_sha256"] == second["lock"]["sha256"]
     assert summary["torch"] == "2.11.0+cu128" and summary["torch_cuda"] == "12.8"
-    assert summary["generation"] == second["generation"]
+    assert summary["generation"] == second["generation"] and summary["verified"] is True
     train = summary["data"]["train"]
     assert train["listing_sha256"] == second["datasets"]["train"]["listing_sha256"]
     config = wandb_run["config"]
