@@ -50,7 +50,7 @@ def step_of(name: str) -> int:
     return int(digits[-1]) if digits and len(digits[-1]) < 20 else -1
 
 
-def _newest_first(paths: list[Path]) -> tuple[Path, ...]:
+def newest_first(paths: list[Path]) -> tuple[Path, ...]:
     return tuple(sorted(paths, key=lambda p: (step_of(p.name), _mtime(p), p.name), reverse=True))
 
 
@@ -118,7 +118,7 @@ def choose_checkpoint(directory: Path, *, single: bool = False) -> Choice | None
     if holds_checkpoint(directory):
         several = alternatives(directory)
         if several:
-            ordered = _newest_first(several)
+            ordered = newest_first(several)
             return Choice(ordered[0], ordered)
         members = [c for c in directory.iterdir() if _is_member(c)]
         if single and len(members) == 1 and _is_weights(members[0]) and not members[0].is_dir():
@@ -133,7 +133,7 @@ def choose_checkpoint(directory: Path, *, single: bool = False) -> Choice | None
     ]
     if not subdirs:
         return None
-    ordered = _newest_first(subdirs)
+    ordered = newest_first(subdirs)
     inner = choose_checkpoint(ordered[0]) if not is_checkpoint_dir(ordered[0]) else None
     if inner is not None and inner.path != ordered[0]:  # checkpoint-N/ keeping step files
         return Choice(inner.path, inner.candidates)

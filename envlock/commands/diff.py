@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -82,6 +83,7 @@ def render_text(result: DiffResult) -> None:
         said = ui.escape(result.coverage.headline())
         ui.out.print(f"[green]✓[/] {ui.escape(a)} and {ui.escape(b)}: {said}")
     print_compared(result.side_a, result.side_b)
+    print_found_below(result)
     print_groups(a, b, list(result.groups))
 
 
@@ -125,6 +127,15 @@ def print_compared(a: Side, b: Side) -> None:
     for name, side in (("A", a), ("B", b)):
         if side.checkpoint is not None and side.checkpoint.path != side.label:
             ui.out.print(f"  {name}: compared {ui.untrusted(side.checkpoint.reason)}")
+
+
+def print_found_below(result: DiffResult) -> None:
+    """Name the snapshot a side read from deeper in the directory given (a tracker's
+    download: MLflow's envlock/<checkpoint>/, W&B's artifacts/<name>:v<N>/)."""
+    for name, given, side in (("A", result.a, result.side_a), ("B", result.b, result.side_b)):
+        if side.checkpoint is None and Path(side.label) != Path(given):
+            said = f"the snapshot in {side.label} (the newest in {given})"
+            ui.out.print(f"  {name}: compared {ui.untrusted(said)}")
 
 
 SHOWN_CHANGES = 200  # changes printed per group; --json carries them all (bounded)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envlock.base.cuda import is_cuda_library
+from envlock.base.flat import flatten
 from envlock.base.limits import Refused
 from envlock.base.secrets import redact_value
 from envlock.base.untrusted import FOLLOW_HINT, Unsafe, read_untrusted
@@ -28,6 +29,7 @@ from envlock.checkpoint.choose import (
     Choice,
     choose_checkpoint,
     has_members,
+    newest_first,
 )
 from envlock.checkpoint.otherfiles import other_files
 from envlock.checkpoint.reader import inspect_checkpoint
@@ -45,7 +47,7 @@ from envlock.errors import EnvlockError, UsageError
 from envlock.lock.policy import SHOWN
 from envlock.lock.read import Lock, parse_lock
 from envlock.runs.diff_types import RecordedCache, SnapshotRecord
-from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock
+from envlock.runs.snapshot_file import SNAPSHOT_FILE, load_snapshot, snapshot_lock, snapshots_below
 
 # What a side without a snapshot (a lock, a checkpoint alone) has recorded: nothing.
 NOTHING_RECORDED = SnapshotRecord()
@@ -213,17 +215,6 @@ def names_dir(value: str, directory: Path) -> bool:
     return list(directory.parts[-len(parts) :]) == parts
 
 
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if key == "__class__":
-                continue
-            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: value}
-
-
 # -- loading ------------------------------------------------------------------------------
 def load_side(path: str, follow_links: bool = False, weights: bool = False) -> Side:
     """One side of a diff; every file it reads passes the untrusted-bytes gate, and those of a
@@ -266,6 +257,9 @@ def _directory_side(target: Path, follow_links: bool, weights: bool = False) -> 
     )
     run, paths = run_hyperparameters(run_dir, follow_links) if run_dir else (None, None)
     if snapshot is None and checkpoint is None and run is None and paths is None and not unread:
+        below = snapshots_below(target)
+        if below:  # a tracker's download: its newest snapshot, named as the side's label
+            return _directory_side(newest_first(below)[0], follow_links, weights)
         raise UsageError(
             f"{target}: holds neither {SNAPSHOT_FILE} nor a checkpoint",
             hint="pass a snapshot file, a checkpoint dir or a lock",

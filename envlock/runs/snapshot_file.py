@@ -18,6 +18,35 @@ from envlock.lock.read import Lock, parse_lock
 from envlock.runs.snapshot_doc import SCHEMA, SNAPSHOT_FILE
 from envlock.runs.snapshot_schema import validate_snapshot
 
+# A snapshot downloaded from a tracker lies deeper than a checkpoint's: MLflow's whole-run
+# download keeps it in <dst>/envlock/<checkpoint>/, a W&B artifacts folder in
+# artifacts/<name>:v<N>/. So deep at most, and so many entries looked at at most.
+TRACKER_DEPTH = 3
+TRACKER_ENTRIES = 10_000
+
+
+def snapshots_below(directory: Path) -> list[Path]:
+    """The folders under `directory` (not itself) holding envlock-snapshot.json, at most
+    TRACKER_DEPTH levels down (links not followed, a folder holding one not entered): a
+    tracker's download. The walk ends after TRACKER_ENTRIES entries (a dataset is no run)."""
+    found: list[Path] = []
+    level, seen = [directory], 0
+    for _ in range(TRACKER_DEPTH):
+        deeper: list[Path] = []
+        for folder in level:
+            try:
+                with os.scandir(folder) as entries:
+                    children = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+            except OSError:  # unreadable: nothing found there
+                continue
+            seen += len(children)
+            if seen > TRACKER_ENTRIES:
+                return found
+            for child in children:
+                (found if os.path.lexists(child / SNAPSHOT_FILE) else deeper).append(child)
+        level = deeper
+    return found
+
 
 def write_snapshot(
     directory: str | os.PathLike[str],

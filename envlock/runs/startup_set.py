@@ -22,7 +22,8 @@ from envlock.reconcile.agentcode import program
 from envlock.targets.base import Transport
 
 # Paths inside the envlock package. The agent is taken whole, as reconcile/agentcall.py does.
-SHARED = ("base/secrets.py", "runs/snapshot_doc.py")
+# base/flat.py: the trackers' flattening (integrations/tracked.py loads it from beside).
+SHARED = ("base/secrets.py", "base/flat.py", "runs/snapshot_doc.py")
 STARTUP = (
     "startup/sitecustomize.py",
     "startup/envlock_megacache.py",

@@ -1,4 +1,5 @@
-"""One real generation for the trainer callbacks' tests: CPU torch (the machine's find-links)
+"""The trackers' own libraries in a venv of their own, and one real generation for the trainer
+callbacks' tests: CPU torch (the machine's find-links)
 with transformers, accelerate and Lightning (PyPI), locked and applied once per session.
 
 uv installs from the session's cache (tests/conftest.py), so the build is one download of
@@ -19,6 +20,7 @@ import pytest
 
 from tests.conftest import run_envlock
 from tests.projects import torch_profile_text
+from tests.support import UV
 
 # What resolved on 2026-12-05 next to torch 2.13.0+cpu (transformers and accelerate as the
 # checkpoint layouts use them: tests/layouts_factory.py).
@@ -73,3 +75,24 @@ class TrainerProject:
 @pytest.fixture(scope="session")
 def trainer_project(tmp_path_factory: pytest.TempPathFactory) -> TrainerProject:
     return TrainerProject(tmp_path_factory.mktemp("trainers") / "project")
+
+
+# What resolved on 2026-12-05 (PyPI): MLflow's client without its server (its file store
+# works), and W&B, whose offline mode writes runs to disk with no login and no network.
+TRACKER_PACKAGES = ("mlflow-skinny==3.17.2", "wandb==0.31.0")
+
+
+@pytest.fixture(scope="session")
+def tracker_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A python with mlflow-skinny and wandb (and no envlock: a training environment's)."""
+    venv = tmp_path_factory.mktemp("trackers") / "venv"
+    began = time.monotonic()
+    make = [UV, "venv", "-q", "--no-python-downloads", "--python", "3.11", str(venv)]
+    subprocess.run(make, check=True)
+    python = venv / "bin" / "python"
+    install = [UV, "pip", "install", "-q", "--python", str(python), *TRACKER_PACKAGES]
+    proc = subprocess.run(install, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"could not install {TRACKER_PACKAGES}:\n{proc.stderr}")
+    print(f"tracker venv built in {time.monotonic() - began:.1f} s")
+    return python
