@@ -24,7 +24,13 @@ from tests.support import UV
 
 # What resolved on 2026-12-05 next to torch 2.13.0+cpu (transformers and accelerate as the
 # checkpoint layouts use them: tests/layouts_factory.py).
-TRAINER_PACKAGES = ("transformers==5.24.0", "accelerate==1.15.0", "lightning==2.6.6")
+# mlflow-skinny: a callback's trackers= hands each snapshot to MLflow (its file store).
+TRAINER_PACKAGES = (
+    "transformers==5.24.0",
+    "accelerate==1.15.0",
+    "lightning==2.6.6",
+    "mlflow-skinny==3.17.2",
+)
 # Secrets a run is given, in its environment and its arguments: none may reach a snapshot.
 SECRETS = {"HF_TOKEN": "hf_envlocktestsecret0001", "WANDB_API_KEY": "wandbtestsecret0002"}
 
@@ -49,6 +55,7 @@ class TrainerProject:
         self.env.update(SECRETS, PYTHONPYCACHEPREFIX=str(directory / "pycache"))
         self.env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
         self.env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # nothing downloaded
+        self.env.update(MLFLOW_ALLOW_FILE_STORE="true")  # MLflow 3's file store, asked for
         started = time.monotonic()
         for args in (("lock", self.profile), ("apply", "-y", self.profile)):
             result = run_envlock(*args, env=self.env)

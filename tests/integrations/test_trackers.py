@@ -50,17 +50,12 @@ print(envlock.snapshot(sys.argv[1], config=config, data={"train": "data"}, metri
 """
 
 MLFLOW = """\
-import importlib.util, json, os, sys
+import json, os, sys
 checkout, store, out, *snapshots = sys.argv[1:]
 import envlock
 assert "envlock_api" in envlock.__file__, envlock.__file__  # the start-up set's stdlib copy
-# envlock.integrations as the training environment reaches it: beside that copy, no envlock.base
-where = os.path.join(checkout, "envlock", "integrations")
-spec = importlib.util.spec_from_file_location(
-    "envlock.integrations", os.path.join(where, "__init__.py"), submodule_search_locations=[where]
-)
-sys.modules["envlock.integrations"] = package = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(package)
+# envlock.integrations as the training environment reaches it: registered by that copy, with
+# no envlock.base beside it
 from envlock.integrations.mlflow import log_snapshot
 import mlflow
 

@@ -275,3 +275,35 @@ def test_importing_the_integrations_imports_no_framework(trainer_project: Traine
     # The API envlock run gives the command, and the folder it shipped beside it.
     assert seen["api"].endswith("envlock_api/envlock/__init__.py")
     assert seen["integrations"].endswith("integrations/__init__.py")
+
+
+CALLBACK_TRACKERS = """\
+import json, os, sys
+store, out = sys.argv[1:]
+from envlock.integrations import record
+import mlflow
+
+mlflow.set_tracking_uri("file:" + store)
+with mlflow.start_run() as run:
+    written = record(os.path.join(out, "checkpoint-7"), config={"lr": 0.5}, trackers=("mlflow",))
+client = mlflow.MlflowClient()
+print(json.dumps({
+    "written": written, "params": client.get_run(run.info.run_id).data.params,
+    "tags": client.get_run(run.info.run_id).data.tags,
+    "listed": [a.path for a in client.list_artifacts(run.info.run_id, "envlock")],
+}))
+"""
+
+
+def test_a_callbacks_trackers_hand_each_snapshot_it_writes_to_the_tracker(
+    trainer_project: TrainerProject, tmp_path: Path
+) -> None:
+    """What every callback does after a save with `trackers=("mlflow",)`: the snapshot it
+    wrote is an artifact of the active MLflow run, its config the run's params, its facts
+    the run's tags (the generation's `envlock`, under `envlock run`)."""
+    result = trainer_project.run("python", "-c", CALLBACK_TRACKERS, tmp_path / "mlruns", tmp_path)
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["written"] == str(tmp_path / "checkpoint-7" / "envlock-snapshot.json")
+    assert found["params"]["lr"] == "0.5"
+    assert found["tags"]["envlock.verified"] == "True"
+    assert found["listed"] == ["envlock/checkpoint-7"]
