@@ -256,6 +256,11 @@ def _directory_side(target: Path, follow_links: bool, weights: bool = False) -> 
         None if choice is None else choice.path if choice.path.is_dir() else choice.path.parent
     )
     run, paths = run_hyperparameters(run_dir, follow_links) if run_dir else (None, None)
+    at = target
+    if snapshot is None and run_dir is not None and os.path.lexists(run_dir / SNAPSHOT_FILE):
+        # A trainer's output directory: the snapshot its callback wrote is in the checkpoint
+        # chosen (checkpoint-N/), not beside the checkpoints.
+        snapshot, at = load_snapshot(run_dir, follow_links=follow_links), run_dir
     if snapshot is None and checkpoint is None and run is None and paths is None and not unread:
         below = snapshots_below(target)
         if below:  # a tracker's download: its newest snapshot, named as the side's label
@@ -264,7 +269,7 @@ def _directory_side(target: Path, follow_links: bool, weights: bool = False) -> 
             f"{target}: holds neither {SNAPSHOT_FILE} nor a checkpoint",
             hint="pass a snapshot file, a checkpoint dir or a lock",
         )
-    lock = snapshot_lock(snapshot, target) if snapshot is not None else None
+    lock = snapshot_lock(snapshot, at) if snapshot is not None else None
     record = SnapshotRecord.of(snapshot) if snapshot is not None else None
     digests: dict[str, str] | None = None
     skipped: tuple[tuple[str, str], ...] = ()

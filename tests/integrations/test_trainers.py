@@ -141,6 +141,20 @@ def test_diff_of_two_trainer_runs_shows_learning_rate_and_dataset(
     assert any(line.startswith("train ") for line in actual["data"])
 
 
+def test_diff_of_two_trainer_output_directories_reads_the_chosen_checkpoints_snapshot(
+    trainer_project: TrainerProject, hf_runs: dict[str, Any]
+) -> None:
+    """`envlock diff runs/a runs/b`: each side's newest checkpoint is chosen, and the snapshot
+    the callback wrote inside it is read (the environment and the run's config compared),
+    not only the checkpoint's own files."""
+    diff = run_envlock("diff", "--json", "runs/a", "runs/b", cwd=trainer_project.dir)
+    assert diff.returncode == 1, diff.stderr
+    doc = json.loads(diff.stdout)
+    keys = {c["key"] for g in doc["groups"] for c in g["changes"]}
+    assert "run.training_args.learning_rate" in keys
+    assert "run.train_dataset.samples" in keys
+
+
 def test_a_trainer_run_outside_envlock_run_says_it_was_not_verified(
     trainer_project: TrainerProject, hf_runs: dict[str, Any]
 ) -> None:
