@@ -390,6 +390,46 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
     return redact_config(found) or None
 
 
+def training_state(root: Any) -> dict[str, Any]:
+    """The entries of a checkpoint file's top-level dict that no other reading compares, as
+    plain values: Lightning's `loops`, `callbacks`, `lr_schedulers` and
+    `pytorch-lightning_version`, a run's `best_val_loss`. What is read elsewhere is left out:
+    weights (a tensor, a state dict, a pickled module: structure), optimizers, the config
+    (config()), numbers under a progress name (progress())."""
+    if not isinstance(root, dict):
+        return {}
+    found: dict[str, Any] = {}
+    for key, value in root.items():
+        name = key_text(key)
+        if _read_elsewhere(name, value):
+            continue
+        found[name] = _whole(value, _Budget(_MAX_PLAIN))
+    return redact_config(found)
+
+
+def _read_elsewhere(name: str, value: Any) -> bool:
+    if name.lower() in _PROGRESS and _is_number(value):
+        return True
+    if _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
+        return True
+    return isinstance(value, TensorInfo) or _holds_weights(value, 3)
+
+
+def _holds_weights(value: Any, depth: int) -> bool:
+    """A state dict, optimizer or pickled module, here or a few levels down (a list of
+    optimizers, `{"model": state_dict}`): what structure and the optimizer's groups read. A
+    lone tensor among other values (a callback's best score) is state: shown as its dtype and
+    shape, its values compared under --weights."""
+    if is_state_dict(value) or is_optimizer(value):
+        return True
+    if isinstance(value, Stub) and "_parameters" in (value.fields() or {}):
+        return True
+    if depth == 0 or not isinstance(value, dict | list | tuple):
+        return False
+    items = value.values() if isinstance(value, dict) else value
+    return any(_holds_weights(v, depth - 1) for v in islice(items, 64))
+
+
 def with_metadata(found: dict[str, Any] | None, report: CheckpointReport) -> dict[str, Any] | None:
     """The config with each safetensors file's `__metadata__` (a LoRA's training settings),
     as `__metadata__` of a file, `<member>:__metadata__` of a directory's member."""

@@ -69,6 +69,8 @@ def coverage(a: Side, b: Side, weights: bool) -> Coverage:
         whole.append("metadata")
     if a.is_run and b.is_run:
         whole.append("configs")
+    if both and (a.state() or b.state()):
+        whole.append("training state")
     cut_a, cut_b = _cut_values(a, "A"), _cut_values(b, "B")
     files = _digested_files(a) | _digested_files(b)
     hashed = None
