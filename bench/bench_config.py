@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.timing import median_run, torch_venv  # noqa: E402
-from tests.checkpoint_factory import run_torch  # noqa: E402
+from tests.checkpoint_factory import measure, run_torch  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "config.json"
 GOAL_SECONDS = 10.0  # "in seconds"
@@ -63,13 +63,13 @@ def main() -> None:
         pair = [files[("a", args.keys)], files[("b", args.keys)]]
         envlock = [sys.executable, "-m", "envlock", "diff", "--json"]
         results = {
-            "envlock diff": median_run([*envlock, *pair], args.repeat),
+            "envlock diff": _diff_runs([*envlock, *pair], args.repeat),
             "torch.load + dict compare": median_run(
                 [str(python), "-c", TORCH_DIFF, *pair], args.repeat
             ),
         }
         sizes = {
-            keys: median_run([*envlock, files[("a", keys)], files[("b", keys)]], 1)
+            keys: _diff_runs([*envlock, files[("a", keys)], files[("b", keys)]], 1)
             for keys in (args.keys // 2, args.keys * 2)
         }
         sizes[args.keys] = results["envlock diff"]
@@ -82,6 +82,20 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {RESULTS.relative_to(REPO)}")
+
+
+def _diff_runs(argv: list[str], repeat: int) -> dict[str, Any]:
+    """median_run for `envlock diff`, whose answer here is exit 1 (the configs differ)."""
+    runs = [measure(argv) for _ in range(repeat + 1)][1:]
+    for run in runs:
+        if run.returncode != 1:
+            raise SystemExit(f"envlock diff failed ({run.returncode}):\n{run.stderr}")
+    seconds = sorted(r.seconds for r in runs)
+    return {
+        "seconds": seconds[len(seconds) // 2],
+        "seconds_all": seconds,
+        "peak_rss_mb": max(r.peak_rss_bytes for r in runs) / 1e6,
+    }
 
 
 def _parse() -> argparse.Namespace:

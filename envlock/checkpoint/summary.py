@@ -15,7 +15,7 @@ from itertools import islice
 from math import isfinite
 from typing import Any
 
-from envlock.base.limits import MAX_JSON_ENTRIES, MAX_TEXT
+from envlock.base.limits import MAX_JSON_ENTRIES, MAX_TEXT, Refused
 from envlock.base.secrets import redact_config, redact_value
 from envlock.checkpoint import weights
 from envlock.checkpoint.digest import Digester, cut
@@ -43,6 +43,7 @@ _PROGRESS = ("step", "epoch", "global_step", "iter_num", "iteration", "num_updat
 _MAX_PLAIN = 250_000  # objects of a config rendered as JSON ...
 _MAX_PLAIN_CHARS = 16_000_000  # ... and characters of its strings
 _MAX_VALUE = 10 * MAX_TEXT  # characters of one config string (a command line, a prompt)
+_MAX_STATE = 4 * _MAX_PLAIN  # objects rendered for all of a file's training state
 _TOP = 5
 
 
@@ -50,10 +51,13 @@ class _Budget:
     """Shared references can make a small pickle a huge tree: cap the nodes a walk may visit
     and the characters of the strings it copies out."""
 
-    def __init__(self, limit: int, chars: int = _MAX_PLAIN_CHARS) -> None:
+    def __init__(
+        self, limit: int, chars: int = _MAX_PLAIN_CHARS, digester: Digester | None = None
+    ) -> None:
         self.left, self.chars = limit, chars
         self._state_dicts: dict[int, bool] = {}
-        self.digester = Digester()  # what is cut carries the digest of the whole value
+        # What is cut carries the digest of the whole value; shared, each object once.
+        self.digester = digester or Digester()
 
     def cut(self, obj: Any, what: str) -> str:
         """`obj` past the budget: what it was and the sha256 of all of it (digest.py)."""
@@ -399,11 +403,19 @@ def training_state(root: Any) -> dict[str, Any]:
     if not isinstance(root, dict):
         return {}
     found: dict[str, Any] = {}
+    digester, spent = Digester(), 0
     for key, value in root.items():
         name = key_text(key)
         if _read_elsewhere(name, value):
             continue
-        found[name] = _whole(value, _Budget(_MAX_PLAIN))
+        budget = _Budget(_MAX_PLAIN, digester=digester)
+        found[name] = _whole(value, budget)
+        spent += _MAX_PLAIN - max(budget.left, 0)
+        if spent > _MAX_STATE:  # entries that share one big value, each rendering it again
+            raise Refused(
+                "rendering the checkpoint's training state (entries repeating shared values)",
+                f"{_MAX_STATE:,} objects",
+            )
     return redact_config(found)
 
 

@@ -335,6 +335,10 @@ def read_checkpoint(
     digested = weight_digests(report, follow_links) if weights else None
     if digested is not None:
         unread += by_cause(digested.unread)
+    try:
+        state = member_state(report.root) if directory else summaries.training_state(report.root)
+    except Refused as exc:
+        raise exc.at(str(path)) from None
     checkpoint = Checkpoint(
         path=str(path),
         tensors={r["key"]: tensor_text(r) for r in doc["keys"]},
@@ -347,7 +351,7 @@ def read_checkpoint(
         reason=choice.describe(),
         digests=digested.digests if digested is not None else None,
         shared={k: row["keys"][0] for row in doc["shared_storage"] for k in row["keys"][1:]},
-        state=member_state(report.root) if directory else summaries.training_state(report.root),
+        state=state,
     )
     return checkpoint, tuple(f"{path}: {n}" for n in unread)
 
