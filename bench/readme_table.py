@@ -127,6 +127,23 @@ def extra_rows() -> list[dict[str, Any]]:
                 "met": weights["met"],
             }
         )
+    config = load("config")
+    if config and "rss_vs_torch" in config:
+        ours = config["results"]["envlock diff"]
+        torch = config["results"]["torch.load + dict compare"]
+        rows.append(
+            {
+                "operation": f"`diff` of two configs of {config['keys']:,} keys "
+                f"({config['file_bytes'] / 1e6:.1f} MB files)",
+                "envlock": f"{ours['seconds']:.2f} s, {ours['peak_rss_mb']:.0f} MB",
+                "baseline": f"`torch.load` both + dict compare {torch['seconds']:.2f} s, "
+                f"{torch['peak_rss_mb']:.0f} MB",
+                "ratio": f"{1 / torch['time_vs_envlock']:.2f}× time, "
+                f"{config['rss_vs_torch']:.2f}× RSS",
+                "goal": f"≤ {config['goals']['seconds_max']:.0f} s, RSS ≤ torch's",
+                "met": config["goals"]["met"],
+            }
+        )
     durable = load("durability")
     if durable and "syncfs_s" in durable:
         rows.append(

@@ -254,6 +254,57 @@ pairs.append({"layout": "float4", "a": str(out / "values/f4.pt"),
               "b": str(out / "values/f4.safetensors"), "dtype": text(back),
               "numel": [f4.numel(), back.numel()]})
 
+# --- Lightning: Trainer checkpoints of layouts_factory.py, as torch.load reads them --------
+def lightning_ckpt(name):
+    return next((src / name).rglob("*.ckpt"))
+
+
+def rendered(v):  # a value as inspect renders it: a tensor by its dtype and shape
+    if isinstance(v, torch.Tensor):
+        return f"tensor({str(v.dtype).removeprefix('torch.')}, {list(v.shape)})"
+    if isinstance(v, dict):
+        return {str(k): rendered(x) for k, x in v.items()}
+    return [rendered(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
+def flat(v, prefix):
+    if not isinstance(v, dict):
+        return {prefix: v}
+    return {k: x for key, item in v.items() for k, x in flat(item, f"{prefix}.{key}").items()}
+
+
+def lightning_truth(a, b):
+    elsewhere = ("state_dict", "optimizer_states", "hyper_parameters", "epoch", "global_step")
+    hyper = [{**flat(dict(c["hyper_parameters"]), "checkpoint.hyper_parameters"),
+              **param_groups(c["optimizer_states"][0], "checkpoint.optimizer_states.0.")}
+             for c in (a, b)]
+    state = [{k: v for key in c if key not in elsewhere
+              for k, v in flat(rendered(c[key]), f"checkpoint.{key}").items()
+              if not (isinstance(v, str) and v.startswith("/")) and "/" not in k}
+             for c in (a, b)]
+    return {"hyperparameters": changed(*hyper, ""), "training state": changed(*state, ""),
+            "structure": structure(a["state_dict"], b["state_dict"], "state_dict.")}
+
+
+def tensors_under(v, path=()):
+    if isinstance(v, torch.Tensor):
+        return {".".join(path): v}
+    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+    return {k: t for key, x in items for k, t in tensors_under(x, (*path, str(key))).items()}
+
+
+lit_a = torch.load(lightning_ckpt("lightning_a"), weights_only=False)
+for what, name in (("hparam", "lightning_hparam"), ("optimizer setting", "lightning_optimizer")):
+    other = torch.load(lightning_ckpt(name), weights_only=False)
+    pair("Lightning", what, lightning_ckpt("lightning_a"), lightning_ckpt(name),
+         lightning_truth(lit_a, other))
+lit_b = torch.load(lightning_ckpt("lightning_values"), weights_only=False)
+ta, tb = tensors_under(lit_a), tensors_under(lit_b)
+pairs.append({"layout": "Lightning values", "a": str(lightning_ckpt("lightning_a")),
+              "b": str(lightning_ckpt("lightning_values")),
+              "truth": lightning_truth(lit_a, lit_b), "tensors": len(ta),
+              "differ": sorted(k for k in ta if not torch.equal(ta[k], tb[k]))})
+
 # --- an FSDP2 (DTensor) state dict saved by rank 0 of 2, made by fully_shard over torch's own
 # fake process group (one process; last: it initializes torch.distributed) -----------------
 import torch.distributed as dist

@@ -13,7 +13,8 @@ from tests.support import UV, machine_find_links
 
 # What resolved on 2026-11-30 next to torch 2.13.0+cpu: transformers 5.24.0, accelerate 1.15.0;
 # peft 0.21.2 (LoRA adapters: adapter_config.json beside adapter_model.safetensors).
-HF_PACKAGES = ("transformers==5.24.0", "accelerate==1.15.0", "peft==0.21.2")
+# lightning 2.6.6 (2026-12): Trainer checkpoints (ModelCheckpoint's .ckpt beside hparams.yaml).
+HF_PACKAGES = ("transformers==5.24.0", "accelerate==1.15.0", "peft==0.21.2", "lightning==2.6.6")
 
 
 def install_hf(python: Path) -> None:
@@ -158,6 +159,53 @@ combined_meta = dcp.FileSystemReader(str(out / "dcp_combined")).read_metadata()
 views["dcp_combined"] = {
     "optimizer_numel": sum(v.size.numel() for k, v in combined_meta.state_dict_metadata.items()
                            if k.startswith("optimizer.") and hasattr(v, "size")),
+}
+
+
+# --- Lightning: a Trainer with ModelCheckpoint, two steps each (hparams, callbacks state,
+# optimizer and scheduler states, loops); "betas" is an optimizer setting kept out of hparams.
+import logging
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+
+
+class Net(L.LightningModule):
+    def __init__(self, lr=1e-3, hidden=16, betas=(0.9, 0.999)):
+        super().__init__()
+        self.save_hyperparameters(ignore=["betas"])
+        self.betas = betas
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.Linear(hidden, 1))
+
+    def training_step(self, batch, i):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, betas=self.betas)
+        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1)}
+
+
+def lightning_run(name, data_seed=0, **hparams):
+    torch.manual_seed(data_seed)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 8), torch.randn(16, 1))
+    torch.manual_seed(0)
+    trainer = L.Trainer(default_root_dir=out / name, max_steps=2, accelerator="cpu",
+                        logger=L.pytorch.loggers.CSVLogger(out / name), enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=True,
+                        callbacks=[ModelCheckpoint(every_n_train_steps=2)])
+    trainer.fit(Net(**hparams), torch.utils.data.DataLoader(data, batch_size=8))
+    return trainer.checkpoint_callback.best_model_path
+
+
+made = {name: lightning_run(name, **kw) for name, kw in (
+    ("lightning_a", {}), ("lightning_hparam", {"lr": 2e-3}),
+    ("lightning_optimizer", {"betas": (0.8, 0.99)}), ("lightning_values", {"data_seed": 1}))}
+ckpt = torch.load(made["lightning_a"], weights_only=False)
+views["lightning"] = {
+    "ckpt": made, "keys": sorted(ckpt),
+    "hyper_parameters": dict(ckpt["hyper_parameters"]),
+    "params": sum(t.numel() for t in ckpt["state_dict"].values()),
 }
 print(json.dumps(views))
 """

@@ -13,9 +13,16 @@ from typing import Any
 CLASS_KEY = "__class__"
 
 
+# A dict with more keys than this stays one value when flattened: compared whole (`==`), a
+# change shown by the keys that differ inside it (runs/diff_values.py), so a 200,000-key config
+# is not copied into 200,000 new dotted keys per side (memory that grew with the config's size).
+FLAT_KEYS = 10_000
+
+
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{"model": {"layers": 2}} → {"model.layers": 2}; lists and scalars are values."""
-    if isinstance(value, dict):
+    """{"model": {"layers": 2}} → {"model.layers": 2}; lists and scalars are values, and so is
+    a dict of more than FLAT_KEYS keys below the top."""
+    if isinstance(value, dict) and (not prefix or len(value) <= FLAT_KEYS):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if key == CLASS_KEY:

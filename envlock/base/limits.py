@@ -85,6 +85,13 @@ BUDGET = {
     # size of its own files: both sides of two checkpoints of MAX_BYTES["checkpoint"].
     "tensor bytes": 32 * 2**40,
 }
+# What one `inspect` or `diff` may hold, whatever the size of what it reads: the pickles' objects
+# (one side's at a time, each bounded by "pickle opcodes" above: ~60 bytes each) and what a
+# side keeps of them (a config value past summary.py's budget is kept as its digest, digested
+# streaming: digest.py). The largest config the budget admits (1.2 M keys, 4.8 M opcodes) is
+# inspected and diffed under an address-space limit of this size by
+# tests/checkpoint/test_config_memory.py; past the budget it is refused, never read on.
+MEMORY_BOUND = 400 * MiB
 # What check's probe reads from the environment's METADATA files (MAX_ENV_TEXT, _HEADER,
 # _HEADERS) is set where the probe runs, agent/core.py, and imported above.
 

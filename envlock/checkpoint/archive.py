@@ -21,6 +21,7 @@ from envlock.base.limits import (
     MAX_INFLATION,
     MAX_PICKLE_BYTES,
     MAX_ZIP_ENTRIES,
+    MEMORY_BOUND,
     MiB,
     Refused,
     budget,
@@ -102,6 +103,12 @@ def unpickle(
         root = unpickler.load()
     except Refused as exc:
         raise exc.at(where) from None
+    except MemoryError:  # under a memory limit lower than MEMORY_BOUND (limits.py)
+        raise OperationError(
+            f"{where}: ran out of memory reading it (its pickle is within the budgets, which "
+            f"need about {MEMORY_BOUND // 2**20} MiB at their limits)",
+            hint="raise the process's memory limit (ulimit -v) and run again",
+        ) from None
     except Exception as exc:  # any failure to parse an untrusted pickle means corruption
         detail = printable(f"{type(exc).__name__}: {exc}", 300)
         raise OperationError(f"{where} is corrupt ({detail})", hint=_CORRUPT_HINT) from exc

@@ -132,9 +132,27 @@ def choose_checkpoint(directory: Path, *, single: bool = False) -> Choice | None
         if p.is_dir() and not p.is_symlink() and (is_checkpoint_dir(p) or holds_checkpoint(p))
     ]
     if not subdirs:
-        return None
+        found = lightning_checkpoints(directory)
+        return choose_checkpoint(found, single=single) if found is not None else None
     ordered = newest_first(subdirs)
     inner = choose_checkpoint(ordered[0]) if not is_checkpoint_dir(ordered[0]) else None
     if inner is not None and inner.path != ordered[0]:  # checkpoint-N/ keeping step files
         return Choice(inner.path, inner.candidates)
     return Choice(ordered[0], ordered)
+
+
+def lightning_checkpoints(directory: Path) -> Path | None:
+    """A Lightning Trainer's `default_root_dir` (or its `lightning_logs/`): the newest
+    `version_N/checkpoints/` folder holding a checkpoint, or None."""
+    logs = directory / "lightning_logs"
+    if not logs.is_dir() or logs.is_symlink():
+        logs = directory
+    versions = [
+        v / "checkpoints"
+        for v in logs.glob("version_*")
+        if not v.is_symlink()
+        and (v / "checkpoints").is_dir()
+        and not (v / "checkpoints").is_symlink()
+        and holds_checkpoint(v / "checkpoints")
+    ]
+    return max(versions, key=lambda c: step_of(c.parent.name), default=None)

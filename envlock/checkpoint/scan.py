@@ -55,7 +55,7 @@ _LEAVES = {_CODE[name] for name in LEAF_NAMES}
 _TWO_LINES = {_CODE["GLOBAL"], _CODE["INST"]}
 # What `_Machine.run` does per opcode byte: the hot opcodes of torch's pickles are inline.
 (_SLOW, _FIXED_LEAF, _SIZED_LEAF, _PUT, _GET, _TUPLE, _TUPLE_N, _MARK, _EMPTY, _REDUCE,
- _STOP) = range(11)  # fmt: skip
+ _STOP, _MEMOIZE) = range(12)  # fmt: skip
 _KIND = [_SLOW] * 256
 for _op, _width in _WIDTH.items():
     if _op in _LEAVES and _width != -1:
@@ -63,7 +63,7 @@ for _op, _width in _WIDTH.items():
 for _names, _kind in (
     ("BINPUT LONG_BINPUT", _PUT), ("BINGET LONG_BINGET", _GET), ("TUPLE", _TUPLE),
     ("TUPLE1 TUPLE2 TUPLE3", _TUPLE_N), ("MARK", _MARK), ("EMPTY_TUPLE", _EMPTY),
-    ("REDUCE", _REDUCE), ("STOP", _STOP),
+    ("REDUCE", _REDUCE), ("STOP", _STOP), ("MEMOIZE", _MEMOIZE),
 ):  # fmt: skip
     for _name in _names.split():
         _KIND[_CODE[_name]] = _kind
@@ -119,7 +119,9 @@ class _Machine:
         self.data, self.limit = data, limit
         self.stack: list[Value] = []
         self.marks: list[int] = []
-        self.memo: dict[int, Value] = {}
+        # Python's pickler numbers the memo 0, 1, 2, …, and a slot past the next is refused
+        # (_put): a list, 8 bytes a slot (a dict of 600,000 slots held 40 MB while scanning).
+        self.memo: list[Value] = []
         self.opcodes = self.expansion = 0
         self.budget = MAX_EXPANSION + EXPANSION_PER_BYTE * len(data)
 
@@ -154,6 +156,9 @@ class _Machine:
         """One opcode other than the inline ones; where the next one starts."""
         if kind in (_PUT, _GET):
             return self._memo_op(kind, op, pos)
+        if kind == _MEMOIZE:  # protocol 4's PUT: one per object of a raw pickle
+            self.memo.append(self._top())
+            return pos + 1
         if kind == _REDUCE:
             self._reduce()
         elif kind in (_TUPLE, _TUPLE_N):
@@ -176,12 +181,12 @@ class _Machine:
         if stop > len(self.data):
             raise pickle.UnpicklingError("pickle data was truncated")
         if kind == _GET:
-            value = self.memo.get(index)
+            value = self.memo[index] if index < len(self.memo) else None
             if value is None:
                 raise pickle.UnpicklingError(f"memo value not found at index {index}")
             self.stack.append(value)
         elif index <= len(self.memo) and len(self.stack) > self._fence():
-            self.memo[index] = self.stack[-1]
+            self._store(index, self.stack[-1])
         else:
             self._put(index)  # raises
         return stop
@@ -234,7 +239,7 @@ class _Machine:
         return self.stack[-1]
 
     def _get(self, index: int) -> None:
-        if index not in self.memo:
+        if index >= len(self.memo):
             raise pickle.UnpicklingError(f"memo value not found at index {index}")
         self.stack.append(self.memo[index])  # a reference: no new object
 
@@ -243,7 +248,14 @@ class _Machine:
         # index, so a hostile 2**31 would allocate gigabytes.
         if index > len(self.memo):
             raise pickle.UnpicklingError(f"memo index {index} out of range")
-        self.memo[index] = self._top()
+        self._store(index, self._top())
+
+    def _store(self, index: int, value: Value) -> None:
+        """Slot `index`, at most one past the last: a new slot or one written again."""
+        if index == len(self.memo):
+            self.memo.append(value)
+        else:
+            self.memo[index] = value
 
     # --- what the values cost ----------------------------------------------------------------
 
@@ -380,7 +392,7 @@ class _Machine:
         elif c == "2":  # DUP
             self.stack.append(self._top())
         elif c == "\x94":  # MEMOIZE
-            self.memo[len(self.memo)] = self._top()
+            self.memo.append(self._top())
         elif c == "\x80" and arg[0] > pickle.HIGHEST_PROTOCOL:
             raise pickle.UnpicklingError(f"unsupported pickle protocol: {arg[0]}")
         # FRAME and PROTO change nothing on the stack.

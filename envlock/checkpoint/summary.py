@@ -15,7 +15,7 @@ from itertools import islice
 from math import isfinite
 from typing import Any
 
-from envlock.base.limits import MAX_JSON_ENTRIES, MAX_TEXT
+from envlock.base.limits import MAX_JSON_ENTRIES, MAX_TEXT, Refused
 from envlock.base.secrets import redact_config, redact_value
 from envlock.checkpoint import weights
 from envlock.checkpoint.digest import Digester, cut
@@ -43,6 +43,7 @@ _PROGRESS = ("step", "epoch", "global_step", "iter_num", "iteration", "num_updat
 _MAX_PLAIN = 250_000  # objects of a config rendered as JSON ...
 _MAX_PLAIN_CHARS = 16_000_000  # ... and characters of its strings
 _MAX_VALUE = 10 * MAX_TEXT  # characters of one config string (a command line, a prompt)
+_MAX_STATE = 4 * _MAX_PLAIN  # objects rendered for all of a file's training state
 _TOP = 5
 
 
@@ -50,10 +51,13 @@ class _Budget:
     """Shared references can make a small pickle a huge tree: cap the nodes a walk may visit
     and the characters of the strings it copies out."""
 
-    def __init__(self, limit: int, chars: int = _MAX_PLAIN_CHARS) -> None:
+    def __init__(
+        self, limit: int, chars: int = _MAX_PLAIN_CHARS, digester: Digester | None = None
+    ) -> None:
         self.left, self.chars = limit, chars
         self._state_dicts: dict[int, bool] = {}
-        self.digester = Digester()  # what is cut carries the digest of the whole value
+        # What is cut carries the digest of the whole value; shared, each object once.
+        self.digester = digester or Digester()
 
     def cut(self, obj: Any, what: str) -> str:
         """`obj` past the budget: what it was and the sha256 of all of it (digest.py)."""
@@ -388,6 +392,54 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
     # A run's args may hold a token: `inspect` and `diff` (of a file or of its directory) both
     # read the config here, so they show one answer.
     return redact_config(found) or None
+
+
+def training_state(root: Any) -> dict[str, Any]:
+    """The entries of a checkpoint file's top-level dict that no other reading compares, as
+    plain values: Lightning's `loops`, `callbacks`, `lr_schedulers` and
+    `pytorch-lightning_version`, a run's `best_val_loss`. What is read elsewhere is left out:
+    weights (a tensor, a state dict, a pickled module: structure), optimizers, the config
+    (config()), numbers under a progress name (progress())."""
+    if not isinstance(root, dict):
+        return {}
+    found: dict[str, Any] = {}
+    digester, spent = Digester(), 0
+    for key, value in root.items():
+        name = key_text(key)
+        if _read_elsewhere(name, value):
+            continue
+        budget = _Budget(_MAX_PLAIN, digester=digester)
+        found[name] = _whole(value, budget)
+        spent += _MAX_PLAIN - max(budget.left, 0)
+        if spent > _MAX_STATE:  # entries that share one big value, each rendering it again
+            raise Refused(
+                "rendering the checkpoint's training state (entries repeating shared values)",
+                f"{_MAX_STATE:,} objects",
+            )
+    return redact_config(found)
+
+
+def _read_elsewhere(name: str, value: Any) -> bool:
+    if name.lower() in _PROGRESS and _is_number(value):
+        return True
+    if _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
+        return True
+    return isinstance(value, TensorInfo) or _holds_weights(value, 3)
+
+
+def _holds_weights(value: Any, depth: int) -> bool:
+    """A state dict, optimizer or pickled module, here or a few levels down (a list of
+    optimizers, `{"model": state_dict}`): what structure and the optimizer's groups read. A
+    lone tensor among other values (a callback's best score) is state: shown as its dtype and
+    shape, its values compared under --weights."""
+    if is_state_dict(value) or is_optimizer(value):
+        return True
+    if isinstance(value, Stub) and "_parameters" in (value.fields() or {}):
+        return True
+    if depth == 0 or not isinstance(value, dict | list | tuple):
+        return False
+    items = value.values() if isinstance(value, dict) else value
+    return any(_holds_weights(v, depth - 1) for v in islice(items, 64))
 
 
 def with_metadata(found: dict[str, Any] | None, report: CheckpointReport) -> dict[str, Any] | None:

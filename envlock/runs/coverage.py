@@ -69,6 +69,8 @@ def coverage(a: Side, b: Side, weights: bool) -> Coverage:
         whole.append("metadata")
     if a.is_run and b.is_run:
         whole.append("configs")
+    if both and (a.state() or b.state()):
+        whole.append("training state")
     cut_a, cut_b = _cut_values(a, "A"), _cut_values(b, "B")
     files = _digested_files(a) | _digested_files(b)
     hashed = None
@@ -85,10 +87,11 @@ def coverage(a: Side, b: Side, weights: bool) -> Coverage:
 
 
 def _cut_values(side: Side, name: str) -> tuple[set[str], tuple[str, ...]]:
-    """Config keys whose value was cut and digested, and those cut without a digest."""
+    """Config and training-state keys whose value was cut and digested, and those cut
+    without a digest."""
     digested: set[str] = set()
     unread: list[str] = []
-    for key, value in side.config().items():
+    for key, value in {**side.config(), **side.state()}.items():
         is_cut, has_digest = cut_digest(value)
         if has_digest:
             digested.add(key)

@@ -41,7 +41,7 @@ from envlock.checkpoint.runfiles import (
     split_run_paths,
 )
 from envlock.checkpoint.tally import is_state_dict
-from envlock.checkpoint.tree import children, is_container, is_optimizer
+from envlock.checkpoint.tree import children, is_container, is_optimizer, key_text
 from envlock.checkpoint.weights import digests as weight_digests
 from envlock.errors import EnvlockError, UsageError
 from envlock.lock.policy import SHOWN
@@ -69,6 +69,8 @@ class Checkpoint:
     digests: dict[str, str] | None = None  # key → sha256 of its contents (diff --weights)
     # key → the first key whose storage it shares (tied weights: lm_head and embed_tokens)
     shared: dict[str, str] = field(default_factory=dict)
+    # {entry: value}: what else the file keeps (Lightning's loops, callbacks, lr_schedulers)
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,19 @@ class Side:
             or (k.startswith("run.") and isinstance(v, str) and names_dir(v, here))
         ]
 
+    def state(self) -> dict[str, Any]:
+        """The checkpoint's training state (summary.training_state), flat; where the run
+        wrote (a callback's best_model_path) is a run path, in paths()."""
+        return {k: v for k, v in self._state.items() if not written_path(k, v)}
+
+    @cached_property
+    def _state(self) -> dict[str, Any]:
+        found = self.checkpoint.state if self.checkpoint else {}
+        flat = flatten({f"checkpoint.{k}": v for k, v in found.items()})
+        return {k: redact_value(k, v) for k, v in flat.items()}
+
     def paths(self) -> dict[str, Any]:
-        flat: dict[str, Any] = {}
+        flat: dict[str, Any] = {k: v for k, v in self._state.items() if written_path(k, v)}
         for name, fields in (self.run_paths or {}).items():
             flat.update({f"{name}: {k}": v for k, v in flatten(fields).items()})
         if self.snapshot is not None and self.record.config is not None:
@@ -202,6 +215,12 @@ class Side:
 
 # Where envlock's trainer callbacks file a run's paths in its config (output_dir, …).
 RUN_PATHS_KEY = "run.run_paths."
+
+
+def written_path(key: str, value: Any) -> bool:
+    """A value of the training state that says where the run wrote: an absolute path (a
+    callback's best_model_path, dirpath), or a key naming one (best_k_models' keys)."""
+    return (isinstance(value, str) and value.startswith("/")) or "/" in key
 
 
 def names_dir(value: str, directory: Path) -> bool:
@@ -313,6 +332,10 @@ def read_checkpoint(
     digested = weight_digests(report, follow_links) if weights else None
     if digested is not None:
         unread += by_cause(digested.unread)
+    try:
+        state = member_state(report.root) if directory else summaries.training_state(report.root)
+    except Refused as exc:
+        raise exc.at(str(path)) from None
     checkpoint = Checkpoint(
         path=str(path),
         tensors={r["key"]: tensor_text(r) for r in doc["keys"]},
@@ -325,6 +348,7 @@ def read_checkpoint(
         reason=choice.describe(),
         digests=digested.digests if digested is not None else None,
         shared={k: row["keys"][0] for row in doc["shared_storage"] for k in row["keys"][1:]},
+        state=state,
     )
     return checkpoint, tuple(f"{path}: {n}" for n in unread)
 
@@ -377,6 +401,17 @@ def single_member(config: dict[str, Any]) -> dict[str, Any]:
     if len(members) == 1 and all(":" in k for k in config):
         return {k.partition(":")[2]: v for k, v in config.items()}
     return config
+
+
+def member_state(root: Any) -> dict[str, Any]:
+    """A directory's training state: each member's, keyed `member:entry` (by the entry alone
+    when one member keeps any, as single_member does for the config)."""
+    found = {
+        f"{key_text(member)}:{entry}": value
+        for member, sub in (root.items() if isinstance(root, dict) else ())
+        for entry, value in summaries.training_state(sub).items()
+    }
+    return single_member(found)
 
 
 def optimizer_settings(root: Any, directory: bool) -> dict[str, Any]:

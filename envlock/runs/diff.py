@@ -81,6 +81,7 @@ def compare(a: Side, b: Side) -> list[Group]:
             weights_group(a, b),
             Group("hyperparameters", once(mapping_changes(a.config(), b.config()))),
             Group("progress", mapping_changes(progress_of(a), progress_of(b))),
+            Group("training state", mapping_changes(a.state(), b.state()), STATE_NOTE),
         ]
     if a.file_digests is not None or b.file_digests is not None:
         fa, fb = short(dict(a.file_digests or {})), short(dict(b.file_digests or {}))
@@ -195,6 +196,9 @@ def incomplete(a: Side, b: Side) -> list[str]:
     return [f"A: {u}" for u in a.unread] + [f"B: {u}" for u in b.unread]
 
 
+STATE_NOTE = (
+    "what else the checkpoint keeps (loops, callbacks, schedulers); tensors by dtype [shape]"
+)
 OTHER_FILES_NOTE = "files no reader parses, compared by the sha256 of their bytes"
 RUN_PATHS_NOTE = "where each run wrote its files, not how it trained: not counted"
 

@@ -76,7 +76,8 @@ def bounded_json(value: Any) -> Any:
     change's `paths` say what in it changed)."""
     if not is_composite(value):
         return value
-    if len(json.dumps(value)) <= WHOLE_CHARS:
+    # More items than WHOLE_CHARS cannot fit: said without writing them all out first.
+    if len(value) < WHOLE_CHARS and len(json.dumps(value)) <= WHOLE_CHARS:
         return value
     return f"<{type(value).__name__} of {len(value):,} items>"
 

@@ -58,6 +58,8 @@ MATRIX = [
     ("DCP", "shape"),
     ("DCP", "dtype"),
     ("accelerate FSDP", "lr"),
+    ("Lightning", "hparam"),
+    ("Lightning", "optimizer setting"),
 ]
 
 
@@ -68,7 +70,7 @@ def test_the_matrix_is_the_one_generated(variants: list[Pair]) -> None:
 
 @pytest.mark.parametrize(("layout", "what"), MATRIX, ids=[f"{lay}-{w}" for lay, w in MATRIX])
 def test_one_difference_reports_exactly_it(variants: list[Pair], layout: str, what: str) -> None:
-    pair = next(p for p in variants if (p["layout"], p["what"]) == (layout, what))
+    pair = next(p for p in variants if (p["layout"], p.get("what")) == (layout, what))
     assert pair["groups"], f"torch sees no difference in {layout}/{what}: a broken variant"
     code, doc, stderr = diff(pair["a"], pair["b"])
     assert code == 1, (code, stderr, doc)
@@ -243,3 +245,49 @@ def test_a_float4_tensor_counts_alike_from_pt_and_safetensors(variants: list[Pai
         assert row["numel"] == made["numel"][0] == made["numel"][1]
     result = CliRunner().invoke(cli, ["diff", "--json", "--weights", made["a"], made["b"]])
     assert result.exit_code == 0, result.stdout
+
+
+def test_lightning_checkpoints_differing_in_tensor_values(variants: list[Pair]) -> None:
+    """Two Lightning Trainer runs alike but for their data: the same hparams, optimizer and
+    scheduler settings, loops and callbacks (exit 0, values not compared); with --weights,
+    exactly the tensors torch finds unequal, counted as torch counts them."""
+    made = next(p for p in variants if p["layout"] == "Lightning values")
+    assert not any(made["truth"].values()) and made["differ"]
+    code, doc, stderr = diff(made["a"], made["b"])
+    assert code == 0, (stderr, doc)
+    assert doc["coverage"]["whole"] == ["metadata", "configs", "training state"]
+    result = CliRunner().invoke(cli, ["diff", "--json", "--weights", made["a"], made["b"]])
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 1, (result.stderr, doc)
+    (group,) = (g for g in doc["groups"] if g["counted"])
+    assert group["name"] == "weights"
+    assert sorted(c["key"] for c in group["changes"]) == made["differ"]
+    assert group["note"].startswith(
+        f"{len(made['differ']):,} of {made['tensors']:,} tensors on both sides differ"
+    )
+
+
+def test_inspect_reads_a_lightning_checkpoint_as_torch_does(layouts: dict[str, Any]) -> None:
+    """A ModelCheckpoint .ckpt: hparams as config, epoch and global_step as progress, the
+    model's parameters counted as torch counts them, every top-level entry accounted for."""
+    truth = layouts["lightning"]
+    result = CliRunner().invoke(cli, ["inspect", "--json", truth["ckpt"]["lightning_a"]])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["config"] == {"hyper_parameters": truth["hyper_parameters"]}
+    assert data["progress"] == {"epoch": 0, "global_step": 2}
+    assert data["tensors"]["params"] == truth["params"]
+    assert set(data["structure"]["children"]) == set(truth["keys"])
+
+
+def test_a_lightning_root_dir_compares_its_newest_checkpoint(layouts: dict[str, Any]) -> None:
+    """A Trainer's default_root_dir: lightning_logs/version_N/checkpoints/ is found, its
+    .ckpt compared and named; hparams.yaml beside it compared by its bytes."""
+    root, ckpt = layouts["root"], layouts["lightning"]["ckpt"]
+    code, doc, stderr = diff(root / "lightning_a", root / "lightning_hparam")
+    assert code == 1, (stderr, doc)
+    assert doc["sides"]["a"]["checkpoint"] == ckpt["lightning_a"]
+    assert "checkpoint.hyper_parameters.lr" in reported(doc)["hyperparameters"]
+    assert set(reported(doc)["other files"]) == {"lightning_logs/version_0/hparams.yaml"}
+    same, doc, _ = diff(root / "lightning_a", root / "lightning_a")
+    assert same == 0 and doc["coverage"]["whole"] == ["metadata", "configs", "training state"]

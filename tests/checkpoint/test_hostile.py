@@ -273,3 +273,18 @@ def test_fuzz_plain_pickles_are_described(value: Any, protocol: int) -> None:
         path.write_bytes(_zipped(data, storages=0))
         doc = summary(inspect_checkpoint(path))
         json.dumps(doc)
+
+
+def test_training_state_repeating_one_shared_value_is_refused(tmp_path: Path) -> None:
+    """2,000 top-level entries naming one 1,000-item list (a 30 kB pickle): rendering each
+    for diff's training state would walk 2 M objects; refused, naming the file (exit 3)."""
+    shared = list(range(1_000))
+    path = tmp_path / "shared.pt"
+    path.write_bytes(pickle.dumps({f"entry_{i}": shared for i in range(2_000)}, protocol=2))
+    from click.testing import CliRunner
+
+    from envlock.cli import cli
+
+    result = CliRunner().invoke(cli, ["diff", str(path), str(path)])
+    assert result.exit_code == 3, result.output
+    assert f"refusing: {path}: rendering the checkpoint's training state" in result.stderr

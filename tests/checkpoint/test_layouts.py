@@ -212,7 +212,8 @@ def test_diff_trainer_runs_in_other_output_dirs(layouts: dict[str, Any], envlock
     human = envlock("diff", a, moved)
     assert human.returncode == 0
     assert human.stdout.startswith(
-        f"✓ {a} and {moved}: identical in metadata and configs; tensor values not compared"
+        f"✓ {a} and {moved}: identical in metadata, configs and training state; "
+        "tensor values not compared"
     )
     assert "run paths (where each run wrote its files" in human.stdout
     assert "training_args.bin: output_dir" in human.stdout and "difference(s)" not in human.stdout
