@@ -30,6 +30,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         list_generations,
         list_removals,
         make_durable,
+        owned_python,
         progress,
         read_json,
         refuse_untrusted,
@@ -219,29 +220,46 @@ def build_into(req, gen_dir, action):
     version = req["python_version"]
     progress(f"creating venv for Python {version}")
     try:
-        run_step([req["uv"], "venv", "--quiet", "--python", version, gen_dir], env, "uv venv")
+        run_step(venv_argv(req, gen_dir, env), env, "uv venv")
     except AgentError as exc:
         uv_says = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
         if "interpreter" in " ".join(uv_says).lower():
-            allowed = req.get("python_downloads") and not req.get("offline")
-            fixes = (
-                f"install Python {version} on the target (e.g. `uv python install {version}`"
-                f" or the OS package python{version})"
-            )
-            if not allowed:
-                fixes += ", or set [python] download = true to let uv fetch a managed CPython"
-            raise AgentError(
-                "python",
-                f"no Python {version} on the target: {fixes}; uv says:\n  "
-                + "\n  ".join(uv_says[:4]),
-            ) from None
+            raise no_python(req, uv_says[:4]) from None
         raise
+    refuse_untrusted(os.path.realpath(os.path.join(gen_dir, "bin", "python")), "the interpreter")
     os.makedirs(os.path.join(gen_dir, META_DIR), exist_ok=True)
     write_atomic(os.path.join(gen_dir, LOCK_COPY), req["lock_text"].encode())
     progress(f"installing {req.get('package_count', 0)} packages from the lock")
     sync_repairing_cache(req, gen_dir, env)
     refuse_pth(req, gen_dir)
     finish_generation(req, gen_dir, action)
+
+
+def venv_argv(req, gen_dir, env):
+    """`uv venv` on the interpreter envlock chose (core's `owned_python`): uv runs nothing it
+    finds itself; a managed CPython only when the profile allows downloads."""
+    version = req["python_version"]
+    python, passed = owned_python(version, env.get("PATH") or os.defpath)
+    uv = [req["uv"], "venv", "--quiet", "--python"]
+    if python is not None:
+        only = ["--python-preference", "only-system", "--no-python-downloads"]
+        return [*uv, python, *only, gen_dir]
+    if req.get("python_downloads") and not req.get("offline"):
+        return [*uv, version, "--python-preference", "only-managed", gen_dir]
+    raise no_python(req, [f"passed over {p}" for p in passed])
+
+
+def no_python(req, said):
+    version = req["python_version"]
+    fixes = (
+        f"install Python {version} on the target (e.g. `uv python install {version}`"
+        f" or the OS package python{version}) where root or you own it"
+    )
+    if not (req.get("python_downloads") and not req.get("offline")):
+        fixes += ", or set [python] download = true to let uv fetch a managed CPython"
+    return AgentError(
+        "python", f"no Python {version} on the target: {fixes}" + "".join(f"\n  {s}" for s in said)
+    )
 
 
 def sync_repairing_cache(req, gen_dir, env, extra=()):

@@ -137,3 +137,56 @@ def test_the_security_page_lists_every_variable_that_passes() -> None:
             assert f"`{name}`" in text, (page.name, name)
     security = (repo / "docs" / "security.md").read_text()
     assert all(f"`{name}`" in security for name in OWN_DIRS)
+
+
+def test_uv_runs_no_interpreter_from_a_path_entry_of_another_user(
+    tmp_path: Path, wheelhouse: Path, other: pwd.struct_passwd
+) -> None:
+    """`sudo -E` or a profile.d line puts another user's `~/bin` first on root's PATH: uv,
+    asked for "3.11", ran each `python3.11`/`python3`/`python` it met there to learn its
+    version. envlock gives uv the interpreter it chose (owned, by its real path) and nothing
+    else, for the resolution and for the new generation."""
+    home = Path(other.pw_dir)
+    canary = home / "canary"
+    fake = f'#!/bin/sh\necho ran "$@" >> {canary}\nexit 1\n'
+    for name in ("python3.11", "python3", "python"):
+        plant(other, f"bin/{name}", fake, 0o755)
+    profile = write_seed_project(tmp_path / "proj", wheelhouse)
+    env = {**os.environ, "PATH": f"{home}/bin:{os.environ['PATH']}"}
+    for command in (("lock",), ("apply", "-y"), ("check",)):
+        done = run_envlock(*command, profile, env=env)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert not canary.exists(), (command, canary.read_text())  # nothing of theirs ran
+    python = (Path(load_profile(profile).target.root) / "current" / "bin" / "python").resolve()
+    assert not python.is_relative_to(home)
+    assert python.stat().st_uid == 0
+
+
+def test_the_interpreter_chosen_is_owned_or_there_is_none(
+    tmp_path: Path, other: pwd.struct_passwd
+) -> None:
+    from envlock.agent.core import owned_python
+
+    real = Path(os.path.realpath(shutil.which("python3.11") or "/usr/bin/python3.11"))
+    theirs = Path(other.pw_dir) / "py" / "bin"
+    plant(other, "py/bin/python3.11", "#!/bin/sh\nexit 1\n", 0o755)
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "python3.11").symlink_to(real)  # a link of ours to an owned interpreter
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "python3.11").symlink_to(theirs / "python3.11")  # ours, to theirs
+    found, passed = owned_python("3.11", f"relative:{theirs}:{linked}:{ours}")
+    assert found == str(real)
+    assert [p.split(": ")[0] for p in passed] == [str(theirs / "python3.11")] * 2
+    assert all("is owned by envlock-t39h" in p for p in passed)
+    assert owned_python("3.11", f"{theirs}:{linked}") == (None, passed)
+    # A patch version is asked of the owned interpreter itself.
+    version = subprocess.run(
+        [str(real), "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert owned_python(version, str(ours))[0] == str(real)
+    assert owned_python("3.11.999", str(ours))[0] is None
