@@ -51,6 +51,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         nvidia_facts,
     )
     from envlock.agent.rooted import point_activate_at_stable, root_uv
+    from envlock.agent.survey import pyvenv_cfg
 
 
 # -- apply --------------------------------------------------------------------------------
@@ -224,9 +225,10 @@ def build_into(req, gen_dir, action):
     except AgentError as exc:
         uv_says = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
         if "interpreter" in " ".join(uv_says).lower():
-            raise no_python(req, uv_says[:4]) from None
+            raise no_python(req, "uv says:", uv_says[:4]) from None
         raise
     refuse_untrusted(os.path.realpath(os.path.join(gen_dir, "bin", "python")), "the interpreter")
+    refuse_other_patch(req, gen_dir)
     os.makedirs(os.path.join(gen_dir, META_DIR), exist_ok=True)
     write_atomic(os.path.join(gen_dir, LOCK_COPY), req["lock_text"].encode())
     progress(f"installing {req.get('package_count', 0)} packages from the lock")
@@ -239,17 +241,29 @@ def venv_argv(req, gen_dir, env):
     """`uv venv` on the interpreter envlock chose (core's `owned_python`): uv runs nothing it
     finds itself; a managed CPython only when the profile allows downloads."""
     version = req["python_version"]
-    python, passed = owned_python(version, env.get("PATH") or os.defpath)
+    chosen, passed = owned_python(version, env.get("PATH") or os.defpath)
     uv = [req["uv"], "venv", "--quiet", "--python"]
-    if python is not None:
+    if chosen is not None:
         only = ["--python-preference", "only-system", "--no-python-downloads"]
-        return [*uv, python, *only, gen_dir]
+        return [*uv, chosen, *only, gen_dir]
     if req.get("python_downloads") and not req.get("offline"):
         return [*uv, version, "--python-preference", "only-managed", gen_dir]
-    raise no_python(req, [f"passed over {p}" for p in passed])
+    raise no_python(req, "passed over on PATH:", passed[:4])
 
 
-def no_python(req, said):
+def refuse_other_patch(req, gen_dir):
+    """A profile's "3.11.9": the owned python3.11 envlock chose must be that one (uv writes
+    what it is into pyvenv.cfg's `version_info`)."""
+    version = req["python_version"]
+    if version.count(".") < 2:
+        return
+    cfg = pyvenv_cfg(os.path.join(gen_dir, "pyvenv.cfg"), gen_dir) or {}
+    found = cfg.get("version_info") or cfg.get("version")
+    if found is None or not (found + ".").startswith(version + "."):
+        raise no_python(req, "the owned one on PATH is:", [str(found)])
+
+
+def no_python(req, intro, said):
     version = req["python_version"]
     fixes = (
         f"install Python {version} on the target (e.g. `uv python install {version}`"
@@ -257,9 +271,8 @@ def no_python(req, said):
     )
     if not (req.get("python_downloads") and not req.get("offline")):
         fixes += ", or set [python] download = true to let uv fetch a managed CPython"
-    return AgentError(
-        "python", f"no Python {version} on the target: {fixes}" + "".join(f"\n  {s}" for s in said)
-    )
+    told = f"; {intro}" + "".join(f"\n  {line}" for line in said) if said else ""
+    return AgentError("python", f"no Python {version} on the target: {fixes}{told}")
 
 
 def sync_repairing_cache(req, gen_dir, env, extra=()):

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from envlock.base.untrusted import read_named
+from envlock.base.untrusted import NamedRefused, read_named
 from envlock.errors import ProfileError
 
 if sys.version_info >= (3, 11):
@@ -40,6 +40,8 @@ def read_toml_bytes(path: Path) -> bytes:
     or a giant named as one is refused at once (exit 2), never blocked on or read whole."""
     try:
         return read_named(path, "profile")
+    except NamedRefused as exc:
+        raise ProfileError(str(path), exc.why, hint=exc.hint) from None
     except FileNotFoundError:
         raise ProfileError(str(path), "no such file", hint="check the path") from None
     except OSError as exc:

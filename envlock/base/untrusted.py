@@ -134,27 +134,48 @@ def _size(limit: int) -> str:
 # A profile, its lock, `snapshot --config FILE`, the scripts a profile pins, the wheels of its
 # find-links, `run --compile-artifacts FILE`: named by the user, they pass the same gate (a
 # FIFO given as the profile blocked a plain open forever, a device never ended). What the
-# gate refuses there is the user's argument that is wrong: a usage error (exit 2), in the
-# gate's words.
-NAMED_HINT = "name the file itself: envlock reads only regular files of a sane size"
+# gate refuses there is the user's argument that is wrong: a usage error (exit 2) that names
+# the file first, as a profile's errors do.
+NAMED_HINT = "name the file itself: envlock reads only regular files, of a sane size"
+
+
+class NamedRefused(UsageError):
+    """A file the user named that the gate refuses: `where`, then `why`."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(f"{where}: {why}", hint=NAMED_HINT)
+        self.where, self.why = where, why
 
 
 @contextmanager
 def open_named(path: str | os.PathLike[str], kind: str) -> Iterator[BinaryIO]:
-    """A file the user named, open through the gate (`open_untrusted`); what it refuses is a
-    UsageError. FileNotFoundError is the caller's to word."""
+    """A file the user named, open through the gate (the agent's `open_untrusted`: regular,
+    within `kind`'s size, opened without blocking); NamedRefused otherwise.
+    FileNotFoundError is the caller's to word."""
+    where = printable(str(path), 500)
     try:
-        handle = open_untrusted(path, kind, hint=NAMED_HINT)
-    except OperationError as exc:
-        raise UsageError(exc.message, hint=exc.hint) from None
+        handle: BinaryIO = core.open_untrusted(os.fspath(path), MAX_BYTES[kind])
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a loop of links, a name too long, no permission
+        raise NamedRefused(where, f"cannot read it ({exc.strerror or exc})") from None
+    except core.UnsafeFile as exc:
+        raise NamedRefused(where, _named_why(exc, kind)) from None
     with handle:
         yield handle
 
 
+def _named_why(exc: core.UnsafeFile, kind: str) -> str:
+    if exc.why == "kind":
+        return f"{exc.detail}, not a regular file"
+    return f"a {kind} of {exc.detail:,} bytes exceeds {_size(MAX_BYTES[kind])}"
+
+
 def read_named(path: str | os.PathLike[str], kind: str) -> bytes:
     """All of a file the user named (see `open_named`), bounded by `kind`'s size."""
+    limit = MAX_BYTES[kind]
     with open_named(path, kind) as handle:
-        try:
-            return read_counted(handle, MAX_BYTES[kind], kind, str(path))
-        except OperationError as exc:  # it grew past its size after the open
-            raise UsageError(exc.message, hint=exc.hint) from None
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew past its size after the open
+        raise NamedRefused(printable(str(path), 500), f"a {kind} exceeds {_size(limit)}")
+    return data

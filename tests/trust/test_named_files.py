@@ -45,9 +45,9 @@ def huge(path: Path) -> None:
 
 
 SHAPES: dict[str, tuple[Callable[[Path], None], str]] = {
-    "fifo": (fifo, "is a FIFO, not a regular file"),
-    "device": (device, "is a character device, not a regular file"),
-    "directory": (directory, "is a directory"),
+    "fifo": (fifo, "a FIFO, not a regular file"),
+    "device": (device, "a character device, not a regular file"),
+    "directory": (directory, "a directory"),
     "huge": (huge, "exceeds"),
 }
 
