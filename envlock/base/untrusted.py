@@ -127,6 +127,8 @@ def _size_hint(kind: str) -> str:
 
 
 def _size(limit: int) -> str:
+    if limit >= 1024 * MiB and limit % (1024 * MiB) == 0:
+        return f"{limit // (1024 * MiB):,} GiB"
     return f"{limit // MiB:,} MiB" if limit >= MiB else f"{limit:,} bytes"
 
 

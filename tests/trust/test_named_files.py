@@ -111,30 +111,65 @@ WITH_PROFILE: dict[str, Argv] = {
 WITH_LOCK = {
     name: argv for name, argv in WITH_PROFILE.items() if name not in ("data", "lock", "bisect")
 } | {"lock --check": lambda p, f: ["lock", "--check", p.profile]}
-# Other path arguments: each shaped file is the argument itself. Expected exit code.
-OTHER: dict[str, tuple[Argv, int]] = {
+# Other path arguments: each shaped file is the argument itself. What each answers, by shape.
+Expected = dict[str, tuple[int, str]]
+
+
+def answers(code: int, **by_shape: tuple[int, str]) -> Expected:
+    """The gate's words with `code` for every shape, but those given."""
+    return {shape: (code, words) for shape, (_, words) in SHAPES.items()} | by_shape
+
+
+CLICK_DIRECTORY = (2, "is a directory")  # click's, where a file is wanted
+NEITHER = (2, "holds neither envlock-snapshot.json nor a checkpoint")  # not a checkpoint dir
+NOT_A_VENV = (2, "is not a venv (no pyvenv.cfg)")
+OTHER: dict[str, tuple[Argv, Expected]] = {
     "snapshot --config": (
         lambda p, f: ["snapshot", p.profile, p.work / "snap-out", "--config", f],
-        2,
+        answers(2, directory=CLICK_DIRECTORY),
     ),
     "run --compile-artifacts": (
         lambda p, f: ["run", p.profile, "--compile-artifacts", f, "--", "touch", p.ran],
-        2,
+        answers(2, directory=CLICK_DIRECTORY),
     ),
-    "diff A": (lambda p, f: ["diff", f, p.lock], 3),
-    "diff B": (lambda p, f: ["diff", p.lock, f], 3),
-    "bisect GOOD": (lambda p, f: ["bisect", p.profile, f, p.lock, "--", "touch", p.ran], 3),
-    "cache restore": (lambda p, f: ["cache", p.profile, "restore", f], 3),
+    "diff A": (lambda p, f: ["diff", f, p.lock], answers(3, directory=NEITHER)),
+    "diff B": (lambda p, f: ["diff", p.lock, f], answers(3, directory=NEITHER)),
+    "bisect GOOD": (
+        lambda p, f: ["bisect", p.profile, f, p.lock, "--", "touch", p.ran],
+        answers(3, directory=NEITHER),
+    ),
+    "bisect BAD": (
+        lambda p, f: ["bisect", p.profile, p.lock, f, "--", "touch", p.ran],
+        answers(3, directory=NEITHER),
+    ),
+    "cache restore": (
+        lambda p, f: ["cache", p.profile, "restore", f],
+        answers(3, directory=CLICK_DIRECTORY),
+    ),
+    "apply --from-snapshot": (
+        lambda p, f: ["apply", "-y", "--from-snapshot", f, p.profile],
+        answers(3, directory=(2, "envlock-snapshot.json: no snapshot here")),
+    ),
+    # A checkpoint is known by its name first: a huge "pylock" is no checkpoint, unread.
+    "inspect": (
+        lambda p, f: ["inspect", f],
+        answers(
+            3,
+            directory=(2, "no checkpoint files here"),
+            huge=(2, "not a checkpoint envlock can read"),
+        ),
+    ),
+    # A venv is a directory holding pyvenv.cfg, read through the agent's gate.
+    "init --from": (
+        lambda p, f: ["init", p.work / "init-out.toml", "--from", f],
+        dict.fromkeys(SHAPES, NOT_A_VENV),
+    ),
 }
-# A directory is an answer of its own there: click's where a file is wanted, and for diff
-# and bisect a checkpoint directory (which this one is not).
-DIRECTORY: dict[str, tuple[int, str]] = {
-    "snapshot --config": (2, "is a directory"),
-    "run --compile-artifacts": (2, "is a directory"),
-    "cache restore": (2, "is a directory"),
-    "diff A": (2, "holds neither envlock-snapshot.json nor a checkpoint"),
-    "diff B": (2, "holds neither envlock-snapshot.json nor a checkpoint"),
-    "bisect GOOD": (2, "holds neither envlock-snapshot.json nor a checkpoint"),
+# Path arguments no table above holds, and why: written, never read as a file.
+WRITTEN = {
+    ("init", "profile"): "the starter profile init writes (never over a file)",
+    ("snapshot", "directory"): "where the snapshot is written",
+    ("run", "snapshot_dir"): "where the snapshot is written",
 }
 
 
@@ -180,13 +215,37 @@ def test_a_lock_of_each_shape_is_refused_by_every_command(project: Project, shap
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_every_other_path_argument_of_each_shape_is_refused(project: Project, shape: str) -> None:
-    make, words = SHAPES[shape]
+    make, _ = SHAPES[shape]
     shaped = project.work / f"pylock.{shape}.toml"  # diff and bisect go by the name
     if not shaped.exists():
         make(shaped)
     results = each({name: argv(project, shaped) for name, (argv, _) in OTHER.items()})
     for name, result in results.items():
-        code, said = DIRECTORY[name] if shape == "directory" else (OTHER[name][1], words)
-        assert_refused(result, code, said)
+        assert_refused(result, *OTHER[name][1][shape])
     assert not project.ran.exists()
     assert not (project.work / "snap-out").exists()
+    assert not (project.work / "init-out.toml").exists()
+
+
+def test_every_path_argument_of_every_command_is_in_a_table() -> None:
+    """A new command or option that takes a path gets a row here (or says why not)."""
+    import importlib
+
+    import click
+
+    from envlock.commands import COMMANDS
+
+    tabled = {("run", "artifacts"), ("snapshot", "config_file"), ("cache", "file")}
+    tabled |= {("diff", "a"), ("diff", "b"), ("bisect", "good"), ("bisect", "bad")}
+    tabled |= {("inspect", "path"), ("apply", "snapshot_dir"), ("init", "from_venv")}
+    tabled |= {(name, "profile") for name in WITH_PROFILE}
+    missing = []
+    for name, module in COMMANDS.items():
+        command = importlib.import_module(f"envlock.commands.{module}").command
+        for param in command.params:
+            pathlike = isinstance(param.type, click.Path) or param.name in ("a", "b", "good", "bad")
+            pathlike |= any(opt.startswith("--from") for opt in param.opts)
+            key = (name, param.name or "")
+            if pathlike and key not in tabled and key not in WRITTEN:
+                missing.append(key)
+    assert missing == []
