@@ -238,17 +238,21 @@ def build_into(req, gen_dir, action):
 
 
 def venv_argv(req, gen_dir, env):
-    """`uv venv` on the interpreter envlock chose (core's `owned_python`): uv runs nothing it
-    finds itself; a managed CPython only when the profile allows downloads."""
+    """`uv venv` on the interpreter envlock chose (core's `owned_python`), and uv runs no
+    other; with none on PATH, a managed CPython from the install directory `own_environment`
+    decided (yours: `uv python install`), fetched only when the profile allows downloads."""
     version = req["python_version"]
     chosen, passed = owned_python(version, env.get("PATH") or os.defpath)
+    for line in passed:
+        progress(f"passed over {line}")
     uv = [req["uv"], "venv", "--quiet", "--python"]
     if chosen is not None:
         only = ["--python-preference", "only-system", "--no-python-downloads"]
         return [*uv, chosen, *only, gen_dir]
-    if req.get("python_downloads") and not req.get("offline"):
-        return [*uv, version, "--python-preference", "only-managed", gen_dir]
-    raise no_python(req, "passed over on PATH:", passed[:4])
+    managed = [version, "--python-preference", "only-managed"]
+    if not (req.get("python_downloads") and not req.get("offline")):
+        managed.append("--no-python-downloads")
+    return [*uv, *managed, gen_dir]
 
 
 def refuse_other_patch(req, gen_dir):

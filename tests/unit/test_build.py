@@ -302,12 +302,14 @@ def test_a_missing_python_is_said_with_what_to_do(locks: dict[str, str], tmp_pat
     with pytest.raises(AgentError, match=r"no Python 3\.99 on the target: install") as info:
         do_build(request(root, text, python_version="3.99"), build("1-" + "c" * 12))
     assert info.value.kind == "python"
-    # envlock looks on PATH itself (agent/core.py's owned_python): uv is never asked.
-    assert str(info.value) == (
+    head, uv_says = str(info.value).split("\n", 1)
+    assert head == (
         "no Python 3.99 on the target: install Python 3.99 on the target (e.g. `uv python "
         "install 3.99` or the OS package python3.99) where root or you own it, or set [python] "
-        "download = true to let uv fetch a managed CPython"
+        "download = true to let uv fetch a managed CPython; uv says:"
     )
+    # None on PATH: uv looked among the managed CPythons only (agent/core.py's owned_python).
+    assert "managed installations" in uv_says, uv_says
     allowed = request(root, text, python_version="3.99", python_downloads=True, offline=False)
     with pytest.raises(AgentError) as info:
         do_build(allowed, build("1-" + "c" * 12))
