@@ -181,3 +181,29 @@ def test_the_interpreter_chosen_is_owned_or_there_is_none(
     assert [p.split(": ")[0] for p in passed] == [str(theirs / "python3.11")] * 2
     assert all("is owned by envlock-t39h" in p for p in passed)
     assert owned_python("3.11", f"{theirs}:{linked}") == (None, passed)
+
+
+def test_pip_configuration_is_read_only_when_ours_and_through_the_gate(
+    tmp_path: Path, other: pwd.struct_passwd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """envlock reads pip's configuration for its find-links (uv does not): another user's
+    `XDG_CONFIG_DIRS` entry would choose the wheels root installs, and a FIFO as one of the
+    files blocked every resolution."""
+    from envlock.lock.links import environment_find_links
+    from tests.trust.test_readers import within_seconds
+
+    plant(other, "xdg/pip/pip.conf", f"[global]\nfind-links = {other.pw_dir}/wheels\n")
+    mine = tmp_path / "config"
+    (mine / "pip").mkdir(parents=True)
+    os.mkfifo(mine / "pip" / "pip.conf")
+    ours = tmp_path / "etc-xdg"
+    (ours / "pip").mkdir(parents=True)
+    (ours / "pip" / "pip.conf").write_text("[global]\nfind-links = /srv/ours\n")
+    for name in ("UV_FIND_LINKS", "PIP_FIND_LINKS", "PIP_CONFIG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_DIRS", f"{other.pw_dir}/xdg:{ours}")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(mine))
+    found = within_seconds(environment_find_links)
+    assert isinstance(found, list)
+    assert f"{other.pw_dir}/wheels" not in found  # theirs: not read
+    assert "/srv/ours" in found  # ours: read, the FIFO beside it skipped at once

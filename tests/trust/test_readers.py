@@ -39,9 +39,13 @@ def unexplained_opens(source: str, where: str) -> list[str]:
             continue
         func = node.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-        if name not in OPENERS or (isinstance(func, ast.Name) and name != "open"):
-            continue  # a function of ours named read_text is not Path's
         receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
+        # configparser's read(FILENAMES) opens them by name (read_string does not).
+        parser_read = name == "read" and receiver.lower().endswith(("parser", "config"))
+        if not parser_read and (
+            name not in OPENERS or (isinstance(func, ast.Name) and name != "open")
+        ):
+            continue  # a function of ours named read_text is not Path's
         if name == "open" and receiver not in ("", "io", "builtins"):
             if receiver in MEMBER_OPENERS or receiver.endswith(("archive", "zip")):
                 continue
@@ -67,6 +71,7 @@ PLANTS = (
     "def planted(p):\n    return p.read_bytes()\n",
     "def planted(p):\n    with p.open('rb') as h:\n        return h.read()\n",
     "def planted(p):\n    return io.open(p).read()\n",
+    "def planted(p):\n    parser = configparser.ConfigParser()\n    parser.read([p])\n",
     # A file the user named is read through the gate too: saying so is no excuse.
     "def planted(p):\n    # named: the profile\n    return p.read_text()\n",
 )
