@@ -33,6 +33,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         make_durable,
         open_untrusted,
         progress,
+        sparse_at,
         symlink_atomic,
         untrusted,
         write_atomic,
@@ -145,19 +146,13 @@ def refuse_special_files(venv):
             st = os.lstat(path)
             if stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode):
                 continue
-            what = None if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
-            if what is None and st.st_size > SPARSE_FROM and st.st_blocks * 512 < st.st_size // 2:
-                what = f"a sparse file ({st.st_size:,} bytes, {st.st_blocks * 512:,} on disk)"
+            what = sparse_at(path, st) if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
             if what is not None:
                 raise AgentError(
                     "refused",
                     f"refusing to adopt {venv}: {path} is {what}, not what a venv holds; "
                     "remove it, then adopt again",
                 )
-
-
-# A file this large with less than half of it on disk is sparse (no wheel installs one).
-SPARSE_FROM = 64 << 20
 
 
 def pyvenv_home(venv):

@@ -30,6 +30,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         list_generations,
         list_removals,
         make_durable,
+        owned_python,
         progress,
         read_json,
         refuse_untrusted,
@@ -50,6 +51,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         nvidia_facts,
     )
     from envlock.agent.rooted import point_activate_at_stable, root_uv
+    from envlock.agent.survey import pyvenv_cfg
 
 
 # -- apply --------------------------------------------------------------------------------
@@ -219,29 +221,62 @@ def build_into(req, gen_dir, action):
     version = req["python_version"]
     progress(f"creating venv for Python {version}")
     try:
-        run_step([req["uv"], "venv", "--quiet", "--python", version, gen_dir], env, "uv venv")
+        run_step(venv_argv(req, gen_dir, env), env, "uv venv")
     except AgentError as exc:
         uv_says = [line.strip() for line in str(exc).splitlines()[1:] if line.strip()]
         if "interpreter" in " ".join(uv_says).lower():
-            allowed = req.get("python_downloads") and not req.get("offline")
-            fixes = (
-                f"install Python {version} on the target (e.g. `uv python install {version}`"
-                f" or the OS package python{version})"
-            )
-            if not allowed:
-                fixes += ", or set [python] download = true to let uv fetch a managed CPython"
-            raise AgentError(
-                "python",
-                f"no Python {version} on the target: {fixes}; uv says:\n  "
-                + "\n  ".join(uv_says[:4]),
-            ) from None
+            raise no_python(req, "uv says:", uv_says[:4]) from None
         raise
+    refuse_untrusted(os.path.realpath(os.path.join(gen_dir, "bin", "python")), "the interpreter")
+    refuse_other_patch(req, gen_dir)
     os.makedirs(os.path.join(gen_dir, META_DIR), exist_ok=True)
     write_atomic(os.path.join(gen_dir, LOCK_COPY), req["lock_text"].encode())
     progress(f"installing {req.get('package_count', 0)} packages from the lock")
     sync_repairing_cache(req, gen_dir, env)
     refuse_pth(req, gen_dir)
     finish_generation(req, gen_dir, action)
+
+
+def venv_argv(req, gen_dir, env):
+    """`uv venv` on the interpreter envlock chose (core's `owned_python`), and uv runs no
+    other; with none on PATH, a managed CPython from the install directory `own_environment`
+    decided (yours: `uv python install`), fetched only when the profile allows downloads."""
+    version = req["python_version"]
+    chosen, passed = owned_python(version, env.get("PATH") or os.defpath)
+    for line in passed:
+        progress(f"passed over {line}")
+    uv = [req["uv"], "venv", "--quiet", "--python"]
+    if chosen is not None:
+        only = ["--python-preference", "only-system", "--no-python-downloads"]
+        return [*uv, chosen, *only, gen_dir]
+    managed = [version, "--python-preference", "only-managed"]
+    if not (req.get("python_downloads") and not req.get("offline")):
+        managed.append("--no-python-downloads")
+    return [*uv, *managed, gen_dir]
+
+
+def refuse_other_patch(req, gen_dir):
+    """A profile's "3.11.9": the owned python3.11 envlock chose must be that one (uv writes
+    what it is into pyvenv.cfg's `version_info`)."""
+    version = req["python_version"]
+    if version.count(".") < 2:
+        return
+    cfg = pyvenv_cfg(os.path.join(gen_dir, "pyvenv.cfg"), gen_dir) or {}
+    found = cfg.get("version_info") or cfg.get("version")
+    if found is None or not (found + ".").startswith(version + "."):
+        raise no_python(req, "the owned one on PATH is:", [str(found)])
+
+
+def no_python(req, intro, said):
+    version = req["python_version"]
+    fixes = (
+        f"install Python {version} on the target (e.g. `uv python install {version}`"
+        f" or the OS package python{version}) where root or you own it"
+    )
+    if not (req.get("python_downloads") and not req.get("offline")):
+        fixes += ", or set [python] download = true to let uv fetch a managed CPython"
+    told = f"; {intro}" + "".join(f"\n  {line}" for line in said) if said else ""
+    return AgentError("python", f"no Python {version} on the target: {fixes}{told}")
 
 
 def sync_repairing_cache(req, gen_dir, env, extra=()):

@@ -436,6 +436,35 @@ def uv_environment(environ=None):
     return env
 
 
+# -- the interpreter a new generation is built on -------------------------------------------
+# uv, left to find "Python 3.11" itself, runs every candidate it meets to ask its version:
+# each `python3.11`, `python3` and `python` on PATH (a PATH entry of another user's, put
+# there by `sudo -E` or a profile.d line, included) and each "managed" CPython in its
+# install directory. So envlock chooses: the first `pythonX.Y` on PATH whose real file and
+# every parent are this user's or root's and writable by no one else (`untrusted`), given to
+# uv by its real path with `--python-preference only-system --no-python-downloads`; uv then
+# runs nothing else. Only a profile's `[python] download = true` lets uv fetch (and find)
+# a managed CPython, in the install directory `own_environment` decided.
+
+
+def owned_python(version, search_path):
+    """(the real path of the interpreter a generation of Python `version` is built on, or
+    None; the candidates passed over, each with why)."""
+    want = ".".join(version.split(".")[:2])
+    passed = []  # type: list
+    for entry in search_path.split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue  # "" and relative entries name the working directory: never ours
+        real = os.path.realpath(os.path.join(entry, "python" + want))
+        if not os.path.isfile(real) or not os.access(real, os.X_OK):
+            continue
+        why = untrusted(real)
+        if why is None:
+            return real, passed  # a patch version asked is checked on the venv uv makes
+        passed.append(f"{real}: {why}")
+    return None, passed
+
+
 def trust_facts(root, cache_dir):
     """For the probe: why the root or the compile-cache dir is not ours (None: it is)."""
     return {"root": untrusted(root), "cache_dir": untrusted(cache_dir) if cache_dir else None}
@@ -623,6 +652,68 @@ def refuse_outside(fd, path, within):
         raise UnsafeFile(
             "outside", opened, f"refusing: {path} is a link out of {within} (to {opened})"
         )
+
+
+# -- sparse files: holes are not read ------------------------------------------------------
+# A sparse file claims bytes it never wrote: `truncate -s 1T` makes a terabyte of holes in no
+# time and no space, and hashing it reads a terabyte of zeros. A file over SPARSE_FROM with
+# less than half of its size on disk (st_blocks) whose holes (SEEK_HOLE/SEEK_DATA: a
+# compressing file system also keeps less on disk, without holes) are over half of it is
+# named and not read whole: skipped by the dataset fingerprint, refused by adopt and by
+# `diff --weights`. No wheel, dataset writer or checkpoint writer makes one.
+SPARSE_FROM = 64 << 20
+MAX_EXTENTS = 100000  # holes counted in one file before it is called sparse on what it has
+
+
+def sparse(fd, st):
+    """Why the regular file open on `fd` (its fstat `st`) is not to be read whole — "a
+    sparse file (N bytes, M on disk)" — or None."""
+    if st.st_size <= SPARSE_FROM or st.st_blocks * 512 >= st.st_size // 2:
+        return None
+    found = hole_bytes(fd, st.st_size)
+    if found is not None and found < st.st_size // 2:
+        return None  # compressed, not holes: it is read
+    return f"a sparse file ({st.st_size:,} bytes, {st.st_blocks * 512:,} on disk)"
+
+
+def hole_bytes(fd, size):
+    """Bytes of `fd` in holes, by SEEK_HOLE/SEEK_DATA (at least that many past MAX_EXTENTS
+    holes); None where the system cannot say. The offset is left at 0."""
+    if not hasattr(os, "SEEK_HOLE"):
+        return None
+    total, at = 0, 0
+    try:
+        for _ in range(MAX_EXTENTS):
+            if at >= size:
+                break
+            hole = os.lseek(fd, at, os.SEEK_HOLE)
+            if hole >= size:
+                break
+            try:
+                at = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                at = size  # holes to the end
+            total += at - hole
+        else:
+            total = max(total, size - at)  # too many holes to count: the rest is theirs
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        return None
+    return total
+
+
+def sparse_at(path, st):
+    """`sparse` for a path `lstat` showed to be a regular file (opened without blocking)."""
+    if st.st_size <= SPARSE_FROM or st.st_blocks * 512 >= st.st_size // 2:
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        return sparse(fd, info) if stat.S_ISREG(info.st_mode) else kind_of(info.st_mode)
+    finally:
+        os.close(fd)
 
 
 def not_regular(path, mode):

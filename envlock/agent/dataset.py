@@ -6,7 +6,9 @@ the controller imports it for local paths. Three levels, each seeing more edits:
   shrunk or touched — not an edit that keeps both size and mtime;
 - the sample: the first and last 64 KiB of a fixed subset of files (chosen by a hash of
   their path, so the same files are read each time): an edit inside those bytes;
-- `deep`: every byte of every file (sha256, read once, in parallel): any edit.
+- `deep`: every byte of every file (sha256, read once, in parallel): any edit. A sparse
+  file (agent/core.py's `sparse`: a terabyte of holes made in no time) is not read whole:
+  it is named among the unreadable, "(a sparse file …, not hashed)".
 A fast fingerprint stats each file once (as `find` does) and reads only the sample.
 A snapshot gives it a deadline: past it, what was counted is recorded as `incomplete`,
 without digests (a digest of part of a listing would compare as a change)."""
@@ -20,7 +22,7 @@ import time
 import zlib
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
-    from envlock.agent.core import COMMANDS, UnsafeFile, open_untrusted, progress
+    from envlock.agent.core import COMMANDS, UnsafeFile, open_untrusted, progress, sparse
 
 SAMPLE_FILES = 256  # files whose head and tail the fast fingerprint reads
 SAMPLE_BYTES = 64 * 1024  # from each end
@@ -213,6 +215,9 @@ def content_digest(files, unreadable):
         digest = hashlib.sha256()
         try:
             with open_untrusted(full) as handle:
+                why = sparse(handle.fileno(), os.fstat(handle.fileno()))
+                if why is not None:  # its holes are not hashed: named instead
+                    return f"{rel} ({why}, not hashed)", None
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
         except (OSError, UnsafeFile):

@@ -69,6 +69,11 @@ MAX_BYTES = {
     "pickle": MAX_PICKLE_BYTES,  # a pickle read whole (a raw pickle, DCP's .metadata)
     "checkpoint": 16 * 2**40,  # a file of tensors: its tensor bytes are not read
     "cache archive": 256 * GiB,  # a compile-cache archive (cache restore)
+    # Files the user names (base/untrusted.py's `read_named`): a refusal is a usage error.
+    "profile": 16 * MiB,  # profile.toml: a real one is a few kB
+    "config": 64 * MiB,  # snapshot --config FILE (JSON)
+    "script": 256 * MiB,  # a script the profile pins (hashed, shipped to the target)
+    "wheel": 16 * GiB,  # a wheel in the profile's find-links (hashed as a stream)
 }
 
 # Per command (`inspect`, `diff` with both its sides, `check`'s probe in agent/probe.py): what

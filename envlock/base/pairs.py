@@ -18,7 +18,7 @@ from typing import Any
 
 from envlock.agent import core
 from envlock.base.atomic import write_atomic
-from envlock.base.untrusted import open_untrusted
+from envlock.base.untrusted import open_untrusted, read_named
 
 
 def record_of(first: Path) -> Path:
@@ -54,8 +54,7 @@ def finish(record: Path, entries: list[dict[str, Any]]) -> list[str]:
                 written.append(path.name)
             continue
         after = base64.b64decode(str(data))
-        # named: the profile or lock this pair wrote, compared with what it wrote
-        if not path.exists() or path.read_bytes() != after:
+        if not path.exists() or read_named(path, "lock") != after:
             mode = entry["mode"]
             write_atomic(path, after, mode if isinstance(mode, int) else 0o644)
             written.append(path.name)

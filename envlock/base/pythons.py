@@ -21,6 +21,7 @@ work): the probe derives the environment from `sys.executable` (agent/probe.py).
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -69,3 +70,18 @@ def own_python(
     transport's machine, with `args` as its sys.argv[1:]; with `root`, the environment's own
     interpreter when it may be trusted, else the target's system python."""
     return ["sh", "-c", START, "sh", root or "", transport.system_python, PREAMBLE + program, *args]
+
+
+def resolver_python() -> list[str]:
+    """uv's options for a resolution (`uv pip compile`, which marks by --python-version and
+    --python-platform): the interpreter envlock itself runs on, and no other. Left to find
+    one, uv runs every `python3.X`, `python3` and `python` on PATH to ask its version (a PATH
+    entry of another user's included) and looks in its managed directory; the interpreter a
+    generation is built on is chosen by the agent (agent/core.py's `owned_python`)."""
+    return [
+        "--python",
+        sys.executable,
+        "--python-preference",
+        "only-system",
+        "--no-python-downloads",
+    ]

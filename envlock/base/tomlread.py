@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from envlock.base.untrusted import NamedRefused, read_named
 from envlock.errors import ProfileError
 
 if sys.version_info >= (3, 11):
@@ -31,14 +32,20 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 def load_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; syntax errors become a ProfileError with the line."""
+    return loads_toml(path, read_toml_bytes(path))
+
+
+def read_toml_bytes(path: Path) -> bytes:
+    """The bytes of a profile the user named, through the gate: a FIFO, a device, a directory
+    or a giant named as one is refused at once (exit 2), never blocked on or read whole."""
     try:
-        # named: the profile or lock the user named (a profile is code; a lock is validated)
-        data = path.read_bytes()
+        return read_named(path, "profile")
+    except NamedRefused as exc:
+        raise ProfileError(str(path), exc.why, hint=exc.hint) from None
     except FileNotFoundError:
         raise ProfileError(str(path), "no such file", hint="check the path") from None
     except OSError as exc:
         raise ProfileError(str(path), f"cannot read: {exc.strerror}") from None
-    return loads_toml(path, data)
 
 
 def loads_toml(path: Path, data: bytes) -> dict[str, Any]:

@@ -14,12 +14,14 @@ a target's files with it; here it gets envlock's limits, wording and errors.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from envlock.agent import core
 from envlock.base.limits import MAX_BYTES, MiB, Refused, budget, printable
-from envlock.errors import OperationError
+from envlock.errors import OperationError, UsageError
 
 FOLLOW_HINT = "pass --follow-links to read files outside the checkpoint's directory"
 
@@ -90,6 +92,15 @@ def read_counted(f: BinaryIO, limit: int, kind: str, where: str) -> bytes:
     return data
 
 
+def refuse_sparse(handle: BinaryIO, where: str | os.PathLike[str], hint: str) -> None:
+    """Unsafe when the file open on `handle` is sparse (the agent's `sparse`: holes over half
+    of a size it never wrote): its claimed size is no measure of what reading its zeros
+    would cost, so it is not read whole."""
+    why = core.sparse(handle.fileno(), os.fstat(handle.fileno()))
+    if why is not None:
+        raise Unsafe(f"{printable(str(where), 500)} is {why}: its holes are not read", hint)
+
+
 class Unsafe(Refused):
     """A file refused for what it is or where it leads, not for its size."""
 
@@ -116,4 +127,57 @@ def _size_hint(kind: str) -> str:
 
 
 def _size(limit: int) -> str:
+    if limit >= 1024 * MiB and limit % (1024 * MiB) == 0:
+        return f"{limit // (1024 * MiB):,} GiB"
     return f"{limit // MiB:,} MiB" if limit >= MiB else f"{limit:,} bytes"
+
+
+# -- files the user names ------------------------------------------------------------------
+# A profile, its lock, `snapshot --config FILE`, the scripts a profile pins, the wheels of its
+# find-links, `run --compile-artifacts FILE`: named by the user, they pass the same gate (a
+# FIFO given as the profile blocked a plain open forever, a device never ended). What the
+# gate refuses there is the user's argument that is wrong: a usage error (exit 2) that names
+# the file first, as a profile's errors do.
+NAMED_HINT = "name the file itself: envlock reads only regular files, of a sane size"
+
+
+class NamedRefused(UsageError):
+    """A file the user named that the gate refuses: `where`, then `why`."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(f"{where}: {why}", hint=NAMED_HINT)
+        self.where, self.why = where, why
+
+
+@contextmanager
+def open_named(path: str | os.PathLike[str], kind: str) -> Iterator[BinaryIO]:
+    """A file the user named, open through the gate (the agent's `open_untrusted`: regular,
+    within `kind`'s size, opened without blocking); NamedRefused otherwise.
+    FileNotFoundError is the caller's to word."""
+    where = printable(str(path), 500)
+    try:
+        handle: BinaryIO = core.open_untrusted(os.fspath(path), MAX_BYTES[kind])
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a loop of links, a name too long, no permission
+        raise NamedRefused(where, f"cannot read it ({exc.strerror or exc})") from None
+    except core.UnsafeFile as exc:
+        raise NamedRefused(where, _named_why(exc, kind)) from None
+    with handle:
+        yield handle
+
+
+def _named_why(exc: core.UnsafeFile, kind: str) -> str:
+    if exc.why == "kind":
+        return f"{exc.detail}, not a regular file"
+    return f"a {kind} of {exc.detail:,} bytes exceeds {_size(MAX_BYTES[kind])}"
+
+
+def read_named(path: str | os.PathLike[str], kind: str) -> bytes:
+    """All of a file the user named (see `open_named`), bounded by `kind`'s size."""
+    limit = MAX_BYTES[kind]
+    with open_named(path, kind) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew past its size after the open
+        raise NamedRefused(printable(str(path), 500), f"a {kind} exceeds {_size(limit)}")
+    return data

@@ -12,10 +12,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from envlock.base.limits import MiB, Refused, budget, printable
-from envlock.base.untrusted import open_untrusted
+from envlock.base.untrusted import open_untrusted, refuse_sparse
 from envlock.checkpoint.inert import DTYPE_BITS, DTYPE_ITEMSIZE, TensorInfo
 from envlock.checkpoint.report import CheckpointReport
 from envlock.errors import OperationError
+
+SPARSE_HINT = (
+    "a checkpoint is written whole; this one was cut short, preallocated or built to exhaust "
+    "time: compare it once it is written, or without --weights"
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,7 @@ def nbytes(info: TensorInfo) -> int:
 
 def stream(reader: Reader, span: Span) -> Iterator[bytes]:
     with open_untrusted(span.path, "checkpoint", **reader.gate(span.path)) as f:
+        refuse_sparse(f, span.path, SPARSE_HINT)
         if span.member is None:
             yield from read_range(reader, f, span.path, span.start, span.length)
             return

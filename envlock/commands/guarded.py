@@ -15,6 +15,7 @@ import click
 
 from envlock import ui
 from envlock.base.pairs import write_together
+from envlock.base.untrusted import read_named
 from envlock.commands.common import json_option
 from envlock.commands.undo import Written, undone_on_failure
 from envlock.edits.changes import LockChanges
@@ -104,8 +105,7 @@ def change_of(
     it out only when allowed and confirmed."""
     profile = load_profile(profile_path)
     lock = load_fresh_lock(profile)  # a stale lock would mix old changes into the diff
-    # named: the profile being edited, under its lock
-    original = profile.path.read_text()
+    original = read_named(profile.path, "profile").decode()  # parsed as UTF-8 just now
     edit = make_edit(original)
     if edit.text == original:
         return ChangeResult(profile.path, edit, lock.short_hash)
@@ -153,8 +153,7 @@ def commit(proposal: Proposal, original: str, say: Shown, as_json: bool) -> Appl
     """Profile, then lock (each atomically), then the same apply as `envlock apply -y`:
     a new generation, the one active now kept for `envlock rollback`."""
     path = proposal.profile.path
-    # named: the profile being edited, under its lock
-    if path.read_text() != original:
+    if read_named(path, "profile").decode(errors="replace") != original:
         raise Refused(
             f"{path.name} changed while the change was being resolved",
             hint="run the command again; nothing was written",
@@ -178,11 +177,9 @@ def write_both(proposal: Proposal, redo: str) -> list[Written]:
     that cannot be written puts the profile back."""
     path, lock_path = proposal.profile.path, proposal.candidate.path
     mode = path.stat().st_mode & 0o777
-    # named: the profile's lock, under its lock
-    lock_before = lock_path.read_bytes() if lock_path.exists() else None
+    lock_before = read_named(lock_path, "lock") if lock_path.exists() else None
     written = [
-        # named: the profile being edited, under its lock
-        Written(path, path.read_bytes(), proposal.edit.text.encode(), mode),
+        Written(path, read_named(path, "profile"), proposal.edit.text.encode(), mode),
         Written(lock_path, lock_before, proposal.candidate.text.encode()),
     ]
     with undone_on_failure(written, "writing the lock", f"once fixed, run `{redo}` again"):

@@ -14,6 +14,7 @@ from envlock import ui
 from envlock.base.drift_kinds import Drift, Repair, blocking, of_repair
 from envlock.base.inherited import given
 from envlock.base.ownership import untrusted
+from envlock.base.untrusted import open_named
 from envlock.commands.ahead import in_one_call
 from envlock.commands.common import (
     across_fleet,
@@ -62,6 +63,15 @@ from envlock.runs.startup_set import remote_dir, startup_payload
 from envlock.targets.base import ContainerCheck
 
 
+def gated(path: str | None) -> str | None:
+    """A file named on the command line, judged by the gate before anything runs: a FIFO,
+    a device or a giant is refused now (exit 2), not met by the command's start-up."""
+    if path is not None:
+        with open_named(path, "cache archive"):
+            pass
+    return path
+
+
 @click.command("run", context_settings={"ignore_unknown_options": True})
 @with_context(allow_stale=True)
 @across_fleet(None, command="run", one=True)
@@ -92,6 +102,7 @@ from envlock.targets.base import ContainerCheck
     type=click.Path(dir_okay=False, exists=True),
     help="Load this torch mega-cache file (saved by envlock_megacache.save) into the "
     "command's Python before it starts (local targets).",
+    callback=lambda _ctx, _param, path: gated(path),
 )
 @json_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)

@@ -13,6 +13,7 @@ import click
 
 from envlock import ui
 from envlock.base.limits import printable
+from envlock.base.untrusted import read_named
 from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.converge.fleet import MemberResult, Progress
 from envlock.errors import UsageError
@@ -112,8 +113,9 @@ def read_config(config_file: str | None) -> object:
     if not config_file:
         return None
     try:
-        # named: --config FILE, the user's
-        return json.loads(Path(config_file).read_text())
+        return json.loads(read_named(config_file, "config"))
+    except FileNotFoundError:
+        raise UsageError(f"{config_file}: no such file", hint="check the path") from None
     except ValueError as exc:
         raise UsageError(f"{config_file}: not valid JSON: {exc}") from None
 

@@ -17,6 +17,9 @@ from urllib.parse import unquote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from envlock.base.ownership import untrusted
+from envlock.base.untrusted import read_named
+from envlock.errors import EnvlockError
 from envlock.profile.read import Profile
 
 # Variables uv reads by itself that name where packages come from: a resolution that must
@@ -33,17 +36,36 @@ def environment_find_links() -> list[str]:
     for var in ("UV_FIND_LINKS", "PIP_FIND_LINKS"):
         found += [p for p in re.split(r"[\s,]+", os.environ.get(var, "")) if p]
     parser = configparser.ConfigParser(interpolation=None)
-    parser.read(pip_config_files())
+    for path in pip_config_files():
+        text = pip_config_text(path)
+        if text is None:
+            continue
+        try:
+            parser.read_string(text, source=path)
+        except configparser.Error:
+            continue  # pip itself would refuse it: no find-links from it
     for section in ("global", "install"):
         if parser.has_option(section, "find-links"):
             found += parser.get(section, "find-links").split()
     return list(dict.fromkeys(found))
 
 
+def pip_config_text(path: str) -> str | None:
+    """A pip configuration file's text, when it is yours or root's to trust (another user's
+    `XDG_CONFIG_DIRS` entry would choose the wheels root installs) and the gate lets it
+    through (a FIFO there would block every resolution); None otherwise."""
+    try:
+        if untrusted(path) is not None:
+            return None
+        return read_named(path, "config").decode("utf-8", errors="replace")
+    except (OSError, EnvlockError):
+        return None
+
+
 def pip_config_files() -> list[str]:
     if os.environ.get("PIP_CONFIG_FILE"):
         return [os.environ["PIP_CONFIG_FILE"]]
-    xdg = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
+    xdg = [d for d in os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":") if d]
     home = os.path.expanduser("~")
     config_home = os.environ.get("XDG_CONFIG_HOME", os.path.join(home, ".config"))
     return [

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envlock.base.untrusted import NamedRefused, read_named
 from envlock.errors import LockError
 from envlock.lock.policy import STRICT, LockPolicy, profile_policy
 from envlock.lock.verdict import Verdict, cached_verdict, remember_verdict
@@ -97,10 +98,11 @@ class Lock:
 def read_lock(path: Path, policy: LockPolicy = STRICT) -> Lock:
     """Read and validate a lock file (see lock_schema: the one validator)."""
     try:
-        # named: the lock the profile names, validated in full
-        text = path.read_text()
+        text = read_named(path, "lock").decode()  # through the gate, then validated in full
     except FileNotFoundError:
         raise LockError(f"{path}: no lock", hint="run `envlock lock PROFILE` first") from None
+    except NamedRefused as exc:
+        raise LockError(f"{path}: cannot read the lock: {exc.why}", hint=exc.hint) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LockError(f"{path}: cannot read the lock: {exc}") from None
     return parse_lock(path, text, policy)

@@ -21,7 +21,9 @@ from packaging.utils import canonicalize_name
 
 from envlock.base.atomic import write_atomic
 from envlock.base.inherited import uv_environment
+from envlock.base.pythons import resolver_python
 from envlock.base.secrets import redact_text
+from envlock.base.untrusted import read_named
 from envlock.base.uvbin import uv_path
 from envlock.errors import EXIT_USAGE, EnvlockError, LockError, OperationError
 from envlock.lock.indexes import uv_index_env, without_credentials
@@ -150,9 +152,7 @@ def uv_compile_argv(
         "--output-file",
         str(output),
     ]
-    if not profile.python_download:
-        # uv would otherwise spend seconds trying to fetch a managed CPython, unasked.
-        argv.append("--no-python-downloads")
+    argv += resolver_python()  # nothing found on PATH or fetched: envlock's own
     if deps.offline:
         argv += ["--no-index", "--offline"]
     # The indexes go in uv's environment (uv_index_env), never here.
@@ -355,8 +355,7 @@ def write_lock(
     lock = parse_lock(path, text, lock_policy(profile))  # never write a lock envlock refuses
     if accept is not None:
         accept(lock)
-    # named: the profile's lock, replaced under its lock
-    old = path.read_text() if path.exists() else None
+    old = read_named(path, "lock").decode(errors="replace") if path.exists() else None
     if old != text:
         write_atomic(path, text.encode())
     return lock, old != text

@@ -21,6 +21,7 @@ from packaging.utils import canonicalize_name
 
 from envlock.base.atomic import write_atomic
 from envlock.base.inherited import uv_environment
+from envlock.base.untrusted import open_named
 
 # (name, version) -> the index's wheel entries for exactly that release ([] when it has none)
 AskIndex = Callable[[str, str], list[dict[str, Any]]]
@@ -192,8 +193,7 @@ def _same_file(candidates: Iterable[Path], sha256: str | None) -> Path | None:
         return None
     for path in candidates:
         digest = hashlib.sha256()
-        # named: a wheel in the profile's find-links
-        with path.open("rb") as handle:
+        with open_named(path, "wheel") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
         if digest.hexdigest() == sha256:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envlock.base.untrusted import read_named
 from envlock.profile.sources import DataSource
 from envlock.targets.base import Target
 
@@ -105,7 +106,6 @@ class Profile:
         if self.scripts is None:
             return {}
         return {
-            # named: the profile's scripts (a profile is code)
-            str(rel): hashlib.sha256((self.scripts.source / rel).read_bytes()).hexdigest()
+            str(rel): hashlib.sha256(read_named(self.scripts.source / rel, "script")).hexdigest()
             for rel in self.scripts.resolve()
         }

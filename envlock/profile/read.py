@@ -22,8 +22,8 @@ from envlock.base.tomlread import (
     ENV_NAME_RE,
     Table,
     describe,
-    load_toml,
     loads_toml,
+    read_toml_bytes,
     shown,
     suggest,
     suggest_value,
@@ -78,8 +78,8 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
         from envlock import ui
 
         ui.info(f"envlock: {said}")
-    data = load_toml(file)
-    return _ProfileReader(file, data).read()
+    raw = read_toml_bytes(file)
+    return _ProfileReader(file, loads_toml(file, raw), raw=raw).read()
 
 
 def parse_profile(path: str | os.PathLike[str], text: str) -> Profile:
@@ -106,9 +106,9 @@ class _ProfileReader:
         "data",
     )
 
-    def __init__(self, path: Path, data: dict[str, Any], raw: bytes | None = None) -> None:
+    def __init__(self, path: Path, data: dict[str, Any], raw: bytes) -> None:
         self.path = path
-        self.raw = raw  # the file's bytes, when they are not (yet) in the file
+        self.raw = raw  # the bytes parsed: read once, through the gate (or not yet a file)
         self.label = str(path)
         self.root = Table(self.label, "", data)
 
@@ -172,10 +172,7 @@ class _ProfileReader:
             pass_env=pass_env,
             gpu_count=gpu_count,
             data=data,
-            sha256=hashlib.sha256(
-                # named: the profile (a profile is code)
-                self.path.read_bytes() if self.raw is None else self.raw
-            ).hexdigest(),
+            sha256=hashlib.sha256(self.raw).hexdigest(),
         )
 
     def required_table(self, name: str) -> Table:

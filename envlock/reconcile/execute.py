@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envlock.base.drift_kinds import Drift, Repair
+from envlock.base.untrusted import read_named
 from envlock.base.uvbin import uv_path, uv_sha256
 from envlock.errors import OperationError
 from envlock.lock.indexes import uv_index_env
@@ -91,8 +92,7 @@ def script_payload(profile: Profile, pinned: dict[str, str]) -> dict[str, dict[s
     payload = {}
     for rel, sha in pinned.items():
         path = profile.scripts.source / rel
-        # named: the profile's pinned scripts (a profile is code)
-        data = path.read_bytes()
+        data = read_named(path, "script")
         payload[rel] = {
             "data": base64.b64encode(data).decode(),
             "sha256": sha,

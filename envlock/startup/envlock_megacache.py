@@ -20,6 +20,8 @@ import sys
 from typing import Any
 
 MAGIC = b"ENVLOCK-MEGACACHE\n"
+# The most a mega-cache file may hold (read whole into the process that loads it).
+MAX_ARCHIVE = 16 << 30
 # The agent's core, whose write_atomic this module writes with: beside the start-up modules
 # in the envlock package and in a root's copy of the set (envlock/runs/startup_set.py), and
 # run from its file, as the in-process API runs it (this module cannot import envlock).
@@ -78,8 +80,10 @@ def agent_core() -> dict[str, Any]:
 
 
 def read(path: str) -> tuple[dict[str, Any], bytes]:
-    # own: the compile-cache archive `envlock run` named (code, trusted as such: docs/security)
-    with open(path, "rb") as handle:
+    """The archive `envlock run --compile-artifacts` named (code, trusted as such: the
+    docs' Security page), read through the agent's gate: a regular file, never blocked on."""
+    core = agent_core()
+    with core["open_untrusted"](path, MAX_ARCHIVE) as handle:
         blob = handle.read()
     if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + 8:
         raise ValueError(f"{path}: not an envlock mega-cache file")

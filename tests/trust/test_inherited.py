@@ -137,3 +137,73 @@ def test_the_security_page_lists_every_variable_that_passes() -> None:
             assert f"`{name}`" in text, (page.name, name)
     security = (repo / "docs" / "security.md").read_text()
     assert all(f"`{name}`" in security for name in OWN_DIRS)
+
+
+def test_uv_runs_no_interpreter_from_a_path_entry_of_another_user(
+    tmp_path: Path, wheelhouse: Path, other: pwd.struct_passwd
+) -> None:
+    """`sudo -E` or a profile.d line puts another user's `~/bin` first on root's PATH: uv,
+    asked for "3.11", ran each `python3.11`/`python3`/`python` it met there to learn its
+    version. envlock gives uv the interpreter it chose (owned, by its real path) and nothing
+    else, for the resolution and for the new generation."""
+    home = Path(other.pw_dir)
+    canary = home / "canary"
+    fake = f'#!/bin/sh\necho ran "$@" >> {canary}\nexit 1\n'
+    for name in ("python3.11", "python3", "python"):
+        plant(other, f"bin/{name}", fake, 0o755)
+    profile = write_seed_project(tmp_path / "proj", wheelhouse)
+    env = {**os.environ, "PATH": f"{home}/bin:{os.environ['PATH']}"}
+    for command in (("lock",), ("apply", "-y"), ("check",)):
+        done = run_envlock(*command, profile, env=env)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert not canary.exists(), (command, canary.read_text())  # nothing of theirs ran
+    python = (Path(load_profile(profile).target.root) / "current" / "bin" / "python").resolve()
+    assert not python.is_relative_to(home)
+    assert python.stat().st_uid == 0
+
+
+def test_the_interpreter_chosen_is_owned_or_there_is_none(
+    tmp_path: Path, other: pwd.struct_passwd
+) -> None:
+    from envlock.agent.core import owned_python
+
+    real = Path(os.path.realpath(shutil.which("python3.11") or "/usr/bin/python3.11"))
+    theirs = Path(other.pw_dir) / "py" / "bin"
+    plant(other, "py/bin/python3.11", "#!/bin/sh\nexit 1\n", 0o755)
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "python3.11").symlink_to(real)  # a link of ours to an owned interpreter
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "python3.11").symlink_to(theirs / "python3.11")  # ours, to theirs
+    found, passed = owned_python("3.11", f"relative:{theirs}:{linked}:{ours}")
+    assert found == str(real)
+    assert [p.split(": ")[0] for p in passed] == [str(theirs / "python3.11")] * 2
+    assert all("is owned by envlock-t39h" in p for p in passed)
+    assert owned_python("3.11", f"{theirs}:{linked}") == (None, passed)
+
+
+def test_pip_configuration_is_read_only_when_ours_and_through_the_gate(
+    tmp_path: Path, other: pwd.struct_passwd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """envlock reads pip's configuration for its find-links (uv does not): another user's
+    `XDG_CONFIG_DIRS` entry would choose the wheels root installs, and a FIFO as one of the
+    files blocked every resolution."""
+    from envlock.lock.links import environment_find_links
+    from tests.trust.test_readers import within_seconds
+
+    plant(other, "xdg/pip/pip.conf", f"[global]\nfind-links = {other.pw_dir}/wheels\n")
+    mine = tmp_path / "config"
+    (mine / "pip").mkdir(parents=True)
+    os.mkfifo(mine / "pip" / "pip.conf")
+    ours = tmp_path / "etc-xdg"
+    (ours / "pip").mkdir(parents=True)
+    (ours / "pip" / "pip.conf").write_text("[global]\nfind-links = /srv/ours\n")
+    for name in ("UV_FIND_LINKS", "PIP_FIND_LINKS", "PIP_CONFIG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_DIRS", f"{other.pw_dir}/xdg:{ours}")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(mine))
+    found = within_seconds(environment_find_links)
+    assert isinstance(found, list)
+    assert f"{other.pw_dir}/wheels" not in found  # theirs: not read
+    assert "/srv/ours" in found  # ours: read, the FIFO beside it skipped at once

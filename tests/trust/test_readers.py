@@ -1,10 +1,11 @@
 """Every read goes through the gate, over the whole tree: a plain `open`, `Path.open`,
 `Path.read_text`/`read_bytes` or `io.open` anywhere in envlock (controller, agent, start-up
 set) fails this scan unless its line (or the one above) says why it may: `# own:` — the file
-is envlock's own (written by envlock, under its lock, or its own package) or the kernel's;
-`# named:` — a file the user named (a profile is code, a lock is validated in full). And
-the readers the gate now guards hold against the shapes that hung or flooded them: a FIFO, a
-device, a link out.
+is envlock's own (written by envlock, under its lock, or its own package) or the kernel's.
+A file the user named (a profile, its lock, `--config`, a pinned script) is no exception:
+it is read through the gate's `read_named`/`open_named` (tests/trust/test_named_files.py),
+and a plain read of one, `# named:` or not, fails the scan. And the readers the gate now
+guards hold against the shapes that hung or flooded them: a FIFO, a device, a link out.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ PACKAGE = REPO / "envlock"
 OPENERS = {"open", "read_text", "read_bytes"}
 # Receivers whose `.open` is not a file's: zip and tar members, streams.
 MEMBER_OPENERS = {"archive", "zipfile", "tarfile"}
-REASONS = ("# own:", "# named:", "# gate:")
+REASONS = ("# own:", "# gate:")
 
 
 def unexplained_opens(source: str, where: str) -> list[str]:
@@ -38,9 +39,13 @@ def unexplained_opens(source: str, where: str) -> list[str]:
             continue
         func = node.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-        if name not in OPENERS or (isinstance(func, ast.Name) and name != "open"):
-            continue  # a function of ours named read_text is not Path's
         receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
+        # configparser's read(FILENAMES) opens them by name (read_string does not).
+        parser_read = name == "read" and receiver.lower().endswith(("parser", "config"))
+        if not parser_read and (
+            name not in OPENERS or (isinstance(func, ast.Name) and name != "open")
+        ):
+            continue  # a function of ours named read_text is not Path's
         if name == "open" and receiver not in ("", "io", "builtins"):
             if receiver in MEMBER_OPENERS or receiver.endswith(("archive", "zip")):
                 continue
@@ -66,6 +71,9 @@ PLANTS = (
     "def planted(p):\n    return p.read_bytes()\n",
     "def planted(p):\n    with p.open('rb') as h:\n        return h.read()\n",
     "def planted(p):\n    return io.open(p).read()\n",
+    "def planted(p):\n    parser = configparser.ConfigParser()\n    parser.read([p])\n",
+    # A file the user named is read through the gate too: saying so is no excuse.
+    "def planted(p):\n    # named: the profile\n    return p.read_text()\n",
 )
 PACKAGES = sorted(
     {p.parent for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}, key=str

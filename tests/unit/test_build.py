@@ -305,18 +305,32 @@ def test_a_missing_python_is_said_with_what_to_do(locks: dict[str, str], tmp_pat
     head, uv_says = str(info.value).split("\n", 1)
     assert head == (
         "no Python 3.99 on the target: install Python 3.99 on the target (e.g. `uv python "
-        "install 3.99` or the OS package python3.99), or set [python] download = true to let "
-        "uv fetch a managed CPython; uv says:"
+        "install 3.99` or the OS package python3.99) where root or you own it, or set [python] "
+        "download = true to let uv fetch a managed CPython; uv says:"
     )
+    # None on PATH: uv looked among the managed CPythons only (agent/core.py's owned_python).
+    assert "managed installations" in uv_says, uv_says
+    allowed = request(root, text, python_version="3.99", python_downloads=True, offline=False)
+    with pytest.raises(AgentError) as info:
+        do_build(allowed, build("1-" + "c" * 12))
+    head, uv_says = str(info.value).split("\n", 1)
+    assert "download = true" not in head
+    assert head.startswith("no Python 3.99 on the target: install Python 3.99")
+    assert head.endswith("; uv says:")
     # uv's own words, each line indented, four at most.
     lines = uv_says.split("\n")
     assert 0 < len(lines) <= 4 and all(line.startswith("  ") and line.strip() for line in lines)
     assert "3.99" in uv_says and "uv venv failed" not in uv_says
-    allowed = request(root, text, python_version="3.99", python_downloads=True, offline=False)
-    with pytest.raises(AgentError) as info:
-        do_build(allowed, build("1-" + "c" * 12))
-    assert "download = true" not in str(info.value)
-    assert str(info.value).startswith("no Python 3.99 on the target: install Python 3.99")
+
+
+def test_a_patch_version_is_that_of_the_owned_interpreter_chosen(
+    locks: dict[str, str], tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    with pytest.raises(AgentError, match=r"no Python 3\.11\.999 on the target") as info:
+        do_build(request(root, locks["tiny"], python_version="3.11.999"), build("1-" + "d" * 12))
+    assert "; the owned one on PATH is:\n  3.11." in str(info.value)
+    assert not (root / "generations" / ("1-" + "d" * 12)).exists()
 
 
 def test_startup_code_a_lock_may_not_install_removes_the_generation(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -193,7 +194,8 @@ def test_the_uv_command_line(tmp_path: Path) -> None:
     joined = " ".join(argv)
     assert "--format pylock.toml --generate-hashes --no-header" in joined
     assert f"--python-version 3.11 --python-platform {profile.python_platform}" in joined
-    assert "--output-file out.toml --no-python-downloads --no-index --offline" in joined
+    own = f"--python {sys.executable} --python-preference only-system --no-python-downloads"
+    assert f"--output-file out.toml {own} --no-index --offline" in joined  # nothing found
     assert argv[-5:] == ["--find-links", "/w1", "--find-links", "/w2", "--no-build"]
     assert "--quiet" in argv
     assert build_options(()) == ["--no-build"]

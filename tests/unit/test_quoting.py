@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from envlock.base.tomlread import Table, _typo_distance, control_char, describe, load_toml, shown
+from envlock.base.untrusted import NAMED_HINT
 from envlock.errors import ProfileError
 from envlock.targets.pct import BASE_ENV, PctTransport
 from envlock.targets.ssh import SshSettings, SshTransport, insecure_ssh_option, read_ssh_settings
@@ -239,7 +240,7 @@ def test_control_char_names_the_first_one_escaped() -> None:
     ("content", "message", "hint", "line"),
     [
         (None, "{path}: no such file", "check the path", None),
-        ("DIR", "{path}: cannot read: Is a directory", None, None),
+        ("DIR", "{path}: a directory, not a regular file", NAMED_HINT, None),
         (b"\xff\xfe", "{path}: not UTF-8 text; TOML files must be UTF-8", None, None),
         (
             b"a = 1\n\nb = = 2\n",
