@@ -1,0 +1,113 @@
+"""Progress for every step over a second (issue #47): a terminal sees the step at once and
+the seconds or the count as it goes, in place on stderr (ui.live, the install's mechanism);
+a pipe and --json see none of it. The steps are slow for real: uv resolving from an index
+that answers slowly, a dataset and checkpoints of many megabytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.index_server import IndexServer
+from tests.projects import torch_profile_text
+from tests.wheelhouse import build_wheel
+
+ENVLOCK = [sys.executable, "-m", "envlock"]
+
+
+def on_a_terminal(
+    argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run argv with a pseudo-terminal as stdin, stdout and stderr; its exit status and
+    every byte it wrote there (a live line's carriage returns and erasures included)."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        argv, stdin=follower, stdout=follower, stderr=follower, cwd=cwd, env=env
+    )
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if select.select([leader], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: everything was read
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(leader)
+    return proc.wait(timeout=60), seen.decode(errors="replace")
+
+
+def in_a_pipe(argv: list[str], *, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+LIVE = "\r\x1b[K  "  # how ui.live starts a line it shows in place
+
+
+def live_lines(shown: str) -> list[str]:
+    """The progress lines a terminal was shown in place, in order."""
+    return [part.split("\r")[0] for part in shown.split(LIVE)[1:] if part.split("\r")[0]]
+
+
+# -- uv's resolve ---------------------------------------------------------------------------
+@pytest.fixture
+def slow_index(tmp_path: Path) -> Iterator[IndexServer]:
+    """A real index on loopback whose every answer takes 0.8 s."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels, "slowdep", "1.0", files={"slowdep/__init__.py": "X = 1\n"})
+    index = IndexServer(tmp_path / "served", delay=0.8).start()
+    index.add("main", sorted(wheels.glob("*.whl")))
+    yield index
+    index.stop()
+
+
+def slow_profile(base: Path, index: IndexServer) -> Path:
+    base.mkdir(parents=True)
+    profile = base / "slow.toml"
+    text = torch_profile_text("slow", torch=None)
+    url = index.simple("main")
+    profile.write_text(f'{text}\n[dependencies]\npackages = ["slowdep"]\nindex-url = "{url}"\n')
+    return profile
+
+
+def fresh_cache(tmp_path: Path, name: str) -> dict[str, str]:
+    """envlock's environment with a uv cache of its own: uv asks the index again."""
+    return {**os.environ, "UV_CACHE_DIR": str(tmp_path / name), "UV_FIND_LINKS": ""}
+
+
+def test_a_slow_resolve_shows_its_seconds_on_a_terminal_only(
+    tmp_path: Path, slow_index: IndexServer
+) -> None:
+    profile = slow_profile(tmp_path / "proj", slow_index)
+    argv = [*ENVLOCK, "lock", str(profile)]
+    code, shown = on_a_terminal(argv, env=fresh_cache(tmp_path, "c1"))
+    assert code == 0, shown
+    lines = live_lines(shown)
+    assert lines[0] == "resolving slow.toml with uv", shown  # at once, however fast
+    assert "resolving slow.toml with uv (1 s)" in lines, shown  # and the seconds it takes
+    assert "wrote pylock.slow.toml" in shown
+
+    (profile.parent / "pylock.slow.toml").unlink()
+    code, out, err = in_a_pipe(argv, env=fresh_cache(tmp_path, "c2"))
+    assert code == 0 and "resolving" not in out + err and "\x1b" not in out + err
+    (profile.parent / "pylock.slow.toml").unlink()
+    as_json = [*ENVLOCK, "lock", "--json", str(profile)]
+    code, shown = on_a_terminal(as_json, env=fresh_cache(tmp_path, "c3"))
+    assert code == 0 and "resolving" not in shown and LIVE not in shown, shown
+    assert "schema" in json.loads(shown)  # one document, nothing else
