@@ -130,6 +130,15 @@ class _Step:
         self.started = time.monotonic()
         self.done = threading.Event()
 
+    def count(self, detail: str) -> None:
+        """The work's latest count, drawn with the next tick (cheap: call it per MiB); the
+        first at once, however fast the work turns out."""
+        first, self.detail = not self.detail, detail
+        if first:
+            with _LIVE_LOCK:
+                if _LIVE["step"] is self:
+                    _draw(self.line())
+
     def line(self) -> str:
         seconds = int(time.monotonic() - self.started)
         taken = f" ({seconds} s)" if seconds else ""
@@ -237,7 +246,7 @@ def untrusted(text: str) -> str:
 def status(message: str, *, quiet: bool = False) -> Iterator[Callable[[str], None]]:
     """Work that may take more than a second: on stderr's terminal, `message` in place at
     once, then the seconds it has taken, every half second, with the latest count the work
-    gives (the function it yields, or an agent's live line); nothing on a pipe, a file or
+    gives (to the function it yields, or an agent's live line); nothing on a pipe, a file or
     under --json. `message` is plain text (never markup)."""
     if quiet or not shows_progress():
         yield _no_count
@@ -249,7 +258,7 @@ def status(message: str, *, quiet: bool = False) -> Iterator[Callable[[str], Non
     ticker = threading.Thread(target=step.tick, name="envlock-progress", daemon=True)
     ticker.start()
     try:
-        yield live
+        yield step.count
     finally:
         step.done.set()
         ticker.join()

@@ -16,7 +16,7 @@ from envlock.reconcile.agentcode import agent_bootstrap as agent_bootstrap
 from envlock.targets.base import ConnectionLost, Result, Transport, TransportFailed
 
 PROGRESS_PREFIX = "envlock-progress: "
-LIVE = "live: "  # agent/apply.py's: a count a terminal shows in place, never a line of a log
+LIVE = "live: "  # agent/core.py's: a count a terminal shows in place, never a line of a log
 OS_HINTS = {
     "ENOSPC": "the target's disk is full: run `envlock gc` (it removes old generations; "
     "`--dry-run` lists them) or free space otherwise, and apply again",

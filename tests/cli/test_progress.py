@@ -5,12 +5,15 @@ that answers slowly, a dataset and checkpoints of many megabytes."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +33,9 @@ def on_a_terminal(
     """Run argv with a pseudo-terminal as stdin, stdout and stderr; its exit status and
     every byte it wrote there (a live line's carriage returns and erasures included)."""
     leader, follower = pty.openpty()
+    # A wide terminal: a live line is cut at its width, and these lines name tmp paths.
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 400, 0, 0))
+    env = {k: v for k, v in (env or os.environ).items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.Popen(
         argv, stdin=follower, stdout=follower, stderr=follower, cwd=cwd, env=env
     )
@@ -111,3 +117,62 @@ def test_a_slow_resolve_shows_its_seconds_on_a_terminal_only(
     code, shown = on_a_terminal(as_json, env=fresh_cache(tmp_path, "c3"))
     assert code == 0 and "resolving" not in shown and LIVE not in shown, shown
     assert "schema" in json.loads(shown)  # one document, nothing else
+
+
+# -- data --deep -----------------------------------------------------------------------------
+def test_data_deep_shows_the_bytes_it_digests_on_a_terminal_only(tmp_path: Path) -> None:
+    profile = tmp_path / "d.toml"
+    assert subprocess.run([*ENVLOCK, "init", str(profile)], capture_output=True).returncode == 0
+    (tmp_path / "train").mkdir()
+    for n in range(3):
+        with open(tmp_path / "train" / f"shard{n}.bin", "wb") as handle:
+            handle.truncate(40 << 20)  # 40 MB each, sparse: read, never written
+    with profile.open("a") as handle:
+        handle.write('\n[data]\ntrain = "train"\n')
+    code, shown = on_a_terminal([*ENVLOCK, "data", "--deep", str(profile)])
+    assert code == 0, shown
+    lines = live_lines(shown)
+    assert lines[0] == "fingerprinting the datasets", shown
+    assert any(
+        x.startswith("fingerprinting the datasets: digesting: 0 of 120 MB read") for x in lines
+    ), shown
+    assert "train: 3 files" in shown
+
+    code, out, err = in_a_pipe([*ENVLOCK, "data", "--deep", str(profile)])
+    assert code == 0 and "train: 3 files" in out
+    assert "digesting" not in out + err and "fingerprinting" not in out + err
+    code, shown = on_a_terminal([*ENVLOCK, "data", "--deep", "--json", str(profile)])
+    assert code == 0 and LIVE not in shown and "digesting" not in shown, shown
+    assert json.loads(shown)["datasets"]["train"]["files"] == 3
+
+
+# -- diff --weights --------------------------------------------------------------------------
+def weights_file(path: Path, mib: int, last: bytes) -> Path:
+    """A safetensors file of one float32 tensor of `mib` MiB, ending with `last`."""
+    size = mib << 20
+    header = json.dumps({"w": {"dtype": "F32", "shape": [size // 4], "data_offsets": [0, size]}})
+    text = header.encode() + b" " * (-len(header) % 8)
+    with open(path, "wb") as handle:
+        handle.write(len(text).to_bytes(8, "little") + text)
+        handle.truncate(8 + len(text) + size - len(last))
+        handle.seek(0, os.SEEK_END)
+        handle.write(last)
+    return path
+
+
+def test_diff_weights_shows_the_megabytes_read_on_a_terminal_only(tmp_path: Path) -> None:
+    a = weights_file(tmp_path / "a.safetensors", 96, b"\0\0\0\0")
+    b = weights_file(tmp_path / "b.safetensors", 96, b"\0\0\x80\x3f")
+    argv = [*ENVLOCK, "diff", "--weights", str(a), str(b)]
+    code, shown = on_a_terminal(argv)
+    assert code == 1, shown  # they differ
+    lines = live_lines(shown)
+    for side in (a, b):
+        assert f"reading the weights of {side}" in lines, shown
+        assert f"reading the weights of {side}: 0 of 96 MB read" in lines, shown
+
+    code, out, err = in_a_pipe(argv)
+    assert code == 1 and "reading the weights" not in out + err and "\x1b" not in out + err
+    code, shown = on_a_terminal([*ENVLOCK, "diff", "--json", "--weights", str(a), str(b)])
+    assert code == 1 and LIVE not in shown and "reading the weights" not in shown, shown
+    assert "schema" in json.loads(shown)
