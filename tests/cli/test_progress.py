@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from envlock.profile.read import load_profile
 from tests.index_server import IndexServer
 from tests.projects import torch_profile_text
 from tests.wheelhouse import build_wheel
@@ -176,3 +178,34 @@ def test_diff_weights_shows_the_megabytes_read_on_a_terminal_only(tmp_path: Path
     code, shown = on_a_terminal([*ENVLOCK, "diff", "--json", "--weights", str(a), str(b)])
     assert code == 1 and LIVE not in shown and "reading the weights" not in shown, shown
     assert "schema" in json.loads(shown)
+
+
+# -- adoption's manifest ---------------------------------------------------------------------
+def test_adoption_shows_its_manifest_count_on_a_terminal_only(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    """The venv adopted is read whole for its manifest (an 800 MB one takes seconds)."""
+    shown_runs = []
+    for how in ("terminal", "pipe"):
+        profile = tmp_path / how / "s.toml"
+        profile.parent.mkdir()
+        init = [*ENVLOCK, "init", str(profile), "--find-links", str(wheelhouse), "--offline"]
+        assert subprocess.run(init, capture_output=True).returncode == 0
+        assert subprocess.run([*ENVLOCK, "lock", str(profile)], capture_output=True).returncode == 0
+        venv = Path(load_profile(profile).target.venv)
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+        (venv / "mine.bin").write_bytes(b"\1" * (3 << 20))  # no RECORD covers it: read
+        argv = [*ENVLOCK, "apply", "--adopt", "-y", str(profile)]
+        if how == "terminal":
+            code, shown = on_a_terminal(argv)
+        else:
+            code, out, err = in_a_pipe(argv)
+            shown = out + err
+        assert code == 0, shown
+        shown_runs.append(shown)
+    terminal, pipe = shown_runs
+    lines = live_lines(terminal)
+    assert any(re.fullmatch(r"writing the manifest: 0 of \d+ files, 0 MB read", x) for x in lines)
+    assert terminal.index("writing the manifest: 0 of") < terminal.index("moving ")
+    assert "writing the manifest:" not in pipe and "\x1b" not in pipe
+    assert "writing the manifest of" in pipe  # the step itself is a line of the log
