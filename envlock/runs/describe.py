@@ -308,8 +308,8 @@ def read_checkpoint(
     unread = tuple(n for n in doc["notes"] if n.startswith("skipped "))
     digested = None
     if weights:
-        with ui.status(f"reading the weights of {path}") as said:
-            digested = weight_digests(report, follow_links, said)
+        with ui.status(f"reading the weights of {path}") as count:
+            digested = weight_digests(report, follow_links, count)
     if digested is not None:
         unread += by_cause(digested.unread)
     checkpoint = Checkpoint(

@@ -455,7 +455,8 @@ def test_an_interrupted_apply_says_what_goes_on_and_a_rerun_converges(
     # 1. During the API phase: the snapshot task goes on on the node.
     pct(node_sshd, vmid, "rm", "/opt/train dir/train.py")
     fakepve.time_scale = 0.05
-    fakepve.ct_secs["snapshot"] = 100  # the task runs on while the interrupt lands
+    # The task runs on while the interrupt lands and the note asks the target what it holds.
+    fakepve.ct_secs["snapshot"] = 300
     code, stderr = interrupt_apply(profile, "waiting for task UPID:pve1:")
     assert code == 130, stderr
     assert "interrupted:" in stderr and "goes on on the node" in stderr
