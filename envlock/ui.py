@@ -10,8 +10,9 @@ import functools
 import json
 import os
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -67,22 +68,44 @@ _RICH_STRIPS = dict.fromkeys((7, 8, 11, 12, 13))
 def _say(message: str, *, stderr: bool, styled: str = "", prefix: str = "") -> None:
     """One line of `message` (text, not markup) after a prefix: through rich on a terminal,
     written as rich would write it, without loading rich, anywhere else."""
-    end_live()
-    if plain(stderr=stderr):
-        stream = sys.stderr if stderr else sys.stdout
-        stream.write((prefix + message.translate(_RICH_STRIPS)).expandtabs(8) + "\n")
-    else:
-        _console(stderr=stderr).print(styled + escape(message))
+    with _LIVE_LOCK:
+        end_live()
+        if plain(stderr=stderr):
+            stream = sys.stderr if stderr else sys.stdout
+            stream.write((prefix + message.translate(_RICH_STRIPS)).expandtabs(8) + "\n")
+        else:
+            _console(stderr=stderr).print(styled + escape(message))
 
 
-_LIVE = {"shown": False}
+# -- progress: one line shown in place on stderr's terminal --------------------------------
+# Every step that may take more than a second shows it here, the same way: uv's install
+# (the agent's count), a resolve, a manifest, `data --deep`, `diff --weights`. Nothing of
+# it ever reaches a pipe, a file or --json. The line of a `status` step is redrawn by a
+# thread of its own (the seconds it has taken), so writes to the terminal take this lock.
+_LIVE: dict[str, Any] = {"shown": False, "step": None}
+_LIVE_LOCK = threading.RLock()
+
+
+def shows_progress() -> bool:
+    """Whether progress is shown at all: stderr is a terminal and no --json was asked."""
+    return not (JSON.asked or plain(stderr=True))
 
 
 def live(message: str) -> None:
     """A progress count shown in place on stderr's terminal (the next line replaces it);
-    nothing at all on a pipe, a file or under --json."""
-    if JSON.asked or plain(stderr=True):
+    nothing at all on a pipe, a file or under --json. Within a `status` step the count
+    goes after the step's own words."""
+    if not shows_progress():
         return
+    with _LIVE_LOCK:
+        step = _LIVE["step"]
+        if step is not None:
+            step.detail = message
+            message = step.line()
+        _draw(message)
+
+
+def _draw(message: str) -> None:
     width = max(20, _console(stderr=True).width - 1)
     sys.stderr.write("\r\x1b[K  " + message.translate(_RICH_STRIPS)[: width - 2])
     sys.stderr.flush()
@@ -91,10 +114,41 @@ def live(message: str) -> None:
 
 def end_live() -> None:
     """Clear a count `live` left on the terminal before anything else is written."""
-    if _LIVE["shown"]:
-        sys.stderr.write("\r\x1b[K")
-        sys.stderr.flush()
-        _LIVE["shown"] = False
+    with _LIVE_LOCK:
+        if _LIVE["shown"]:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            _LIVE["shown"] = False
+
+
+class _Step:
+    """A `status` step on the terminal: its words, the latest count, the seconds taken."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self.detail = ""
+        self.started = time.monotonic()
+        self.done = threading.Event()
+
+    def count(self, detail: str) -> None:
+        """The work's latest count, drawn with the next tick (cheap: call it per MiB); the
+        first at once, however fast the work turns out."""
+        first, self.detail = not self.detail, detail
+        if first:
+            with _LIVE_LOCK:
+                if _LIVE["step"] is self:
+                    _draw(self.line())
+
+    def line(self) -> str:
+        seconds = int(time.monotonic() - self.started)
+        taken = f" ({seconds} s)" if seconds else ""
+        return self.message + (f": {self.detail}" if self.detail else "") + taken
+
+    def tick(self) -> None:
+        while not self.done.wait(0.5):
+            with _LIVE_LOCK:
+                if _LIVE["step"] is self:
+                    _draw(self.line())
 
 
 def table(renderable: object, *, stderr: bool = False) -> None:
@@ -103,13 +157,14 @@ def table(renderable: object, *, stderr: bool = False) -> None:
     import re
 
     console = _console(stderr=stderr)
-    end_live()
     with console.capture() as captured:
         console.print(renderable)
     lines = captured.get().split("\n")
     trimmed = [re.sub(r" +((?:\x1b\[[0-9;]*m)*)$", r"\1", line) for line in lines]
-    console.file.write("\n".join(trimmed))
-    console.file.flush()
+    with _LIVE_LOCK:
+        end_live()
+        console.file.write("\n".join(trimmed))
+        console.file.flush()
 
 
 def ok(message: str) -> None:
@@ -188,13 +243,32 @@ def untrusted(text: str) -> str:
 
 
 @contextmanager
-def status(message: str, *, quiet: bool = False) -> Iterator[None]:
-    """A spinner for work that may take more than a second (nothing when not a terminal)."""
-    if quiet or not _console(stderr=True).is_terminal:
-        yield
+def status(message: str, *, quiet: bool = False) -> Iterator[Callable[[str], None]]:
+    """Work that may take more than a second: on stderr's terminal, `message` in place at
+    once, then the seconds it has taken, every half second, with the latest count the work
+    gives (to the function it yields, or an agent's live line); nothing on a pipe, a file or
+    under --json. `message` is plain text (never markup)."""
+    if quiet or not shows_progress():
+        yield _no_count
         return
-    with _console(stderr=True).status(escape(message)):
-        yield
+    step = _Step(message)
+    with _LIVE_LOCK:
+        outer, _LIVE["step"] = _LIVE["step"], step
+        _draw(step.line())
+    ticker = threading.Thread(target=step.tick, name="envlock-progress", daemon=True)
+    ticker.start()
+    try:
+        yield step.count
+    finally:
+        step.done.set()
+        ticker.join()
+        with _LIVE_LOCK:
+            _LIVE["step"] = outer
+            end_live()
+
+
+def _no_count(_count: str) -> None:
+    """A `status` step's count where nothing is shown."""
 
 
 def shown_path(path: object) -> str:

@@ -8,6 +8,7 @@ import hashlib
 import html
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -43,14 +44,20 @@ class IndexServer:
 
     directory: Path
     requests: list[str] = field(default_factory=list)
+    delay: float = 0.0  # seconds each answer waits: a slow index, as over a slow link
     _server: ThreadingHTTPServer | None = None
 
     def start(self) -> IndexServer:
         requests = self.requests
+        server = self
 
         class Handler(SimpleHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 requests.append(self.path)
+
+            def do_GET(self) -> None:
+                time.sleep(server.delay)
+                super().do_GET()
 
         handler = partial(Handler, directory=str(self.directory))
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -19,6 +19,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         GEN_RE,
         GENERATION,
         HOLD,
+        LIVE,
         LOCK_COPY,
         META_DIR,
         TRASH,
@@ -97,9 +98,6 @@ def run_step(argv, env=None, what="", watch=None):
             + proc.stderr.decode(errors="replace").strip(),
         )
     return proc
-
-
-LIVE = "live: "  # a progress line a terminal shows in place (reconcile/agentcall.py)
 
 
 def run_watching(argv, env, watch, every=0.5):

@@ -734,6 +734,31 @@ def progress(message):
     sys.stderr.flush()
 
 
+LIVE = "live: "  # a progress line a terminal shows in place (reconcile/agentcall.py), never a log's
+
+
+def pacer(every=0.5):
+    """A live progress line at once, then at most one every `every` seconds: `say(make)`
+    calls `make()` for the line only when one is due (or `now_anyway`: a new step's first),
+    so a loop over 100,000 files pays a clock read a file. Threads may share it."""
+    import threading
+
+    due = [0.0]
+    lock = threading.Lock()
+
+    def say(make, now_anyway=False):
+        now = time.monotonic()
+        if now < due[0] and not now_anyway:
+            return
+        with lock:
+            if now < due[0] and not now_anyway:
+                return
+            due[0] = now + every
+            progress(LIVE + make())
+
+    return say
+
+
 # -- generations --------------------------------------------------------------------------
 def list_generations(root):
     gens = []  # type: list

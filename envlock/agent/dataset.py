@@ -22,12 +22,11 @@ import time
 import zlib
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
-    from envlock.agent.core import COMMANDS, UnsafeFile, open_untrusted, progress, sparse
+    from envlock.agent.core import COMMANDS, UnsafeFile, open_untrusted, pacer, sparse
 
 SAMPLE_FILES = 256  # files whose head and tail the fast fingerprint reads
 SAMPLE_BYTES = 64 * 1024  # from each end
 MAX_NAMED = 20  # unreadable files named (all are counted)
-PROGRESS_EVERY = 100000  # files between progress lines, when progress is wanted
 
 
 class OutOfTime(Exception):
@@ -68,7 +67,7 @@ def dataset_fingerprint(path, deep=False, say=None, deadline=None):
         "unreadable_named": sorted(unreadable)[:MAX_NAMED],
     }
     if deep:
-        result["content_sha256"] = content_digest(files, unreadable)
+        result["content_sha256"] = content_digest(files, unreadable, say)
         result["unreadable"] = len(unreadable)
         result["unreadable_named"] = sorted(unreadable)[:MAX_NAMED]
     result["seconds"] = round(time.perf_counter() - started, 3)
@@ -133,16 +132,14 @@ def walk_tree(path, cut, found, unreadable, say, deadline):
     """Every regular file under the directory `path`, depth first, links to directories
     not followed; the deadline and progress are looked at once a directory."""
     stack = [path]
-    next_say = PROGRESS_EVERY
     while stack:
         directory = stack.pop()
         if not list_directory(directory, cut, stack, found, unreadable):
             continue
         if deadline is not None and time.monotonic() > deadline:  # once a directory: cheap
             raise OutOfTime(found)
-        if say is not None and len(found) >= next_say:
-            say(f"{len(found):,} files listed")
-            next_say += PROGRESS_EVERY
+        if say is not None:
+            say(lambda: f"listing {path}: {len(found):,} files")
 
 
 def list_directory(directory, cut, stack, found, unreadable):
@@ -205,10 +202,17 @@ def sample_digest(files, unreadable, deadline=None):
     return digest.hexdigest()
 
 
-def content_digest(files, unreadable):
+def content_digest(files, unreadable, say=None):
     """sha256 over each file's sha256, in path order; files hashed in parallel threads
-    (hashlib releases the GIL on large buffers), each read once."""
+    (hashlib releases the GIL on large buffers), each read once. `say` (a pacer) is told
+    how many bytes of how many were read."""
     from concurrent.futures import ThreadPoolExecutor
+
+    total_mb = sum(f[1] for f in files) >> 20
+    read = [0]  # bytes read by all threads (a count for people: no lock needed)
+
+    def line():
+        return f"digesting: {read[0] >> 20:,} of {total_mb:,} MB read"
 
     def one(item):
         rel, _, _, full = item
@@ -220,9 +224,15 @@ def content_digest(files, unreadable):
                     return f"{rel} ({why}, not hashed)", None
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
+                    read[0] += len(block)
+                    if say is not None:
+                        say(line)
         except (OSError, UnsafeFile):
             return rel, None
         return rel, digest.hexdigest()
+
+    if say is not None:
+        say(line, now_anyway=True)  # at once, however fast it turns out
 
     total = hashlib.sha256()
     with ThreadPoolExecutor(max(2, min(8, os.cpu_count() or 2))) as pool:
@@ -237,7 +247,7 @@ def content_digest(files, unreadable):
 def data_command(req):
     """`{"datasets": {name: path}, "deep": bool, "seconds": limit or None}` → each
     dataset's fingerprint; `seconds` bounds them all together (a snapshot's)."""
-    say = progress if req.get("progress") else None
+    say = pacer() if req.get("progress") else None  # a terminal's live line
     return {
         "datasets": fingerprints(req.get("datasets", {}), req.get("deep"), say, req.get("seconds"))
     }

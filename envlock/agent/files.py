@@ -14,6 +14,7 @@ if "__envlock_agent__" not in globals():  # in the repository; shipped, one name
         AgentError,
         UnsafeFile,
         open_untrusted,
+        pacer,
         read_json,
         record_hash,
         sha256_file,
@@ -138,14 +139,7 @@ def write_manifest(venv):
     owners = read_records(venv)
     dirs = {}  # type: dict
     files = walk_files(venv, dirs=dirs)
-    entries = {}
-    for rel, (size, mtime, ino, nlink, ctime) in files.items():
-        dist, digest = owners.get(rel, ("", ""))
-        own = ""
-        if not digest:
-            path = os.path.join(venv, rel)
-            own = "link:" + os.readlink(path) if os.path.islink(path) else sha256_file(path)
-        entries[rel] = [size, mtime, ino, dist, own, nlink, ctime]
+    entries = manifest_entries(venv, files, owners)
     # The directories are stored too (the walk's: empty ones included), so finding added
     # files needs no path splitting.
     manifest = {"files": entries, "dirs": sorted(dirs)}
@@ -155,6 +149,30 @@ def write_manifest(venv):
     # from its cache, which keeps those whatever happens to the venv).
     own = sum(entry[0] for entry in entries.values() if entry[5] == 1)
     return len(entries), sum(entry[0] for entry in entries.values()), own
+
+
+def manifest_entries(venv, files, owners):
+    """The manifest's entry of each file the walk found: the files no RECORD covers read
+    and hashed, a terminal shown how far (a live line: files, and megabytes read)."""
+    say = pacer()
+    entries = {}
+    seen = {"files": 0, "hashed": 0}  # what the line says, when one is due
+
+    def line():
+        done, read = seen["files"], seen["hashed"] >> 20
+        return f"writing the manifest: {done:,} of {len(files):,} files, {read:,} MB read"
+
+    for rel, (size, mtime, ino, nlink, ctime) in files.items():
+        say(line)
+        seen["files"] += 1
+        dist, digest = owners.get(rel, ("", ""))
+        own = ""
+        if not digest:
+            path = os.path.join(venv, rel)
+            own = "link:" + os.readlink(path) if os.path.islink(path) else sha256_file(path)
+            seen["hashed"] += size
+        entries[rel] = [size, mtime, ino, dist, own, nlink, ctime]
+    return entries
 
 
 def verify_files(venv, deep=False):

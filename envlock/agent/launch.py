@@ -60,7 +60,7 @@ def run_command(_unused):
         return {"stopped": True}  # the controller's last word (the container API's) was no
     if req.get("startup"):
         install_startup(req["startup"])
-    start(req["spec"], req["argv"])
+    start(req["spec"], req["argv"], req.get("refused"))
 
 
 def word_to_go():
@@ -76,14 +76,15 @@ def word_to_go():
     return word == b"go\n"
 
 
-def start(spec, argv):
+def start(spec, argv, refused=None):
     """Become the command (never returns), in its own process group when stdin is no
-    terminal, said on stdout first (the target the controller forwards signals to)."""
+    terminal, said on stdout first (the target the controller forwards signals to); one
+    that cannot start is said in `refused` too (agent/start.py)."""
     env = command_env(spec)
     target = own_group()
     sys.stdout.flush()
     os.write(1, (json.dumps({"run": {"target": target}}) + "\n").encode())
-    become(argv, env)
+    become(argv, env, refused)
 
 
 def install_startup(startup):

@@ -15,6 +15,7 @@ import base64
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -51,25 +52,41 @@ def own_group():
     return target
 
 
-def become(argv, env):
+def become(argv, env, refused=None):
     """Exec the command in the login's home (never returns); a shell's 127 or 126 when it
-    cannot start."""
+    cannot start, said on stderr and, when `refused` names a file (<run dir>/<token>.refused),
+    there too as JSON ({"message", "exit"}): the controller tells envlock's refusal from the
+    command's own 127 by it, and says it as `run --json`'s error document."""
     with contextlib.suppress(OSError):
         os.chdir(os.environ.get("HOME") or "/")
     try:
         os.execvpe(argv[0], argv, env)
     except FileNotFoundError:
-        sys.stderr.write(f"envlock: command not found: {argv[0]}\n")
-        sys.stderr.flush()
-        os._exit(NOT_FOUND)
+        said, code = f"envlock: command not found: {argv[0]}", NOT_FOUND
     except PermissionError:
-        sys.stderr.write("envlock: not executable: {0} (try `python {0}`)\n".format(argv[0]))
-        sys.stderr.flush()
-        os._exit(NOT_EXECUTABLE)
+        said, code = (
+            "envlock: not executable: {0} (try `python {0}`)".format(argv[0]),
+            NOT_EXECUTABLE,
+        )
     except OSError as exc:
-        sys.stderr.write(cannot_start(argv[0], exc) + "\n")
-        sys.stderr.flush()
-        os._exit(NOT_EXECUTABLE)
+        said, code = cannot_start(argv[0], exc), NOT_EXECUTABLE
+    sys.stderr.write(said + "\n")
+    sys.stderr.flush()
+    if refused is not None:
+        say_refused(refused, said[len("envlock: ") :], code)
+    os._exit(code)
+
+
+def say_refused(path, message, code):
+    """The refusal as JSON in `path`: a new 0600 file, never through a link (best effort:
+    the exit status says enough without it)."""
+    if not (os.path.isabs(path) and path.endswith(".refused")):
+        return
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, NEW_FILE, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"message": message, "exit": code}, handle)
 
 
 def cannot_start(name, exc):

@@ -17,9 +17,11 @@ where a tensor's bytes lie is its format's (formats.py: weights_files.py, weight
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from envlock.base.limits import MiB, Refused, printable
@@ -40,12 +42,16 @@ class Digests:
     unread: tuple[str, ...]
 
 
-def digests(report: CheckpointReport, follow_links: bool = False) -> Digests:
-    """The digest of every tensor of `report` that can be read in row-major order."""
+def digests(
+    report: CheckpointReport, follow_links: bool = False, said: Callable[[str], None] | None = None
+) -> Digests:
+    """The digest of every tensor of `report` that can be read in row-major order; `said`
+    is told how many megabytes of how many were read (a terminal's progress)."""
     reader = Reader(report, follow_links)
     found: dict[str, str] = {}
     unread: list[str] = []
     done: dict[tuple[object, ...], str] = {}  # tied weights: one storage, read once
+    counted = _Counted(said, report)
     for entry in report.tensors():
         key, info = key_text(entry.key), entry.info
         if info.alias in done:
@@ -53,7 +59,7 @@ def digests(report: CheckpointReport, follow_links: bool = False) -> Digests:
             continue
         try:
             spans = _spans(reader, info)
-            digest = _digest(reader, spans) if spans is not None else None
+            digest = _digest(reader, spans, counted) if spans is not None else None
         except Refused:
             raise
         except (EnvlockError, OSError, zipfile.BadZipFile, ValueError) as exc:
@@ -148,9 +154,35 @@ def _spans(reader: Reader, info: TensorInfo) -> list[Span] | None:
     return formats.spans(reader, info)
 
 
-def _digest(reader: Reader, spans: list[Span]) -> str:
+class _Counted:
+    """The tensor bytes read so far, said as megabytes of the checkpoint's tensors."""
+
+    def __init__(self, said: Callable[[str], None] | None, report: CheckpointReport) -> None:
+        self.said = said
+        self.read = 0
+        self.total = self.size_of(report) if said else 0
+        self.add(0)
+
+    @staticmethod
+    def size_of(report: CheckpointReport) -> int:
+        """The bytes of its tensors, a tied storage once (what the digests read at most)."""
+        infos = {e.info.alias: e.info for e in report.tensors()}
+        total = 0
+        for info in infos.values():
+            with contextlib.suppress(KeyError, TypeError):
+                total += nbytes(info)
+        return total
+
+    def add(self, size: int) -> None:
+        self.read += size
+        if self.said is not None:
+            self.said(f"{self.read >> 20:,} of {self.total >> 20:,} MB read")
+
+
+def _digest(reader: Reader, spans: list[Span], counted: _Counted) -> str:
     sha = hashlib.sha256()
     for span in spans:
         for chunk in stream(reader, span):
             sha.update(chunk)
+            counted.add(len(chunk))
     return sha.hexdigest()

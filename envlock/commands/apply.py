@@ -31,10 +31,11 @@ from envlock.commands.common import (
 )
 from envlock.converge.converge import Converged, Gate, converge, refuse_restart
 from envlock.converge.fleet import Fleet, MemberResult, Progress, is_fleet, members_of, run_fleet
-from envlock.errors import EXIT_DRIFT, EXIT_USAGE, INTERRUPTED, UsageError
+from envlock.errors import EXIT_DRIFT, EXIT_USAGE, INTERRUPTED, EnvlockError, UsageError
 from envlock.proxmox.members import Member
-from envlock.reconcile.context import Context, open_context
+from envlock.reconcile.context import Context, gather_state, open_context
 from envlock.reconcile.plan import Plan
+from envlock.reconcile.state import State
 
 
 @click.command("apply")
@@ -212,7 +213,7 @@ def make_gate(ctx: Context, *, yes: bool, as_json: bool) -> Gate:
         confirm(asked)
         asked = True
         # Said when the interrupt comes: what it left is known only then.
-        click.get_current_context().meta[INTERRUPTED] = lambda: interrupted_note(ctx)
+        click.get_current_context().meta[INTERRUPTED] = lambda: interrupted_note(ctx, plan)
 
     return gate
 
@@ -373,30 +374,71 @@ def confirm(yes: bool, question: str = "apply this plan?") -> None:
         sys.exit(EXIT_DRIFT)
 
 
-def interrupted_note(ctx: Context) -> str:
+def interrupted_note(ctx: Context, plan: Plan | None = None) -> str:
     """What an interrupt during the apply leaves, and what cleans it up.
 
     envlock does not stop a remote agent: it runs under the root's lock and either
     finishes or leaves the root as it was (the switch is atomic), so saying so is safer
-    than killing it between two of its steps."""
-    note = "the active generation is untouched (the switch is atomic)"
-    left = settled_half_built(ctx.profile.target.root) if not ctx.profile.target.remote else None
-    if left is None:
-        note += "; a half-built generation, if one was left, is removed by the next `envlock apply`"
-    elif left:
-        note += f"; the half-built {', '.join(left)} is removed by the next `envlock apply`"
-    else:
-        note += "; no half-built generation was left"
+    than killing it between two of its steps. What it left is asked over a new connection
+    (a local root is looked at), once the agent let go of the root."""
     if ctx.profile.target.remote:
-        note += (
-            "; the agent on the target may still be finishing under the root's lock: "
-            "`envlock check` shows where it ended, and a new `envlock apply` waits for it"
-        )
+        note = remote_interrupted_note(ctx, plan)
+    else:
+        note = "the active generation is untouched (the switch is atomic)"
+        note += half_built_note(settled_half_built(ctx.profile.target.root))
     if ctx.provisioner is not None:
         note += (
             "; a Proxmox task already started (snapshot, config change, start) goes on on the node"
         )
     return note
+
+
+def half_built_note(left: list[str]) -> str:
+    if left:
+        return f"; the half-built {', '.join(left)} is removed by the next `envlock apply`"
+    return "; no half-built generation was left"
+
+
+WAITS_FOR_IT = "`envlock check` shows where it ended, and a new `envlock apply` waits for it"
+
+
+def remote_interrupted_note(ctx: Context, plan: Plan | None) -> str:
+    """The remote root as the target answers once the agent stopped: the active generation
+    (this apply's, if it switched before it stopped) and any half-built one; or that the
+    agent is still at work, or that the target could not be asked."""
+    state = settled_remote(ctx)
+    if state is None:
+        return (
+            "the target could not be asked what the agent left: it finishes its step or "
+            f"leaves the root as it was (the switch is atomic); {WAITS_FOR_IT}"
+        )
+    if state.busy:
+        return (
+            f"the agent on the target is still at work under the root's lock ({state.busy}): "
+            f"it finishes its step or leaves the root as it was (the switch is atomic); "
+            + WAITS_FOR_IT
+        )
+    before = plan.assumed.current if plan is not None and plan.assumed is not None else None
+    if state.current != before and state.current is not None:
+        note = f"the agent on the target switched to generation {state.current} before it stopped"
+    else:
+        note = "the active generation is untouched (the switch is atomic)"
+    return note + half_built_note([g.name for g in state.generations if not g.complete])
+
+
+def settled_remote(ctx: Context, seconds: float = 5.0) -> State | None:
+    """The remote root once the interrupted agent let go of its lock, asked over a new
+    connection (up to `seconds`; a second Ctrl-C stops waiting): None if it cannot be asked."""
+    deadline = time.monotonic() + seconds
+    state = None
+    try:
+        state = gather_state(ctx)
+        while state.busy and time.monotonic() < deadline:
+            time.sleep(0.3)
+            state = gather_state(ctx)
+    except (EnvlockError, KeyboardInterrupt):
+        pass
+    return state
 
 
 def settled_half_built(root: str, seconds: float = 5.0) -> list[str]:

@@ -100,7 +100,8 @@ def data_of(profile: str, *, deep: bool, quiet: bool) -> DataResult:
             f"{prof.path.name} names no datasets",
             hint=f"add a [data] table, e.g. {PATH.example}",
         )
-    request = {"datasets": requests(prof.data), "deep": deep, "progress": not quiet}
+    progress = not quiet and ui.shows_progress()  # a terminal's live line, or none at all
+    request = {"datasets": requests(prof.data), "deep": deep, "progress": progress}
     with ui.status("fingerprinting the datasets", quiet=quiet):
         answer = call_agent(
             prof.target.transport(), prof.target.root, "data", request, on_progress=ui.info

@@ -19,7 +19,7 @@ from envlock.base.untrusted import read_named
 from envlock.commands.common import json_option
 from envlock.commands.undo import Written, undone_on_failure
 from envlock.edits.changes import LockChanges
-from envlock.edits.guard import Proposal, Refused, propose
+from envlock.edits.guard import Proposal, Refused, propose, torch_refusal
 from envlock.errors import EXIT_DRIFT, EXIT_USAGE
 from envlock.lock.read import load_fresh_lock
 from envlock.profile.edit import Edit
@@ -114,10 +114,7 @@ def change_of(
     say = shown(as_json)
     say.proposal(proposal)
     if proposal.torch_moves and not allow_torch_change:
-        raise Refused(
-            "refusing to move torch's own packages: " + "; ".join(proposal.torch_moves),
-            hint="pass --allow-torch-change to accept this; nothing was written",
-        )
+        raise torch_refusal(proposal)
     if dry_run:
         return ChangeResult(profile.path, edit, lock.short_hash, proposal, dry_run=True)
     confirm(yes, proposal)

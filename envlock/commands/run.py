@@ -43,11 +43,15 @@ from envlock.runs.environment import (
     generation_dir,
 )
 from envlock.runs.launch import (
+    NOT_EXECUTABLE,
+    NOT_FOUND,
     ended,
     exec_local,
+    refusal_file,
     refused_exit,
     remote_spec,
     run_remote,
+    said_refusal,
     spec_of,
 )
 from envlock.runs.one_call import (
@@ -241,7 +245,10 @@ def run_in_one_call(
             remember(ctx.transport, root, request, kept)
         outcome = call_run(ctx.transport, root, launch, gate)
         if isinstance(outcome, Started):
-            return ended(ctx.transport, outcome.code)
+            code = ended(ctx.transport, outcome.code)
+            if code in (NOT_EXECUTABLE, NOT_FOUND):
+                said_refusal(ctx.transport, launch["refused"], code)
+            return code
         # Stopped: the state as proposed, which the container's word changes; Changed: the
         # state the target answered; Failed: ask the usual way, which says why.
         raw = proposal if isinstance(outcome, Stopped) else None
@@ -308,6 +315,7 @@ def launch_request(
         "spec": spec_of(env, f"{gen}/bin", SCRUBBED, ctx.profile.env.get("PATH")),
         "argv": argv,
         "startup": None if state.startup_ready else startup_payload(ctx.profile.target.root),
+        "refused": refusal_file(ctx.profile.target.root),  # said there if it cannot start
     }
 
 

@@ -67,7 +67,7 @@ def propose(profile: Profile, lock: Lock, edit: Edit, added: list[str]) -> Propo
                 profile.lock_path, resolve_candidate(profile, edit.text), lock_policy(profile)
             )
         except ResolutionFailed as failure:
-            raise refusal(profile, added, failure) from None
+            raise refusal(profile, added, failure, lock) from None
         notes = older_release_notes(
             profile, candidate, looked_up, newest.result() if newest else {}
         )
@@ -164,9 +164,12 @@ def needs_text(profile: Profile, free: dict[str, str]) -> str:
     return "conflicts with the profile's other requirements"
 
 
-def refusal(profile: Profile, added: list[str], failure: ResolutionFailed) -> Refused:
+def refusal(
+    profile: Profile, added: list[str], failure: ResolutionFailed, lock: Lock | None = None
+) -> Refused:
     """Why the pinned resolution failed: torch, when the added requirements alone resolve
-    with another torch; otherwise uv's reason as it stands."""
+    with another torch (an exact pin named as asked, with the release the lock has that
+    works); otherwise uv's reason as it stands."""
     listed = ", ".join(names(added)) or "the profile"
     hint = f"nothing was written; {profile.path.name} and its lock are unchanged"
     if not added or profile.torch is None:
@@ -177,6 +180,9 @@ def refusal(profile: Profile, added: list[str], failure: ResolutionFailed) -> Re
         free = {}
     torch = free.get("torch")
     if torch and not same_release(torch, profile.torch.pinned_version):
+        if all(is_exact(r) for r in added):
+            said = "; ".join(pinned_cause(profile, r, torch, lock) for r in added)
+            return Refused(f"{said}; uv says:\n{failure.reason}", hint=hint)
         newest = ", ".join(f"{n} {free[n]}" for n in names(added) if n in free)
         return Refused(
             f"no release of {listed} works with {torch_pin(profile)}: the newest "
@@ -184,6 +190,48 @@ def refusal(profile: Profile, added: list[str], failure: ResolutionFailed) -> Re
             hint=hint,
         )
     return Refused(f"{listed} cannot be added to {profile.path.name}:\n{failure.reason}", hint=hint)
+
+
+def pinned_cause(profile: Profile, requirement: str, torch: str, lock: Lock | None) -> str:
+    """An exact pin that needs another torch, as asked (`xformers==0.0.28 needs torch
+    2.4.1`), and the release the lock has, which works with the pin."""
+    name = names([requirement])[0]
+    has = lock.versions().get(name) if lock is not None else None
+    if has is not None:
+        return f"{requirement} needs torch {torch}; {has} works with the pinned torch (the lock's)"
+    return f"{requirement} needs torch {torch}; the profile pins {torch_pin(profile)}"
+
+
+def torch_refusal(proposal: Proposal) -> Refused:
+    """An edit that moves torch's own packages, refused without --allow-torch-change: what
+    moves, why that is asked for, that torch itself stays when it does, and what to do."""
+    edit, versions = proposal.edit, proposal.candidate.versions()
+    listed = names(list(edit.torch_packages)) if edit.touches_torch else []
+    moved = [m for m in proposal.torch_moves if not m.startswith("[torch] packages")]
+    others = [m for m in moved if m.split(":", 1)[0] not in listed]
+    verb = "remove" if edit.removing else "add"
+    if listed:
+        what = f"{verb} {', '.join(listed)}"
+        one = len(listed) == 1
+        why = (
+            f"{' and '.join(listed)} {'is one' if one else 'are'} of torch's own packages, "
+            "released with torch, and envlock changes those only when asked"
+        )
+    else:
+        what = f"move torch's own packages ({'; '.join(moved)})"
+        why = "they ship with torch's build, and another version of them can break torch"
+    said = f"refusing to {what} without --allow-torch-change: {why}"
+    if others and listed:
+        said += f"; it also moves {'; '.join(others)}"
+    if not any(m.startswith("torch:") for m in moved):
+        fits = [f"{n} {versions[n]}" for n in listed if n in versions and not edit.removing]
+        said += f" — even when torch itself stays, as here ({torch_pin(proposal.profile)}"
+        said += f", unchanged above{'; ' + ', '.join(fits) + ' fits it' if fits else ''})"
+    return Refused(
+        said,
+        hint="to accept it, run the same command with --allow-torch-change (it installs the "
+        "lock shown above); nothing was written",
+    )
 
 
 def names(requirements: list[str]) -> list[str]:

@@ -16,7 +16,6 @@ from envlock.reconcile.agentcode import agent_bootstrap as agent_bootstrap
 from envlock.targets.base import ConnectionLost, Result, Transport, TransportFailed
 
 PROGRESS_PREFIX = "envlock-progress: "
-LIVE = "live: "  # agent/apply.py's: a count a terminal shows in place, never a line of a log
 OS_HINTS = {
     "ENOSPC": "the target's disk is full: run `envlock gc` (it removes old generations; "
     "`--dry-run` lists them) or free space otherwise, and apply again",
@@ -115,6 +114,8 @@ class Listener:
         if self.dialogue is not None and line == LOCKED_READY:
             self.answer_locked(self.dialogue)
         elif self.on_progress is not None and progress is not None:
+            from envlock.agent.core import LIVE  # a count a terminal shows in place
+
             if progress.startswith(LIVE):  # to a terminal only: never a pipe, a log, --json
                 ui.live(progress[len(LIVE) :])
             else:

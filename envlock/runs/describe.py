@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from envlock import ui
 from envlock.base.cuda import is_cuda_library
 from envlock.base.flat import flatten
 from envlock.base.limits import Refused
@@ -329,7 +330,10 @@ def read_checkpoint(
         return None, (said,)
     directory = report.format == "directory"
     unread = tuple(n for n in doc["notes"] if n.startswith("skipped "))
-    digested = weight_digests(report, follow_links) if weights else None
+    digested = None
+    if weights:
+        with ui.status(f"reading the weights of {path}") as count:
+            digested = weight_digests(report, follow_links, count)
     if digested is not None:
         unread += by_cause(digested.unread)
     try:

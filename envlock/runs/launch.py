@@ -112,6 +112,7 @@ def launched(
     token = secrets.token_hex(8)
     run_dir = f"{root}/run"
     env_file, pid_file = f"{run_dir}/{token}.env", f"{run_dir}/{token}.pid"
+    refused = f"{run_dir}/{token}.refused"  # the launcher's, when the command cannot start
     write_private(transport, run_dir, env_file, spec)
     launcher = own_python(transport, LAUNCHER, env_file, pid_file, *argv, root=root)
     proc = transport.spawn(launcher, piped=capture)
@@ -128,12 +129,44 @@ def launched(
     # A stopped container keeps the .pid (nothing there can be removed): the next run's
     # launcher sweeps it, saying so.
     code = ended(transport, code)
+    if code in (NOT_EXECUTABLE, NOT_FOUND):
+        said_refusal(transport, refused, code)
     try:
         transport.run(["rm", "-f", env_file, pid_file])
     except OperationError:
         ended(transport, KILLED)  # stopped just after the command ended
         raise
     return code, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def refusal_file(root: str) -> str:
+    """Where the agent's `run` says a command it could not start (a new name each run)."""
+    import secrets
+
+    return f"{root}/run/{secrets.token_hex(8)}.refused"
+
+
+# $1 the .refused file: printed, then removed.
+READ_AND_REMOVE = 'cat -- "$1" 2>/dev/null; rm -f -- "$1"'
+
+
+def said_refusal(transport: Transport, path: str, code: int) -> None:
+    """After a remote 126/127: whether the launcher or the agent said it could not start
+    the command (its .refused file; a 127 of the command's own leaves none). Under --json
+    that is envlock's error document, as for a local run; the file is removed either way."""
+    from envlock import ui
+
+    try:
+        said = transport.run(["sh", "-c", READ_AND_REMOVE, "sh", path]).text()
+    except OperationError:
+        return
+    try:
+        refusal = json.loads(said)
+        message = str(refusal["message"])
+    except (ValueError, KeyError, TypeError):
+        return  # none: the command itself ended with 126 or 127
+    if ui.JSON.asked:
+        ui.emit_error(message, None, code)
 
 
 # A status of 128 + a signal: the command was killed (a stop kills what a container runs),

@@ -20,6 +20,7 @@ from envlock.lock.read import LockedPackage, read_lock
 from envlock.profile.edit import add_requirements, remove_requirements
 from tests.conftest import Envlock
 from tests.projects import torch_profile_text, write_seed_project
+from tests.wheelhouse import build_wheel
 
 
 def generations(profile: Path) -> list[str]:
@@ -199,6 +200,14 @@ def test_add_sglang_keeps_torch_and_says_which_release_and_why(
     assert len(generations(profile)) == 2
     probe = "import torch; print(torch.__version__)"
     assert envlock("run", profile, "--", "python", "-c", probe).stdout.strip() == "2.11.0+cu130"
+    # An exact pin of the newest: refused for what the pin needs, not for every release.
+    pinned = envlock("add", "-y", profile, "sglang==0.5.23")
+    assert pinned.returncode == 1, pinned.stdout + pinned.stderr
+    assert pinned.stderr.startswith(
+        "error: sglang==0.5.23 needs torch 2.14.1; 0.5.2 works with the pinned torch (the lock's)"
+    ), pinned.stderr
+    assert "no release of sglang works" not in pinned.stderr
+    assert locked(profile)["sglang"] == "0.5.2" and len(generations(profile)) == 2
 
 
 def test_add_sglang_with_no_compatible_release_is_refused_and_writes_nothing(
@@ -218,6 +227,11 @@ def test_add_sglang_with_no_compatible_release_is_refused_and_writes_nothing(
         assert "the newest (sglang 0.5.23) needs torch 2.14.1" in refused.stderr
         assert "sglang depend on torch==2.14.1" in refused.stderr  # uv's own reason
         assert snapshot_files(profile.parent) == before
+    pinned = envlock("add", "-y", profile, "sglang==0.5.23")
+    assert pinned.returncode == 1 and snapshot_files(profile.parent) == before
+    assert "error: sglang==0.5.23 needs torch 2.14.1; the profile pins torch 2.11.0" in (
+        pinned.stderr
+    )
     assert len(generations(profile)) == 1
 
 
@@ -226,10 +240,13 @@ def test_a_torch_cuda_library_is_refused_unless_allowed(seed: Path, envlock: Env
     before = snapshot_files(seed.parent)
     refused = envlock("add", "-y", seed, "nvidia-cublas-cu13==13.0.2.14")
     assert refused.returncode == 1
-    assert "refusing to move torch's own packages: nvidia-cublas-cu13: — → 13.0.2.14" in (
-        refused.stderr
-    )
-    assert "--allow-torch-change" in refused.stderr
+    assert (
+        "refusing to move torch's own packages (nvidia-cublas-cu13: — → 13.0.2.14) without "
+        "--allow-torch-change: they ship with torch's build, and another version of them can "
+        "break torch — even when torch itself stays, as here (torch 2.11.0+cu128, unchanged "
+        "above)"
+    ) in refused.stderr
+    assert "hint: to accept it, run the same command with --allow-torch-change" in refused.stderr
     assert "CUDA libraries" in refused.stdout and "+ nvidia-cublas-cu13 13.0.2.14" in (
         refused.stdout
     )
@@ -247,7 +264,11 @@ def test_torch_packages_edits_need_the_flag_even_when_the_lock_installs_the_same
     profile = applied(envlock, pypi_profile(tmp_path / "proj", pypi_wheelhouse))
     refused = envlock("add", "-y", profile, "triton")
     assert refused.returncode == 1
-    assert "refusing to move torch's own packages: [torch] packages: triton" in refused.stderr
+    assert (
+        "refusing to add triton without --allow-torch-change: triton is one of torch's own "
+        "packages, released with torch, and envlock changes those only when asked — even when "
+        "torch itself stays, as here (torch 2.11.0, unchanged above; triton 3.6.0 fits it)"
+    ) in refused.stderr
     # torch requires triton already: only its marker changes in the lock.
     assert "no package is added, removed or moved to another version" in refused.stdout
     before = locked(profile)
@@ -391,3 +412,31 @@ def test_a_generation_needs_nothing_of_the_controller_s_checkout(
         text=True,
     )
     assert shell.stdout.splitlines() == [str(venv), f"{venv}/bin/python"], shell.stderr
+
+
+def test_adding_torchvision_says_why_it_is_refused_and_what_to_do(
+    tmp_path: Path, pypi_wheelhouse: Path, envlock: Envlock
+) -> None:
+    """torch stays and torchvision resolves to the release that fits it: the refusal says
+    it is refused for being torch's own package, not for moving torch (issue #47)."""
+    wheels = tmp_path / "wheels"
+    shutil.copytree(pypi_wheelhouse, wheels)
+    build_wheel(wheels, "torchvision", "0.26.0", ["torch==2.11.0"])
+    build_wheel(wheels, "torchvision", "0.29.0", ["torch==2.14.1"])
+    profile = applied(envlock, pypi_profile(tmp_path / "proj", wheels))
+    before = snapshot_files(profile.parent)
+    refused = envlock("add", "-y", profile, "torchvision")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "torch build: unchanged (torch 2.11.0)" in refused.stdout
+    assert "torchvision resolved to 0.26.0, the newest release compatible" in refused.stdout
+    assert refused.stderr.startswith(
+        "error: refusing to add torchvision without --allow-torch-change: torchvision is one "
+        "of torch's own packages, released with torch, and envlock changes those only when "
+        "asked — even when torch itself stays, as here (torch 2.11.0, unchanged above; "
+        "torchvision 0.26.0 fits it)"
+    ), refused.stderr
+    assert "run the same command with --allow-torch-change" in refused.stderr
+    assert snapshot_files(profile.parent) == before
+    allowed = envlock("add", "-y", "--allow-torch-change", profile, "torchvision")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert locked(profile)["torchvision"] == "0.26.0" and locked(profile)["torch"] == "2.11.0"

@@ -265,6 +265,10 @@ def test_a_generation_is_built_switched_to_and_linked(
     ]
     live = [line for line in said if line.startswith("live: ")]  # a terminal's, in place
     assert live[0] == "live: installing: 0 of 1 packages in place"
+    # The manifest's count, from its first file (a large generation's takes seconds).
+    assert any(
+        re.fullmatch(r"live: writing the manifest: 0 of \d+ files, 0 MB read", x) for x in live
+    )
     assert [line for line in said if line not in live] == [
         f"build {name}",
         "creating venv for Python 3.11",

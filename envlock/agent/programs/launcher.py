@@ -3,7 +3,8 @@ target's transport): the command gets its environment from a 0600 file that is r
 deleted, never from a command line; the launcher records its process group in a .pid file,
 then execs the command (agent/start.py), so envlock forwards signals to that group.
 
-argv: the env file, the pid file, then the command. The env file is JSON: {"set": {...},
+argv: the env file, the pid file, then the command. A command that cannot start is said in
+<token>.refused beside them too (agent/start.py). The env file is JSON: {"set": {...},
 "unset": [...], "path": "<gen>/bin", "tail": [env] PATH or null}. It runs as root and renames
 over the pid file: only ever <run dir>/<token>.pid beside its <token>.env, so arguments out
 of place can never name another file (such as /bin/sh).
@@ -43,7 +44,7 @@ def launch(args):
     sweep(os.path.dirname(pid_file))
     fd = write_pid(pid_file, target)
     os.set_inheritable(fd, True)
-    become(argv, env)
+    become(argv, env, pid_file[:-4] + ".refused")
 
 
 def write_pid(pid_file, target):
@@ -69,6 +70,8 @@ def sweep(run_dir):
             unstarted += remove_unstarted(path)
         elif name.endswith(".pid"):
             swept += remove_unlocked(path)
+        elif name.endswith(".refused"):  # a refusal no controller read back (it was stopped)
+            remove_unstarted(path)
     if swept:
         sys.stderr.write(
             f"envlock: removed {swept} stale .pid file(s) in {run_dir}, left by a run whose "
