@@ -75,7 +75,6 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
                     program,
                 ],
                 capture_output=True,
-                text=True,
                 stdin=follower,
                 env={**envlock_env(), "XDG_CACHE_HOME": str(cache)},
                 timeout=120,
@@ -83,7 +82,9 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
         finally:
             os.close(leader)
             os.close(follower)
-        assert tty.returncode == 7 and "it's" in tty.stdout, tty.stderr
+        # Only the command's bytes, as the terminal shows them: no NUL, no ssh chatter
+        # ("Shared connection to … closed.").
+        assert (tty.returncode, tty.stdout, tty.stderr) == (7, b"it's\r\n", b"")
 
         # The container drifted (its API says so): the agent found the state as judged and
         # waited; the controller said no, and explains as `check` would.
