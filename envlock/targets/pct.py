@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from typing import IO
 
@@ -74,10 +73,6 @@ PCT_FAILURES: tuple[type[TransportFailed], ...] = (
     NodeHasNoPct,
     PctFailed,
 )
-
-
-# The node's side of a terminal run: its pty passes bytes untouched, then pct runs.
-RAW_THEN_EXEC = 'stty raw -echo 2>/dev/null; exec "$@"'
 
 
 class PctTransport:
@@ -174,13 +169,7 @@ class PctTransport:
             self.detect_keep_env()
         # Piped, the caller reads pct's refusal of --keep-env (refuses_keep_env) and asks
         # again without it: one call on a current node, none spent on asking.
-        wrapped = self.wrap(argv, None)
-        if not piped and sys.stdin.isatty():
-            # `pct exec` gives the command a terminal of its own inside the container: the
-            # node's (ssh's) is made raw, so bytes pass once, never translated twice
-            # ("\n" would reach the user as "\r\r\n"), and Ctrl-C reaches the inner one.
-            wrapped = ["sh", "-c", RAW_THEN_EXEC, "sh", *wrapped]
-        return self.node.spawn(wrapped, piped=piped)
+        return self.node.spawn(self.wrap(argv, None), piped=piped)
 
     def raise_for_pct(self, result: Result, argv: list[str]) -> None:
         """pct's own failures become distinct errors; the command's failures pass through.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import pty
-import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -51,7 +50,9 @@ def failures(d: str) -> list[tuple[str, list[str], int, str]]:
 
 
 def envlock_run(profile: Path, argv: list[str], *, tty: bool) -> tuple[int, str]:
-    """`envlock run` as a batch job (stdin no terminal) or from a terminal; status, stderr."""
+    """`envlock run` as a batch job (stdin no terminal) or from a terminal; its status and
+    what it said (from a terminal, the target's words come through the remote terminal,
+    on stdout, as the user's terminal shows both)."""
     cmd = [sys.executable, "-m", "envlock", "run", str(profile), "--", *argv]
     if not tty:
         done = subprocess.run(
@@ -66,7 +67,7 @@ def envlock_run(profile: Path, argv: list[str], *, tty: bool) -> tuple[int, str]
     finally:
         os.close(leader)
         os.close(follower)
-    return done.returncode, done.stderr
+    return done.returncode, done.stdout + done.stderr
 
 
 def applied(profile: Path) -> Path:
@@ -109,7 +110,7 @@ def test_ssh(tmp_path: Path, wheelhouse: Path, node_sshd: Node) -> None:
     profile = applied(write_profile(tmp_path / "p", wheelhouse, target))
 
     def place(d: str) -> None:
-        assert node_sshd.run("sh", "-c", shlex.quote(PLACE), "sh", d).returncode == 0
+        assert node_sshd.run("sh", "-c", PLACE, "sh", d).returncode == 0
 
     walk("ssh", profile, place, str(tmp_path / "cmds"))
 
