@@ -176,7 +176,7 @@ def send_and_read(
     if asking is not None:
         asking.join()
         if isinstance(verdict[0], BaseException):
-            stop_waiting(proc)
+            end_agent(proc)
             raise verdict[0]
     if isinstance(answer, dict) and answer.get("ready"):
         if verdict and verdict[0] is not True:
@@ -201,7 +201,7 @@ def ready(proc: subprocess.Popen[bytes], on_ready: Callable[[], None] | None) ->
         try:
             on_ready()
         except BaseException:
-            stop_waiting(proc)
+            end_agent(proc)
             raise
     say(proc, b"go\n")
 
@@ -213,7 +213,7 @@ def say(proc: subprocess.Popen[bytes], word: bytes) -> None:
         proc.stdin.flush()
 
 
-def stop_waiting(proc: subprocess.Popen[bytes]) -> None:
+def end_agent(proc: subprocess.Popen[bytes]) -> None:
     """The agent waits for a word that will not come: it is ended."""
     proc.kill()
     proc.wait()

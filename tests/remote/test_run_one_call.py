@@ -100,15 +100,22 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
         assert round_trips(log) == 1
 
         # --snapshot-into: written between the agent's check and its start, in the same call.
-        for terminal in (False, True):
-            into = tmp_path / f"ckpt-{terminal}"
+        # Its probe asks more (the cache's warmth, the generation's lock): the first such
+        # run probes first, as any run with nothing remembered; then one call each.
+        for terminal, trips in ((False, 2), (False, 1), (True, 1)):
+            into = tmp_path / f"ckpt-{terminal}-{trips}"
             into.mkdir()
             log.write_text("")
             args = ("run", "--snapshot-into", into, profile, "--", "python", "-c", program)
             done = from_terminal(cache, *args) if terminal else cli(cache, *args)
             assert done.returncode == 7, done.stderr
             snap = json.loads((into / "envlock-snapshot.json").read_text())
-            assert snap["command"][-1] == program and round_trips(log) == 1, snap
+            assert snap["command"][-1] == program and round_trips(log) == trips, snap
+        # One already there stops the run before its command starts, in the same call.
+        log.write_text("")
+        again = cli(cache, "run", "--snapshot-into", into, profile, "--", "python", "-c", program)
+        assert again.returncode == 2 and "a snapshot is already here" in again.stderr
+        assert "it's" not in again.stdout and round_trips(log) == 1
 
         # The container drifted (its API says so): the agent found the state as judged and
         # waited; the controller said no, and explains as `check` would.
