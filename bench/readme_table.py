@@ -145,19 +145,33 @@ def extra_rows() -> list[dict[str, Any]]:
             }
         )
     durable = load("durability")
-    if durable and "syncfs_s" in durable:
-        rows.append(
-            {
-                "operation": f"making a {durable['files']:,}-file generation durable",
-                "envlock": f"syncfs {durable['syncfs_s'] * 1000:.0f} ms "
-                f"({durable['syncfs_share_of_apply']:.0%} of apply)",
-                "baseline": f"fsync of each file {durable['fsync_each_s']:.2f} s",
-                "ratio": f"{1 / durable['fsync_each_vs_syncfs']:.3f}×",
-                "goal": "≤ 10% of apply",
-                "met": durable["syncfs_share_of_apply"] <= 0.10,
-            }
-        )
+    if durable and "writer_envlock_s" in durable:
+        rows.append(durability_row(durable))
     return rows
+
+
+def durability_row(durable: dict[str, Any]) -> dict[str, Any]:
+    """syncfs() against syncing only the generation's own files, while another process
+    writes `writer_gb` GB to the same file system (issue 41: the one faster there is kept)."""
+    gb = f"{durable['writer_gb']:g} GB"
+    return {
+        "operation": f"making a {durable['files']:,}-file generation durable, another "
+        f"process writing {gb} meanwhile (idle in brackets)",
+        "envlock": f"syncfs {durable['writer_envlock_s'] * 1000:.0f} ms "
+        f"({durable['idle_envlock_s'] * 1000:.0f} ms)",
+        "baseline": f"its own files only (fdatasync, dirs) {durable['writer_own_data_s']:.2f} s "
+        f"({durable['idle_own_data_s']:.2f} s); fsync of each "
+        f"{durable['writer_fsync_each_s']:.2f} s ({durable['idle_fsync_each_s']:.2f} s)",
+        "ratio": f"{fastest_own_files(durable):.3f}×",
+        "goal": "≤ 1× the fastest way of syncing only its files, under the writer",
+        "met": fastest_own_files(durable) <= 1,
+    }
+
+
+def fastest_own_files(durable: dict[str, Any]) -> float:
+    """envlock's time under the writer over the fastest way that syncs only the tree."""
+    alone = min(durable["writer_own_data_s"], durable["writer_fsync_each_s"])
+    return float(durable["writer_envlock_s"] / alone)
 
 
 def table() -> str:

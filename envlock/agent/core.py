@@ -522,9 +522,11 @@ def uv_cache_damage(stderr):
 # rename makes count (generation.json, `current`) must follow the data it points at.
 def make_durable(tree):
     """Every file and directory under `tree` on disk. One syncfs() of its file system where
-    the kernel can (ext4, xfs, btrfs: ~30 ms, where an fsync per file of a 16k-file venv
-    costs seconds); on FUSE, where syncfs() never reaches the store below, an fsync of
-    each file and directory, as the kernel would not do it for us."""
+    the kernel can; on FUSE, where syncfs() never reaches the store below, or where the C
+    library has no syncfs, an fsync of each file and directory. syncfs() also waits for
+    other writers' pending data, yet measured against syncing only the tree's own files it
+    wins idle and under another process's 2 GB write alike (bench/bench_durability.py:
+    per-file syncs pay a device flush or a wait each, 15k-23k times)."""
     if not on_fuse(tree) and syncfs(tree):
         return "syncfs"
     from concurrent.futures import ThreadPoolExecutor  # fsyncs overlap on the device

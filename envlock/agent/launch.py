@@ -60,6 +60,8 @@ def run_command(_unused):
         return {"stopped": True}  # the controller's last word (the container API's) was no
     if req.get("startup"):
         install_startup(req["startup"])
+    if req.get("terminal"):
+        start_in_terminal(req["spec"], req["argv"], req["terminal"], req.get("refused"))
     start(req["spec"], req["argv"], req.get("refused"))
 
 
@@ -85,6 +87,75 @@ def start(spec, argv, refused=None):
     sys.stdout.flush()
     os.write(1, (json.dumps({"run": {"target": target}}) + "\n").encode())
     become(argv, env, refused)
+
+
+def start_in_terminal(spec, argv, terminal, refused=None):
+    """The command of a run from a terminal, in a terminal of its own made here (the
+    controller's is raw meanwhile: keys and output pass as bytes, once): the command's
+    session and process group lead it, Ctrl-C there is its SIGINT. Relayed until it ends;
+    exits with its status (a shell's 128 + N when a signal ended it). Never returns, unless
+    the target has no terminal to give: then the command starts as a batch run's."""
+    import pty
+
+    env = command_env(spec)
+    sys.stdout.flush()
+    try:
+        pid, master = pty.fork()
+    except OSError as exc:  # a target without terminals to give (no devpts, none left)
+        sys.stderr.write(
+            f"envlock: no terminal for the command on the target ({exc}): it runs without one\n"
+        )
+        sys.stderr.flush()
+        return
+    if pid == 0:  # the command's side: stdin, stdout and stderr are the new terminal
+        set_size(0, terminal)
+        become(argv, env, refused)
+    said = {"run": {"target": f"-{pid}", "terminal": True}}
+    os.write(1, (json.dumps(said) + "\n").encode())
+    relay_terminal(master)
+    _, status = os.waitpid(pid, 0)
+    os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+
+
+def set_size(fd, terminal):
+    """The controller's terminal size on ours (rows, columns), when it has one."""
+    import fcntl
+    import struct
+    import termios
+
+    rows, cols = int(terminal.get("rows") or 0), int(terminal.get("cols") or 0)
+    if rows and cols:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def relay_terminal(master):
+    """Our stdin into the terminal, its output to our stdout, until the command's side of
+    it is closed (EIO: the command and all it started there ended)."""
+    import select
+
+    inputs = [0, master]
+    while True:
+        ready = select.select(inputs, [], [])[0]
+        if master in ready:
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                return
+            write_all(1, data)
+        if 0 in ready:
+            data = os.read(0, 1 << 16)
+            if data:
+                write_all(master, data)
+            else:
+                inputs.remove(0)  # the controller's stdin ended: output still comes
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def install_startup(startup):

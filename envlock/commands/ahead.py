@@ -115,10 +115,12 @@ def start_interpreter(path: str) -> None:
 
 
 def in_one_call(remote: bool, *, snapshot: bool, artifacts: bool) -> bool:
-    """Whether a `run` checks and starts in one agent call (commands/run.py): on a remote
-    target, when its request can travel ahead of the command's stdin (no terminal there)
-    and no snapshot or mega-cache is written in between."""
-    return remote and not snapshot and not artifacts and not sys.stdin.isatty()
+    """Whether a `run` checks and starts in one agent call (commands/run.py): every run on a
+    remote target (from a terminal too: the agent gives the command one; a snapshot is
+    written between the agent's probe and its start), except with a mega-cache, which is
+    local only."""
+    del snapshot  # written inside the one call (commands/run.py)
+    return remote and not artifacts
 
 
 def artifacts_asked(args: list[str]) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -61,9 +62,11 @@ from envlock.runs.one_call import (
     call_run,
     remember,
     remembered,
+    run_probe,
     state_digest,
+    terminal_size,
 )
-from envlock.runs.startup_set import remote_dir, startup_payload
+from envlock.runs.startup_set import startup_payload
 from envlock.targets.base import ContainerCheck
 
 
@@ -130,7 +133,8 @@ def command(
     remote = ctx.profile.target.remote
     if in_one_call(remote, snapshot=bool(snapshot_dir), artifacts=bool(artifacts)):
         base = passed_env(ctx, names)
-        sys.exit(run_in_one_call(ctx, argv, base, deep=deep, allow_drift=allow_drift))
+        into = SnapshotInto(snapshot_dir, force) if snapshot_dir else None
+        sys.exit(run_in_one_call(ctx, argv, base, deep=deep, allow_drift=allow_drift, into=into))
     # A snapshot records the cache's warmth and the active generation's own lock.
     wanted = bool(snapshot_dir)
     # The container's drift refuses a run like any other.
@@ -211,15 +215,56 @@ def decide(ctx: Context, state: State | None, drifts: list[Drift], allow_drift: 
 ATTEMPTS = 3
 
 
+@dataclass(frozen=True)
+class SnapshotInto:
+    """`run --snapshot-into DIR` (`--force`: one already there is replaced)."""
+
+    directory: str
+    force: bool
+
+
+def write_snapshot_of(
+    ctx: Context, into: SnapshotInto, state: State, env: dict[str, str], argv: list[str]
+) -> None:
+    """The run's snapshot, of the state the command starts in (imported here: few runs
+    snapshot). One already in DIR (a run's own, written by envlock.snapshot() with its
+    config and argv) is refused, not replaced: the command has not started yet."""
+    from envlock.runs.snapshot import build_snapshot
+    from envlock.runs.snapshot_file import write_snapshot
+
+    data = build_snapshot(ctx, state, environ=env, command=argv)
+    path = write_snapshot(into.directory, data, replace=into.force)
+    ui.info(f"envlock: snapshot written to {path}")
+
+
+def snapshot_step(
+    ctx: Context, into: SnapshotInto | None, state: State, launch: dict[str, Any]
+) -> Callable[[], None] | None:
+    """What the one call does once the agent found the state judged: the snapshot of it
+    (the command's environment taken out of the request: it travels in `spec`)."""
+    env = launch.pop("env")
+    if into is None:
+        return None
+    return functools.partial(write_snapshot_of, ctx, into, state, env, launch["argv"])
+
+
 def run_in_one_call(
-    ctx: Context, argv: list[str], base: dict[str, str], *, deep: bool, allow_drift: bool
+    ctx: Context,
+    argv: list[str],
+    base: dict[str, str],
+    *,
+    deep: bool,
+    allow_drift: bool,
+    into: SnapshotInto | None = None,
 ) -> int:
     """The remote run in one agent call (runs/one_call.py): proposing the state remembered
     from the last run when it would start quietly, else the state a probe returns; a state
-    that changed meanwhile comes back and is judged and explained as after any probe."""
+    that changed meanwhile comes back and is judged and explained as after any probe. From
+    a terminal, the agent gives the command one of its own; with --snapshot-into, the
+    snapshot of the state judged is written once the agent found it, before it starts."""
     root = ctx.profile.target.root
-    startup = remote_dir(root)
-    asked = Probe(deep=deep, startup=startup)
+    # A snapshot records the cache's warmth and the active generation's own lock.
+    asked = run_probe(ctx, deep=deep, snapshot=into is not None)
     request = ProbeRequest.of(ctx, asked).to_json()
     found: list[ContainerCheck | None] = []  # the container API's word, once asked
     proposal = proposed(ctx, request, allow_drift)
@@ -240,10 +285,12 @@ def run_in_one_call(
             state = decide(ctx, fresh, drifts, allow_drift)
         assert raw is not None
         launch = launch_request(ctx, request, raw, state, argv, base)
-        if proposal is None:
+        if proposal is None or launch["startup"]:  # as it will be once this call starts
             kept = {**raw, "startup_ready": True} if launch["startup"] else raw
             remember(ctx.transport, root, request, kept)
-        outcome = call_run(ctx.transport, root, launch, gate)
+        outcome = call_run(
+            ctx.transport, root, launch, gate, snapshot_step(ctx, into, state, launch)
+        )
         if isinstance(outcome, Started):
             code = ended(ctx.transport, outcome.code)
             if code in (NOT_EXECUTABLE, NOT_FOUND):
@@ -316,6 +363,8 @@ def launch_request(
         "argv": argv,
         "startup": None if state.startup_ready else startup_payload(ctx.profile.target.root),
         "refused": refusal_file(ctx.profile.target.root),  # said there if it cannot start
+        "terminal": terminal_size(),
+        "env": env,  # the snapshot's (taken out before the request travels)
     }
 
 

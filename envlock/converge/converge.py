@@ -24,6 +24,7 @@ from envlock.reconcile.drift import Expectation
 from envlock.reconcile.execute import ApplyAnswer, execute, verify_after
 from envlock.reconcile.plan import Plan, make_plan
 from envlock.reconcile.state import State
+from envlock.runs.one_call import remember_seen, run_probe
 from envlock.targets.base import ContainerCheck
 
 # How many times a converge plans again after another operation changed the root under it.
@@ -245,7 +246,12 @@ def verify(ctx: Context, plan: Plan, snapshot_dir: str | None, *, deep: bool) ->
     hashes that this machine's copies do not match) are not counted."""
     skipped = bool(snapshot_dir) and ctx.profile.script_hashes() != ctx.scripts
     ignore = ("script-modified", "script-missing") if skipped else ()
-    verify_after(ctx, plan, ignore=ignore, deep=deep)
+    if not ctx.profile.target.remote or deep or skipped:
+        verify_after(ctx, plan, ignore=ignore, deep=deep)
+        return
+    # Asked as a remote run asks: the state found is the one the next run proposes, so it
+    # starts in one call (runs/one_call.py), not after a probe of its own.
+    verify_after(ctx, plan, asked=run_probe(ctx), seen=lambda state: remember_seen(ctx, state))
 
 
 def adopting(

@@ -85,7 +85,8 @@ def members_of(ctx: Context, on: tuple[str, ...]) -> list[Member]:
     if not members:
         raise UsageError(
             "the fleet's selection matches no container of the cluster",
-            hint="check [target] vmids or select against the cluster's containers",
+            hint="check [target] vmids or select against the cluster's containers (the API "
+            "lists only those the login holds VM.Audit on)",
         )
     return members
 

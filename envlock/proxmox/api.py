@@ -57,6 +57,11 @@ class ProxmoxSession:
         return f"{self.user} (password login)"
 
     @property
+    def login_id(self) -> str:
+        """The login as pveum names it: `root@pam!envlock` (a token) or `root@pam`."""
+        return f"{self.user}!{self.token_id}" if self.token_id is not None else self.user
+
+    @property
     def may_set_root_only(self) -> bool:
         return self.user == "root@pam" and self.token_id is None
 
@@ -340,6 +345,11 @@ def _hint(status: int, reason: str, session: ProxmoxSession) -> str | None:
         return "the cluster has lost quorum: bring its nodes back, then re-run"
     if status in (595, 596):
         return "the node did not answer its peer: check that the node named in [target] is up"
+    if status >= 500:  # the API's own failure, not the login's: never a permissions hint
+        return (
+            "the Proxmox API failed on its side: its reason is in the node's log "
+            "(`journalctl -u pveproxy -u pvedaemon`); re-run once it is fixed"
+        )
     return None
 
 

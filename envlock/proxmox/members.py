@@ -58,8 +58,9 @@ def parse_resources(items: Iterable[dict[str, Any]]) -> list[Member]:
     return sorted(members, key=lambda m: m.vmid)
 
 
-def select_members(fleet: FleetSelect, members: list[Member]) -> list[Member]:
-    """The members a profile names; a listed vmid the cluster lacks is an error."""
+def select_members(fleet: FleetSelect, members: list[Member], login: str = "") -> list[Member]:
+    """The members a profile names; a listed vmid the cluster lacks is an error. The listing
+    holds only what `login` may see (VM.Audit): a missing one may be a missing grant."""
     if fleet.vmids:
         known = {m.vmid: m for m in members}
         missing = [v for v in fleet.vmids if v not in known]
@@ -67,10 +68,21 @@ def select_members(fleet: FleetSelect, members: list[Member]) -> list[Member]:
             raise OperationError(
                 f"the cluster has no container {', '.join(map(str, missing))} "
                 "(read from /cluster/resources)",
-                hint="check [target] vmids against `pvesh get /cluster/resources --type vm`",
+                hint="check [target] vmids against `pvesh get /cluster/resources --type vm`"
+                + (f"; {audit_hint(login, missing[0])}" if login else ""),
             )
         return [known[v] for v in sorted(fleet.vmids)]
     return [m for m in members if matches(fleet, m)]
+
+
+def audit_hint(login: str, vmid: int | str) -> str:
+    """Proxmox leaves out of /cluster/resources what a login lacks VM.Audit on (no 403):
+    the privilege, and the grant that fixes it."""
+    who = f"--tokens '{login}'" if "!" in login else f"--users '{login}'"
+    return (
+        f"the API lists only containers {login} holds VM.Audit on /vms/{vmid} for: grant it "
+        f"on a node with `pveum acl modify /vms/{vmid} {who} --roles PVEAuditor`"
+    )
 
 
 def matches(fleet: FleetSelect, m: Member) -> bool:
@@ -105,16 +117,11 @@ def on_matches(word: str, m: Member) -> bool:
 
 def list_members(settings: LxcSettings) -> list[Member]:
     """The fleet's members, read from the cluster now (one API login)."""
-    from envlock.proxmox.api import connect  # proxmoxer loads only for Proxmox profiles
+    from envlock.proxmox.api import api_call, connect  # proxmoxer loads only for Proxmox profiles
 
     assert settings.fleet is not None
     # connect() checks a member's settings; listing the cluster needs no vmid or node.
     session = connect(dataclasses.replace(settings, vmid=100, node="cluster"))
-    try:
+    with api_call(session, f"reading /cluster/resources from {session.url}"):
         items = session.api.cluster.resources.get(type="vm")
-    except Exception as exc:  # proxmoxer's and requests' errors alike
-        raise OperationError(
-            f"reading /cluster/resources from {session.url} failed: {exc}",
-            hint=f"{session.login} needs VM.Audit on the containers",
-        ) from None
-    return select_members(settings.fleet, parse_resources(items or []))
+    return select_members(settings.fleet, parse_resources(items or []), session.login_id)

@@ -19,6 +19,7 @@ from envlock.reconcile.agentcall import call_agent
 from envlock.reconcile.context import Context, Probe, gather_state
 from envlock.reconcile.drift import compute_drift
 from envlock.reconcile.plan import Plan
+from envlock.reconcile.state import State
 from envlock.targets.base import CommandFailed, Transport
 
 
@@ -173,7 +174,13 @@ def execute(
 
 
 def verify_after(
-    ctx: Context, plan: Plan | None = None, *, ignore: tuple[str, ...] = (), deep: bool = False
+    ctx: Context,
+    plan: Plan | None = None,
+    *,
+    ignore: tuple[str, ...] = (),
+    deep: bool = False,
+    asked: Probe | None = None,
+    seen: Callable[[State], None] | None = None,
 ) -> list[Drift]:
     """Re-gather after acting; whatever drift remains means apply did not converge.
 
@@ -183,7 +190,7 @@ def verify_after(
     repair (the compile-cache dir, what only reports: the GPU's driver) does not count.
     """
     built = plan is not None and any(a.kind == "build" for a in plan.actions)
-    state = gather_state(ctx, Probe(deep=deep and not built, verify=not built))
+    state = gather_state(ctx, asked or Probe(deep=deep and not built, verify=not built))
     drifts = compute_drift(ctx.expectation(), state)
     remaining = [
         d
@@ -196,6 +203,8 @@ def verify_after(
             f"apply finished but the target still drifts: {listed}",
             hint="run `envlock check -v` to see everything",
         )
+    if seen is not None:
+        seen(state)
     return drifts
 
 

@@ -40,7 +40,10 @@ from envlock.agent.core import state_digest as state_digest  # for commands/run.
 from envlock.base.usercache import read_entry, write_entry
 from envlock.errors import OperationError
 from envlock.reconcile.agentcall import agent_argv, parse_answer
+from envlock.reconcile.context import Context, Probe, ProbeRequest
+from envlock.reconcile.state import State
 from envlock.runs.launch import FORWARDED, Forwarder
+from envlock.runs.startup_set import remote_dir
 from envlock.targets.base import Result, Transport
 
 KIND = "run-states"
@@ -92,26 +95,59 @@ def remember(transport: Transport, root: str, request: dict[str, Any], raw: dict
     write_entry(KIND, state_key(transport, root, request), {"schema": SCHEMA, "state": raw})
 
 
+def run_probe(ctx: Context, *, deep: bool = False, snapshot: bool = False) -> Probe:
+    """What a remote run's probe asks (the request its remembered states are kept under)."""
+    startup = remote_dir(ctx.profile.target.root)
+    return Probe(deep=deep, startup=startup, warmth=snapshot, lock=snapshot)
+
+
+def remember_seen(ctx: Context, state: State) -> None:
+    """A state an apply's last probe (asked as a run asks: run_probe) found converged,
+    kept as a run's own: the next run proposes it in its one call, no probe first."""
+    if ctx.profile.target.remote and isinstance(state.raw, dict):
+        request = ProbeRequest.of(ctx, run_probe(ctx)).to_json()
+        remember(ctx.transport, ctx.profile.target.root, request, state.raw)
+
+
 def call_run(
     transport: Transport,
     root: str,
     request: dict[str, Any],
     gate: Callable[[], bool] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> Started | Changed | Failed | Stopped:
-    """Send the agent's `run` (request: probe, expect, spec, argv, startup) and follow it.
-    `gate` (the container API's word) runs while the target probes; the agent then waits for
-    it before it starts anything. A signal from the moment the call is sent is envlock's to
-    handle (`Pending`): none can end envlock while the agent may be starting the command."""
+    """Send the agent's `run` (request: probe, expect, spec, argv, startup, terminal) and
+    follow it. `gate` (the container API's word) runs while the target probes; the agent
+    then waits for it before it starts anything. `on_ready` (a snapshot written) runs once
+    the state is the one judged, before the word to start. A signal from the moment the
+    call is sent is envlock's to handle (`Pending`): none can end envlock while the agent
+    may be starting the command."""
     argv = agent_argv(transport, root, "run", env_python=True)
     proc = transport.spawn(argv, piped=True)
     pending = Pending(proc)
     with signals_to(pending) as handle:
-        outcome = send_and_read(proc, argv, transport, request, gate)
-        if isinstance(outcome, str):  # the command started: this is its process group
-            return Started(follow(proc, transport, outcome, handle, pending.signals))
+        outcome = send_and_read(proc, argv, transport, request, Gates(gate, on_ready))
+        if isinstance(outcome, dict):  # the command started: its process group, its terminal
+            target = str(outcome.get("target", ""))
+            with raw_terminal(outcome.get("terminal") is True):
+                code = follow(proc, transport, target, handle, pending.signals)
+            return Started(code)
     if pending.signals:
         raise KeyboardInterrupt  # nothing started: envlock stops as interrupted
     return outcome
+
+
+@dataclass(frozen=True)
+class Gates:
+    """What runs between the agent's probe and its start: the container API's word, asked
+    while the target probes, and what is done once the state is the one judged."""
+
+    word: Callable[[], bool] | None = None
+    on_ready: Callable[[], None] | None = None
+
+    @property
+    def awaited(self) -> bool:
+        return self.word is not None or self.on_ready is not None
 
 
 def send_and_read(
@@ -119,14 +155,16 @@ def send_and_read(
     argv: list[str],
     transport: Transport,
     request: dict[str, Any],
-    gate: Callable[[], bool] | None,
-) -> str | Changed | Failed | Stopped:
-    """The request on the agent's stdin, then its answers: the started command's process
-    group, or what stopped it from starting."""
-    payload = json.dumps({**request, "await": gate is not None}).encode()
+    gates: Gates,
+) -> dict[str, Any] | Changed | Failed | Stopped:
+    """The request on the agent's stdin, then its answers: the started command's (its
+    process group, whether it has a terminal of the agent's), or what stopped it from
+    starting."""
+    payload = json.dumps({**request, "await": gates.awaited}).encode()
     verdict: list[bool | BaseException] = []
-    asking = threading.Thread(target=ask, args=(gate, verdict), daemon=True) if gate else None
-    if asking is not None:
+    asking = None
+    if gates.word is not None:
+        asking = threading.Thread(target=ask, args=(gates.word, verdict), daemon=True)
         asking.start()
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
@@ -138,25 +176,76 @@ def send_and_read(
     if asking is not None:
         asking.join()
         if isinstance(verdict[0], BaseException):
-            proc.kill()  # it waits for a word that will not come
-            proc.wait()
+            end_agent(proc)
             raise verdict[0]
     if isinstance(answer, dict) and answer.get("ready"):
-        word = b"go\n" if verdict and verdict[0] is True else b"stop\n"
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(word)
-            proc.stdin.flush()
-        if word == b"stop\n":
+        if verdict and verdict[0] is not True:
+            say(proc, b"stop\n")
             proc.communicate()
             return Stopped()
+        ready(proc, gates.on_ready)
         answer, first = read_answer(proc.stdout)
     if isinstance(answer, dict) and isinstance(answer.get("run"), dict):
-        return str(answer["run"].get("target", ""))
+        return dict(answer["run"])
     out, err = proc.communicate()
     result = Result(tuple(argv), proc.returncode, first + out, err)
     if answer is None:
         return Failed(result)
     return Changed(parse_answer(transport, "run", result))
+
+
+def ready(proc: subprocess.Popen[bytes], on_ready: Callable[[], None] | None) -> None:
+    """The state is the one judged: do what comes first (its failure stops the agent and
+    is raised), then the word to start."""
+    if on_ready is not None:
+        try:
+            on_ready()
+        except BaseException:
+            end_agent(proc)
+            raise
+    say(proc, b"go\n")
+
+
+def say(proc: subprocess.Popen[bytes], word: bytes) -> None:
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.write(word)
+        proc.stdin.flush()
+
+
+def end_agent(proc: subprocess.Popen[bytes]) -> None:
+    """The agent waits for a word that will not come: it is ended."""
+    proc.kill()
+    proc.wait()
+
+
+@contextlib.contextmanager
+def raw_terminal(wanted: bool) -> Iterator[None]:
+    """Our terminal raw while the command runs in the agent's (keys pass as bytes: Ctrl-C
+    is the command's, its terminal's to turn into SIGINT), restored after."""
+    if not wanted or not os.isatty(0):
+        yield
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(0)
+    tty.setraw(0, termios.TCSADRAIN)  # keys typed ahead are kept (TCSAFLUSH drops them)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+
+
+def terminal_size() -> dict[str, int] | None:
+    """The request's `terminal` for a run from one (stdin a tty): its size; else None."""
+    if not os.isatty(0):
+        return None
+    try:
+        size = os.get_terminal_size(0)
+    except OSError:
+        return {"rows": 0, "cols": 0}
+    return {"rows": size.lines, "cols": size.columns}
 
 
 class Pending:

@@ -85,7 +85,9 @@ class SshTransport:
             "-o",
             f"ControlPersist={CONTROL_PERSIST}",
         ]
-        argv += ["-t"] if tty else ["-T"]
+        # With a terminal, ssh says "Shared connection to … closed." at its end (a message
+        # of level INFO): the user's terminal shows only the command's bytes.
+        argv += ["-t", "-o", "LogLevel=ERROR"] if tty else ["-T"]
         if self.port:
             argv += ["-p", str(self.port)]
         if self.identity_file:

@@ -198,45 +198,6 @@ def test_a_signal_while_the_remote_command_starts_reaches_it(
     assert not Path(f"{marker}.2.ready").exists()
 
 
-# An ssh that starts the launcher (runs/launch.py, a run with --snapshot-into) a second
-# late, saying so in a file first: a signal sent then comes before the launcher has written
-# the command's process group.
-HOLD_LAUNCHER = """#!/bin/sh
-for last; do :; done
-case "$last" in
-  *"env_file, pid_file"*) : > HELD; sleep 1 ;;
-esac
-exec REAL "$@"
-"""
-
-
-def test_a_signal_before_the_launcher_named_the_group_is_not_lost(
-    tmp_path: Path, wheelhouse: Path, node_sshd: Node
-) -> None:
-    """The launcher's path (a run that writes a snapshot first): SIGTERM while the launcher
-    is still starting waits for the group it names, then reaches it, so envlock returns at
-    once with the command's end (before, it was forwarded to no one and the command ran
-    its full minute)."""
-    profile, _, held, env = held_ssh_project(tmp_path, wheelhouse, node_sshd, HOLD_LAUNCHER)
-    script, marker = tmp_path / "trap.py", tmp_path / "marker"
-    snapshot = tmp_path / "snap"
-    proc = start_run(env, profile, "--snapshot-into", snapshot, "--", "python", script, marker)
-    try:
-        wait_for(held, proc)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)  # the command alone would run for a minute
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    # Its handler's 42; or it was killed before its handler was set (the launcher names the
-    # group just before it execs), which ssh, given no status, reports as 255.
-    assert proc.returncode in (42, 255), err
-    ready = Path(f"{marker}.ready")
-    if ready.exists():  # it started: it is gone
-        with pytest.raises(ProcessLookupError):
-            os.kill(int(ready.read_text()), 0)
-
-
 def test_a_remote_command_gets_only_what_it_is_given_and_no_secret_in_argv(
     tmp_path: Path, wheelhouse: Path, node_sshd: Node
 ) -> None:

@@ -434,9 +434,10 @@ def lxc_container(rootfs_tarball: Path) -> Iterator[MakeContainer]:
     The container is named ``str(vmid)`` under /var/lib/lxc/<vmid>/ (rootfs there too, so
     lxc-snapshot works once it is stopped), unpacked from ``rootfs_tarball``, with
     ``lxc.net.0.type = empty``, ``lxc.apparmor.profile = unconfined``,
-    ``lxc.init.cmd = /usr/bin/sleep infinity``, hostname ``CT<vmid>`` and one read-write
-    bind mount per ``(host_dir, container_path)``. ``vmid=None`` picks a free VMID in
-    9100-9199. Every container made is stopped and removed at teardown, even on failure.
+    ``lxc.init.cmd = /usr/bin/sleep infinity``, ``lxc.pty.max = 1024``, hostname
+    ``CT<vmid>`` and one read-write bind mount per ``(host_dir, container_path)``.
+    ``vmid=None`` picks a free VMID in 9100-9199. Every container made is stopped and
+    removed at teardown, even on failure.
     """
     stack = contextlib.ExitStack()
     made: list[str] = []
@@ -497,6 +498,8 @@ def lxc_container(rootfs_tarball: Path) -> Iterator[MakeContainer]:
                     "lxc.net.0.type = empty",
                     "lxc.apparmor.profile = unconfined",
                     "lxc.init.cmd = /usr/bin/sleep infinity",
+                    # As PVE's containers (its common.conf): terminals for what runs inside.
+                    "lxc.pty.max = 1024",
                     *entries,
                     "",
                 ]

@@ -805,3 +805,37 @@ def test_a_locked_container_says_what_to_do(
         "changing cores of container 200 failed: CT is locked (backup)",
     )
     assert error.hint and "pct unlock" in error.hint
+
+
+# -- the fleet's listing: whose fault a failure is ------------------------------------
+def test_a_fleet_s_listing_names_vm_audit_only_where_it_is_missing(
+    token_target: LxcSettings, target: LxcSettings, fakepve: Any
+) -> None:
+    """PVE's /cluster/resources lists only the containers a login holds VM.Audit on (no
+    403): a token without it sees an empty cluster, and that is where the privilege is
+    named, with the grant that fixes it. A 500 is the API's own failure: no permissions
+    hint, but where to look."""
+    from envlock.proxmox.members import list_members
+    from envlock.proxmox.settings import FleetSelect
+
+    fakepve.add_ct(201, node="pve1", status="running")
+    fleet = dataclasses.replace(target, vmid=None, node=None, fleet=FleetSelect(vmids=(201,)))
+    assert [m.vmid for m in list_members(fleet)] == [201]
+
+    fakepve.fail("GET", "/cluster/resources", 500, "pvestatd: cannot read rrd", times=1)
+    error = fails(OperationError, lambda: list_members(fleet), "cannot read rrd", "HTTP 500")
+    assert error.hint and "VM.Audit" not in error.hint and "journalctl -u pveproxy" in error.hint
+
+    # A non-root token that holds nothing on the container: the listing leaves it out.
+    fakepve.users["trainer@pve"] = PASSWORD
+    fakepve.apitokens["trainer@pve!ci"] = TOKEN_SECRET
+    fakepve.grant("trainer@pve!ci", "/storage/local", "Datastore.Audit")
+    blind = dataclasses.replace(
+        fleet, api_user="trainer@pve", token_id="ci", secret_file=token_target.secret_file,
+        secret_env=None,
+    )  # fmt: skip
+    error = fails(OperationError, lambda: list_members(blind), "has no container 201")
+    assert error.hint and "VM.Audit on /vms/201" in error.hint
+    assert "pveum acl modify /vms/201 --tokens 'trainer@pve!ci' --roles PVEAuditor" in error.hint
+    fakepve.grant("trainer@pve!ci", "/vms/201", "VM.Audit")
+    assert [m.vmid for m in list_members(blind)] == [201]

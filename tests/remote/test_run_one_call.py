@@ -28,6 +28,25 @@ def cli(cache: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def from_terminal(
+    cache: Path, *args: str | Path, keys: bytes = b""
+) -> subprocess.CompletedProcess[bytes]:
+    """envlock with a terminal for stdin (`keys` typed into it)."""
+    leader, follower = pty.openpty()
+    try:
+        os.write(leader, keys)
+        return subprocess.run(
+            [sys.executable, "-m", "envlock", *map(str, args)],
+            capture_output=True,
+            stdin=follower,
+            env={**envlock_env(), "XDG_CACHE_HOME": str(cache)},
+            timeout=120,
+        )
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
 def round_trips(log: Path) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.startswith("start "))
 
@@ -43,14 +62,21 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
     agent starts the command only on the controller's word."""
     profile, vmid = lxc_profile
     cache = tmp_path / "user-cache"
-    assert cli(cache, "apply", "-y", profile).returncode == 0
     log = node_sshd.pct_dir / "pct.log"
     program = "import os, sys, trainutil; print(os.environ['NASTY'][:4]); sys.exit(7)"
+    assert cli(cache, "apply", "-y", profile).returncode == 0
     try:
-        # First: nothing remembered. A probe, then the call that checks again and starts it
-        # (carrying the startup set the container lacks).
+        # The first run after an apply: the state the apply's last probe found (asked as a
+        # run asks) is proposed, and the startup set the container lacks travels with it.
         log.write_text("")
-        first = cli(cache, "run", profile, "--", "python", "-c", program)
+        after = cli(cache, "run", profile, "--", "python", "-c", program)
+        assert (after.returncode, after.stdout) == (7, "it's\n"), after.stderr
+        assert round_trips(log) == 1
+
+        # Nothing remembered (another user cache than apply's): a probe, then the call that
+        # checks again and starts it.
+        log.write_text("")
+        first = cli(tmp_path / "other-cache", "run", profile, "--", "python", "-c", program)
         assert (first.returncode, first.stdout) == (7, "it's\n"), first.stderr
         assert round_trips(log) == 2
         # Then: the state judged last time, proposed and confirmed in one call.
@@ -59,31 +85,37 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
         assert (again.returncode, again.stdout, again.stderr) == (7, "it's\n", "")
         assert round_trips(log) == 1
 
-        # A terminal's run (stdin a tty: nothing may travel ahead of it) keeps the launcher.
-        leader, follower = pty.openpty()
-        try:
-            tty = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "envlock",
-                    "run",
-                    str(profile),
-                    "--",
-                    "python",
-                    "-c",
-                    program,
-                ],
-                capture_output=True,
-                text=True,
-                stdin=follower,
-                env={**envlock_env(), "XDG_CACHE_HOME": str(cache)},
-                timeout=120,
-            )
-        finally:
-            os.close(leader)
-            os.close(follower)
-        assert tty.returncode == 7 and "it's" in tty.stdout, tty.stderr
+        # A terminal's run: the same one call; the agent gives the command a terminal of its
+        # own, and the user's shows only the command's bytes (no ssh chatter such as "Shared
+        # connection to … closed.", no NUL, "\n" translated once).
+        log.write_text("")
+        tty = from_terminal(cache, "run", profile, "--", "python", "-c", program)
+        assert (tty.returncode, tty.stdout, tty.stderr) == (7, b"it's\r\n", b"")
+        assert round_trips(log) == 1
+        # Its keys reach the command, as typed.
+        log.write_text("")
+        reverse = "print(input()[::-1])"
+        typed = from_terminal(cache, "run", profile, "--", "python", "-c", reverse, keys=b"abc\r")
+        assert typed.returncode == 0 and typed.stdout.endswith(b"cba\r\n"), typed
+        assert round_trips(log) == 1
+
+        # --snapshot-into: written between the agent's check and its start, in the same call.
+        # Its probe asks more (the cache's warmth, the generation's lock): the first such
+        # run probes first, as any run with nothing remembered; then one call each.
+        for terminal, trips in ((False, 2), (False, 1), (True, 1)):
+            into = tmp_path / f"ckpt-{terminal}-{trips}"
+            into.mkdir()
+            log.write_text("")
+            args = ("run", "--snapshot-into", into, profile, "--", "python", "-c", program)
+            done = from_terminal(cache, *args) if terminal else cli(cache, *args)
+            assert done.returncode == 7, done.stderr
+            snap = json.loads((into / "envlock-snapshot.json").read_text())
+            assert snap["command"][-1] == program and round_trips(log) == trips, snap
+        # One already there stops the run before its command starts, in the same call.
+        log.write_text("")
+        again = cli(cache, "run", "--snapshot-into", into, profile, "--", "python", "-c", program)
+        assert again.returncode == 2 and "a snapshot is already here" in again.stderr
+        assert "it's" not in again.stdout and round_trips(log) == 1
 
         # The container drifted (its API says so): the agent found the state as judged and
         # waited; the controller said no, and explains as `check` would.
