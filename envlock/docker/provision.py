@@ -15,7 +15,7 @@ from envlock.docker.config import Difference, device_requests, differences
 from envlock.docker.engine import connect, engine_errors
 from envlock.docker.settings import DockerSpec
 from envlock.errors import UsageError
-from envlock.targets.base import ContainerCheck, ContainerSnapshot
+from envlock.targets.base import ContainerCheck, ContainerSnapshot, prune_oldest
 
 STOP_TIMEOUT = 10
 
@@ -26,6 +26,8 @@ def quiet(_: str) -> None:
 
 class DockerProvisioner:
     """A profile's [docker] on its engine, through the Docker SDK for Python."""
+
+    keep_key = "keep-commits"
 
     def __init__(self, host: str | None, subject: str, spec: DockerSpec) -> None:
         self.host = host  # the engine's DOCKER_HOST ([target] host), None: the default one
@@ -205,12 +207,19 @@ class DockerProvisioner:
         return {tag.split(":", 1)[1] for image in self.images() for tag in image.tags}
 
     def prune(self, say: Callable[[str], None]) -> None:
-        ours = self.images()
-        for old in ours[: max(0, len(ours) - self.spec.keep_commits)]:
-            for tag in old.tags:
-                say(f"removing image {tag} (keep-commits = {self.spec.keep_commits})")
-                with self.errors():
-                    self.client.images.remove(tag, noprune=False)
+        prune_oldest(
+            self.images(),
+            self.spec.keep_commits,
+            key=self.keep_key,
+            say=say,
+            describe=lambda image: f"removing image {', '.join(image.tags)}",
+            remove=self.remove_image,
+        )
+
+    def remove_image(self, image: Any) -> None:
+        with self.errors():
+            for tag in image.tags:
+                self.client.images.remove(tag, noprune=False)
 
     def snapshots(self) -> list[ContainerSnapshot]:
         return [listed(tag, image.attrs) for image in self.images() for tag in image.tags]

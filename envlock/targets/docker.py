@@ -20,7 +20,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 from envlock.base import started
 from envlock.base.tomlread import Table, shown
-from envlock.errors import OperationError
 from envlock.targets.base import (
     InitFlag,
     LocalPath,
@@ -28,6 +27,7 @@ from envlock.targets.base import (
     Provisioner,
     Result,
     StarterRow,
+    StopsUnder,
     TargetType,
     TransportFailed,
 )
@@ -109,7 +109,7 @@ class DockerSettings:
         return f"container {self.container}" + (f" on {self.host}" if self.host else "")
 
 
-class DockerTransport:
+class DockerTransport(StopsUnder):
     """Runs argv in a container with `docker exec`, through the local docker CLI."""
 
     system_python = "python3"
@@ -200,15 +200,6 @@ class DockerTransport:
         cut short); False when it cannot be asked."""
         state = self.inspect_state()
         return state is not None and state != "running"
-
-    def stopped_while(self, what: str) -> OperationError | None:
-        if not self.stopped():
-            return None
-        return OperationError(
-            f"{self.name} stopped while {what}: it was cut short",
-            hint=f"{self.start_hint()}, then run it again; what it wrote before the stop "
-            "is as it left it",
-        )
 
     def start_hint(self) -> str:
         return (
