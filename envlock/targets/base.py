@@ -320,6 +320,9 @@ class TargetType:
     provisioner: Callable[[Any, Any], Provisioner] | None = None
     # The name of that table in a profile ([container] for Proxmox, [docker] for Docker).
     container_table: str = "container"
+    # A fleet profile's members (envlock.targets.members.Member), listed now from its
+    # settings; None: the type has no fleets. A member's own settings are `settings.member(m)`.
+    members: Callable[[Any], list[Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ Fixtures:
   docker_engine     (session) Engine: host (unix://SOCK), the daemon's directory; stopped
                     at the end.
   docker_image      (session) the imported image's tag.
+  other_engine      (session) a second engine with the image, on its own socket and data
+                    root: a fleet's second host.
   second_engine     (function) another engine with the image, the test's own to stop and start.
   docker_container  (function) make(name=None, mounts=(), engine=None) -> the name of a
                     running container; every container made is removed at teardown.
@@ -191,6 +193,15 @@ def docker_image(docker_engine: Engine) -> str:
     if shutil.which("debootstrap") is None:
         subprocess.run(["bash", str(SYSTEM_DEPS), "debootstrap"], capture_output=True, check=False)
     return import_image(docker_engine, build_rootfs())
+
+
+@pytest.fixture(scope="session")
+def other_engine(tmp_path_factory: pytest.TempPathFactory, docker_image: str) -> Iterator[Engine]:
+    """A second private engine for the session (a fleet's other host), with the suite's
+    image imported; never stopped by a test."""
+    with private_engine(tmp_path_factory, "dockerd-b") as engine:
+        import_image(engine, build_rootfs())
+        yield engine
 
 
 @pytest.fixture
