@@ -6,6 +6,7 @@ docker CLI's own ssh; the [docker] lifecycle through the SDK over envlock's dial
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,12 +71,15 @@ def test_a_container_and_its_lifecycle_on_an_engine_over_ssh(
         docker_engine.docker("rm", "-f", name)
         docker_engine.docker("volume", "rm", "-f", volume)
 
-    # A host ssh cannot reach: one message, exit 3, for docker exec and for the SDK alike.
-    lost = ssh_target(docker_sshd, docker_engine, name, host="ssh://nowhere.invalid")
-    for command, extra in (("check", ""), ("plan", docker_table(docker_image, volume, wheelhouse))):
-        refused = over_ssh(
-            docker_sshd, command, write_profile(tmp_path / command, wheelhouse, lost, extra=extra)
-        )
+    # A host ssh cannot reach: one message, exit 3, for docker exec and for the SDK alike
+    # (the same profile and lock, another host; without [docker], for docker exec).
+    lost = tmp_path / "lost"
+    shutil.copytree(tmp_path / "made", lost)
+    text = (lost / "remote.toml").read_text().replace(docker_sshd.host, "ssh://nowhere.invalid")
+    (lost / "remote.toml").write_text(text)
+    (lost / "bare.toml").write_text(text[: text.index("[docker]")])
+    for command, profile in (("check", "bare.toml"), ("plan", "remote.toml")):
+        refused = over_ssh(docker_sshd, command, lost / profile)
         assert refused.returncode == 3, refused.stdout + refused.stderr
         assert "the Docker engine at ssh://nowhere.invalid does not answer" in refused.stderr
         assert "nowhere.invalid" in refused.stderr.split("does not answer")[1]
