@@ -42,7 +42,6 @@ def test_a_fleet_by_label_on_two_engines(
     mounts = [(wheelhouse, str(wheelhouse))]
     a = docker_container(mounts=mounts, labels={"fleet": label, "gpu": "a100"})
     b = docker_container(mounts=mounts, engine=other_engine, labels={"fleet": label})
-    docker_container(mounts=mounts, labels={"fleet": "someone-else"})  # never selected
     engines = {"one": docker_engine.host, "two": other_engine.host}
     profile = write_profile(tmp_path / "p", wheelhouse, fleet_target(label, engines))
     one, two = f"one/{a}", f"two/{b}"
@@ -114,6 +113,13 @@ def test_a_fleet_by_label_on_two_engines(
             (tmp_path / "shots" / engine / name / "envlock-snapshot.json").read_text()
         )
         assert written["generation"].startswith("1-")
+
+    # A label no container carries selects none, the labelled ones on both engines aside.
+    nobody = (tmp_path / "p" / "remote.toml").read_text().replace(label, "nobody")
+    (tmp_path / "p" / "nobody.toml").write_text(nobody)
+    unmatched = cli("check", tmp_path / "p" / "nobody.toml")
+    assert unmatched.returncode == 2, unmatched.stderr
+    assert "the fleet's selection matches no container" in unmatched.stderr
 
     # An engine that does not answer is its own failed row; the others are still checked.
     engines["gone"] = f"unix://{tmp_path}/gone.sock"
