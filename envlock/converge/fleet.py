@@ -145,8 +145,8 @@ class Fleet:
     def open_node(self, member: Member, mctx: Context) -> None:
         """One ssh master per node, up before its first member runs (the one a command
         before this left running, or a new one): the node's other members wait for it and
-        share it (the ssh transport multiplexes per connection). A transport without one
-        (docker exec) has nothing to open."""
+        share it (the ssh transport multiplexes per connection). A transport that shares
+        no connection (not Multiplexed) has nothing to open; docker's opens nothing."""
         if not isinstance(mctx.transport, Multiplexed):
             return
         with self.node_locks[member.node]:
