@@ -18,6 +18,8 @@ from envlock.errors import UsageError
 from envlock.targets.base import ContainerCheck, ContainerSnapshot, prune_oldest
 
 STOP_TIMEOUT = 10
+# How long a create refused for its name waits for the other create's container to show.
+MEANWHILE_WAIT = 120
 
 
 def quiet(_: str) -> None:
@@ -157,15 +159,16 @@ class DockerProvisioner:
 
     def made_meanwhile(self) -> Any:
         """The container another create holds the name for: the engine reserves the name
-        before the container can be asked for (up to a few seconds, on vfs)."""
+        before the container can be asked for (seconds on vfs, which copies the image's
+        files first; tens of seconds on a busy host): asked again until MEANWHILE_WAIT."""
         import time  # here: only a race pays for it
 
-        for _ in range(100):
+        deadline = time.monotonic() + MEANWHILE_WAIT
+        while True:
             found = self.find()
-            if found is not None:
+            if found is not None or time.monotonic() > deadline:
                 return found
-            time.sleep(0.1)
-        return None
+            time.sleep(0.2)
 
     # -- commits: the container's snapshots -------------------------------------------------
     def snapshot(
