@@ -225,7 +225,8 @@ COMPUTED_DEFAULTS = {
 # Keys a reader takes with `raw` (any TOML value, checked by hand): their type in words.
 RAW_TYPES = {
     "torch.backend": "string",
-    "target.hosts": 'table `{ NODE = "HOST" }`',
+    "target.hosts": 'table `{ NODE = "HOST" }` (docker: `{ ENGINE = "DOCKER_HOST" }`)',
+    "target.select.labels": 'table `{ LABEL = "VALUE" }`',
     "target.vmids": "array of integers ≥ 100",
     "container.mounts": "array of tables `{source, path, ro}`",
     "docker.gpus": '`"all"` or array of strings (device ids)',
@@ -233,7 +234,7 @@ RAW_TYPES = {
     "docker.shm-size": 'string (`"16g"`, `"512m"`) or integer (bytes)',
 }
 # Tables inside a table whose keys are names the user chooses: their own keys are not fields.
-ANY_KEY_TABLES = ("docker.env", "docker.labels")
+ANY_KEY_TABLES = ("docker.env", "docker.labels", "target.hosts", "target.select.labels")
 # Tables whose keys are names the user chooses.
 ANY_KEY = {
     "env": (
@@ -275,7 +276,8 @@ MEANINGS = {
     "target.select.pool": "in this pool",
     "target.select.node": "on this node",
     "target.select.name": "whose name matches this glob",
-    "target.hosts": 'a fleet: how to reach each node over ssh (`{ pve1 = "10.0.0.11" }`)',
+    "target.select.labels": "docker: a fleet of the containers carrying every one of these labels (`docker ps` on each engine, at each command; see [Docker](../guides/docker.md))",
+    "target.hosts": 'a fleet: how to reach each node over ssh (`{ pve1 = "10.0.0.11" }`); docker: the engines a fleet\'s containers are looked for on, by name (`{ gpu1 = "ssh://gpu-1" }`)',
     "container.ostemplate": "the template `pct create` starts from",
     "container.rootfs": "`STORAGE:SIZE_GB`, e.g. `local-lvm:64`",
     "container.cores": "CPU cores",
@@ -398,6 +400,9 @@ train = "/srv/data"
         'select = { tags = ["train"], pool = "gpu", node = "pve1", name = "t*" }',
         "docker": 'type = "docker"\nroot = "/srv/root"\ncontainer = "trainer"\n'
         'host = "ssh://gpu-node"',
+        "docker-fleet": 'type = "docker"\nroot = "/srv/root"\n'
+        'select = { labels = { fleet = "trainers" }, name = "train-*" }\n'
+        'hosts = { gpu1 = "ssh://gpu-1", gpu2 = "ssh://gpu-2" }',
     }
     container = """
 [container]
@@ -476,9 +481,12 @@ def profile_fields() -> dict[str, Field]:
     fields: dict[str, Field] = {}
     with tempfile.TemporaryDirectory() as tmp, recording_tables(fields):
         for path in example_profiles(Path(tmp)):
-            READING[0] = {"local": "local", "ssh": "ssh", "docker": "docker"}.get(
-                path.stem, "proxmox-lxc"
-            )
+            READING[0] = {
+                "local": "local",
+                "ssh": "ssh",
+                "docker": "docker",
+                "docker-fleet": "docker",
+            }.get(path.stem, "proxmox-lxc")
             load_profile(path)
     for name in (*ANY_KEY, *ANY_KEY_TABLES):  # the example's own names, not keys of the table
         for key in [k for k in fields if k.startswith(f"{name}.")]:

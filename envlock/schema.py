@@ -211,6 +211,8 @@ DOCUMENTS: dict[str, int] = {
     # single-target document, no longer its number.
     # 3: the summary's lock id is "lock_id" (was "lock") and a member's generation's lock id
     # "generation_lock_id" (was "generation_lock"): one name per concept
+    # (a Docker fleet's member has "vmid": null, its container's "name" on its engine, "node";
+    # a Proxmox fleet's document is unchanged)
     "fleet": 3,
     "bisect": 1,
     # the snapshot file written into a checkpoint directory (envlock-snapshot.json)

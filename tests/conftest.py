@@ -45,7 +45,14 @@ NEEDS = {
     "lazyfs": {"lazyfs_bin", "lazy"},
     "pve": {"fakepve", "fakepve_url", "pve_api"},
     "tmpfs": {"tmpfs"},
-    "docker": {"docker_engine", "docker_image", "docker_container", "second_engine"},
+    "docker": {
+        "docker_engine",
+        "docker_image",
+        "docker_container",
+        "second_engine",
+        "other_engine",
+        "docker_sshd",
+    },
     "trainers": {"trainer_project"},
 }
 UNIT = Path(__file__).resolve().parent / "unit"

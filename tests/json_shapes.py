@@ -39,7 +39,7 @@ VERSIONS = schema.mapping(schema.PACKAGE_NAME, schema.STR)
 # A fleet member's row: the fields every command's member has (envlock.converge.fleet.member_json).
 MEMBER = {
     "member": schema.STR,
-    "vmid": schema.INT,
+    "vmid": schema.nullable(schema.INT),  # a Docker fleet's members have none
     "node": schema.STR,
     "name": schema.STR,
     "status": schema.STR,

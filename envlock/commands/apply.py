@@ -73,7 +73,8 @@ from envlock.reconcile.state import State
 @click.option(
     "--restart",
     is_flag=True,
-    help="Restart the container when config changes wait for its next start (proxmox-lxc).",
+    help="Restart the container when config changes wait for its next start (a docker "
+    "container is recreated for any change: no wait).",
 )
 @click.option(
     "--fail-fast", is_flag=True, help="Fleet: start no new member after the first failure."

@@ -11,10 +11,10 @@ from rich.table import Table
 from envlock import ui
 from envlock.commands.common import across_fleet, json_option, with_context
 from envlock.converge.fleet import MemberResult, Progress
-from envlock.errors import UsageError
 from envlock.reconcile.context import Context, Probe, gather_state, held_context
 from envlock.reconcile.state import Hold, State, Switch
 from envlock.targets.base import ContainerSnapshot
+from envlock.targets.registry import needs_a_container
 
 KIND = "generations"
 
@@ -104,7 +104,7 @@ def generations_member(
     """generations on one fleet member: how many, which is active, on which lock."""
     if container:
         if ctx.provisioner is None:
-            raise UsageError("--container needs a proxmox-lxc target with a [container] table")
+            raise needs_a_container("--container")
         snaps = ctx.provisioner.snapshots()
         return MemberResult(
             0, f"{len(snaps)} snapshot(s)", data={"snapshots": [s.to_json() for s in snaps]}
@@ -119,7 +119,7 @@ def generations_member(
 @click.option(
     "--container",
     is_flag=True,
-    help="List the LXC container's snapshots instead (proxmox-lxc, through the API).",
+    help="List the container's snapshots instead (Proxmox snapshots, Docker commits).",
 )
 @json_option
 def command(ctx: Context, container: bool, as_json: bool) -> None:
@@ -160,7 +160,7 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
     """The container's snapshots, oldest first, with the generation and lock in each."""
     provisioner = ctx.provisioner
     if provisioner is None:
-        raise UsageError("--container needs a proxmox-lxc target with a [container] table")
+        raise needs_a_container("--container")
     snaps = provisioner.snapshots()
     if as_json:
         ui.emit_json("generations-container", container_document(provisioner.describe(), snaps))
@@ -172,7 +172,7 @@ def list_snapshots(ctx: Context, as_json: bool) -> None:
     for column in ("snapshot", "taken (UTC)", "generation", "lock", "note"):
         table.add_column(column)
     for snap in snaps:
-        note = "kept by keep-snapshots" if snap.ours else "not envlock's: never pruned"
+        note = f"kept by {provisioner.keep_key}" if snap.ours else "not envlock's: never pruned"
         table.add_row(
             ui.escape(snap.name),
             snap.taken,

@@ -25,6 +25,7 @@ from envlock.reconcile.execute import ApplyAnswer, execute, verify_after
 from envlock.reconcile.generations import plan_rollback
 from envlock.reconcile.plan import Plan, repair_action
 from envlock.reconcile.state import State
+from envlock.targets.registry import needs_a_container
 
 if TYPE_CHECKING:
     # A fleet's code loads only for a fleet profile: one target's rollback never pays for it.
@@ -149,7 +150,7 @@ def rollback_member(
 
     if container:
         if ctx.provisioner is None:
-            raise UsageError("--container needs a proxmox-lxc target with a [container] table")
+            raise needs_a_container("--container")
         name = ctx.provisioner.rollback(snapshot_name, progress)
         return MemberResult(0, "rolled back", note=f"container at snapshot {name}")
     result = rollback_of(ctx, to=to, resync=resync, deep=deep, on_progress=progress)
@@ -201,8 +202,8 @@ def rollback_plan(
 @click.option(
     "--container",
     is_flag=True,
-    help="Roll the LXC container back through the Proxmox API to its newest envlock "
-    "snapshot (or --snapshot NAME).",
+    help="Roll the container back to its newest envlock snapshot (or --snapshot NAME): a "
+    "Proxmox snapshot, or a Docker commit the container is recreated from.",
 )
 @click.option(
     "--snapshot",
@@ -248,7 +249,7 @@ def rollback_container(ctx: Context, snapshot_name: str | None, as_json: bool) -
     """The container, through the Proxmox API, to a snapshot: a document of its own."""
     provisioner = ctx.provisioner
     if provisioner is None:
-        raise UsageError("--container needs a proxmox-lxc target with a [container] table")
+        raise needs_a_container("--container")
     name = provisioner.rollback(snapshot_name, None if as_json else ui.info)
     if as_json:
         ui.emit_json(

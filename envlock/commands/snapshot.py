@@ -97,11 +97,12 @@ def snapshot_member(
     force: bool,
     as_json: bool,
 ) -> MemberResult:
-    """snapshot of one fleet member, into DIR/<vmid>/ (each container records its own)."""
+    """snapshot of one fleet member, into DIR/<vmid>/ (a Docker fleet's: DIR/ENGINE/NAME/):
+    each container records its own."""
     settings = ctx.profile.target.settings
     result = snapshot_of(
         ctx,
-        directory / str(settings.vmid),
+        directory / settings.member_key,
         config_file=config_file,
         metrics=metrics,
         force=force,

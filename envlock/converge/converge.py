@@ -26,6 +26,7 @@ from envlock.reconcile.plan import Plan, make_plan
 from envlock.reconcile.state import State
 from envlock.runs.one_call import remember_seen, run_probe
 from envlock.targets.base import ContainerCheck
+from envlock.targets.registry import needs_a_container
 
 # How many times a converge plans again after another operation changed the root under it.
 REPLANS = 4
@@ -81,7 +82,7 @@ def refuse_restart(ctx: Context, restart: bool) -> None:
     """`--restart` restarts a container: refused where the profile declares none (one
     target's apply and a fleet's alike)."""
     if restart and ctx.profile.container is None:
-        raise UsageError("--restart needs a proxmox-lxc target with a [container] table")
+        raise needs_a_container("--restart")
 
 
 def no_gate(steps: list[Drift], plan: Plan | None) -> None:

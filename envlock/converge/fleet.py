@@ -1,4 +1,5 @@
-"""One command across a fleet: every selected container of a Proxmox cluster.
+"""One command across a fleet: every selected container of a Proxmox cluster, or of one or
+more Docker engines (selected by label).
 
 A fleet is a list of member Contexts (the profile and its lock, each with a Target of its
 own: a concrete vmid, node and ssh host). Each member runs the single-target code path of
@@ -14,7 +15,8 @@ foreground process group does not cut them. A second Ctrl-C stops waiting for th
 local ssh clients end, their agents finish on their own.
 
 `--json` prints one document (kind "fleet" in envlock.schema.DOCUMENTS): {"schema",
-"members": [one object per member: member, vmid, node, name, status, exit, result, generation
+"members": [one object per member: member (node/vmid, a Docker fleet's engine/name), vmid
+(null for Docker), node (a Docker fleet's engine), name, status, exit, result, generation
 (its name), generation_number, generation_lock, held, drift_count, note, cause (a failure's, in a
 line: errors.cause_of), seconds, and the command's own fields], "fleet": {profile, lock,
 members, summary, exit, interrupted}}.
@@ -33,10 +35,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from envlock import ui
-from envlock.errors import EXIT_FAILED, EXIT_INTERRUPTED, EnvlockError, UsageError, cause_of
-from envlock.proxmox.members import Member, list_members, restrict
+from envlock.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EnvlockError,
+    OperationError,
+    UsageError,
+    cause_of,
+)
 from envlock.reconcile.context import Context, is_fleet  # noqa: F401 (apply's import)
 from envlock.targets.base import Multiplexed, NotRunning, Sessions
+from envlock.targets.members import Member, restrict
 
 if TYPE_CHECKING:
     # Imported where a summary is drawn: every command imports this module for
@@ -70,7 +79,7 @@ def member_context(ctx: Context, member: Member, sessions: Sessions | None = Non
     """The fleet's context narrowed to one member: same profile and lock, its own target
     (its ssh clients in `sessions`, when given)."""
     target = ctx.profile.target
-    settings = target.settings.member(member.vmid, member.node)
+    settings = target.settings.member(member)
     profile = dataclasses.replace(
         ctx.profile, target=dataclasses.replace(target, settings=settings)
     )
@@ -81,12 +90,13 @@ def member_context(ctx: Context, member: Member, sessions: Sessions | None = Non
 
 
 def members_of(ctx: Context, on: tuple[str, ...]) -> list[Member]:
-    members = restrict(list_members(ctx.profile.target.settings), on)
+    target = ctx.profile.target
+    assert target.kind.members is not None, f"{target.type} lists no fleet's members"
+    members = restrict(target.kind.members(target.settings), on)
     if not members:
         raise UsageError(
-            "the fleet's selection matches no container of the cluster",
-            hint="check [target] vmids or select against the cluster's containers (the API "
-            "lists only those the login holds VM.Audit on)",
+            "the fleet's selection matches no container",
+            hint=target.kind.no_members_hint,
         )
     return members
 
@@ -96,14 +106,15 @@ def one_member(ctx: Context, on: tuple[str, ...], command: str) -> Context:
     if not on:
         raise UsageError(
             f"`envlock {command}` acts on one container, and this profile names a fleet",
-            hint="pick one with --on VMID; running across members is the scheduler's job",
+            hint="pick one with --on VMID (a Docker fleet: --on NAME); running across members "
+            "is the scheduler's job",
         )
     members = members_of(ctx, on)
     if len(members) != 1:
         raise UsageError(
             f"--on picks {len(members)} members ({', '.join(m.label for m in members)}): "
             f"`envlock {command}` acts on exactly one",
-            hint="pick one with --on VMID",
+            hint="pick one with --on VMID (a Docker fleet: --on NAME)",
         )
     return member_context(ctx, members[0])
 
@@ -134,7 +145,10 @@ class Fleet:
     def open_node(self, member: Member, mctx: Context) -> None:
         """One ssh master per node, up before its first member runs (the one a command
         before this left running, or a new one): the node's other members wait for it and
-        share it (the ssh transport multiplexes per connection)."""
+        share it (the ssh transport multiplexes per connection). A transport that shares
+        no connection (not Multiplexed) has nothing to open; docker's opens nothing."""
+        if not isinstance(mctx.transport, Multiplexed):
+            return
         with self.node_locks[member.node]:
             if member.node not in self.node_ready:
                 try:
@@ -152,8 +166,10 @@ class Fleet:
         started = self.in_flight[member] = time.perf_counter()
         progress = self.progress(member)
         try:
+            if member.error:
+                raise OperationError(member.error)
             if not member.running and not include_stopped:
-                raise NotRunning(f"container {member.vmid} is {member.status}")
+                raise NotRunning(f"container {member.key} is {member.status}")
             mctx = member_context(self.ctx, member, self.sessions)
             self.open_node(member, mctx)
             result = work(mctx, progress)
@@ -331,7 +347,7 @@ def ordered_members(
     ctx: Context, members: list[Member], results: dict[Member, MemberResult]
 ) -> list[Member]:
     """Members that differ (fail, drift, another lock, held) before those that agree."""
-    return sorted(members, key=lambda m: (not differs(ctx, results[m]), m.vmid))
+    return sorted(members, key=lambda m: (not differs(ctx, results[m]), m.order))
 
 
 def fleet_headline(ctx: Context, ordered: list[tuple[Member, MemberResult]]) -> str:
@@ -381,7 +397,7 @@ def summary_table(ordered: list[tuple[Member, MemberResult]]) -> Table:
     for m, r in ordered:
         result = r.result + (f": {cause_of(r.note)}" if r.note else "")  # the cause, short
         table.add_row(
-            str(m.vmid),
+            ui.escape(m.key),
             ui.escape(m.node),
             "" if r.generation is None else str(r.generation),
             r.lock,

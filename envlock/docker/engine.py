@@ -7,10 +7,13 @@ every other command nothing."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from envlock.errors import OperationError
+
+if TYPE_CHECKING:
+    from envlock.docker.bridge import DialBridge
 
 # The Docker Engine API version envlock asks for: 1.41 is Docker 20.10, the oldest engine
 # envlock supports (device requests came with 1.40).
@@ -27,21 +30,38 @@ def connect(host: str | None) -> Any:
     import docker  # here: the SDK loads only for a profile with a [docker] table
 
     where = host or "the default engine (DOCKER_HOST)"
-    with engine_errors(where):
+    bridge = ssh_bridge(host)
+    with engine_errors(where, said=bridge.said if bridge is not None else None):
         if host is None:
             client = docker.from_env(version=API_VERSION, timeout=TIMEOUT)
         else:
-            ssh = host.startswith("ssh://")
-            client = docker.DockerClient(
-                base_url=host, version=API_VERSION, timeout=TIMEOUT, use_ssh_client=ssh
-            )
+            base_url = bridge.url if bridge is not None else host
+            client = docker.DockerClient(base_url=base_url, version=API_VERSION, timeout=TIMEOUT)
         client.ping()
     return client
 
 
+def ssh_bridge(host: str | None) -> DialBridge | None:
+    """For an ssh:// engine, the local socket the SDK talks to (envlock/docker/bridge.py:
+    the docker CLI's own ssh, no paramiko); closed when envlock exits."""
+    if host is None or not host.startswith("ssh://"):
+        return None
+    import atexit
+
+    from envlock.docker.bridge import DialBridge
+
+    bridge = DialBridge(host)
+    atexit.register(bridge.close)
+    return bridge
+
+
 @contextlib.contextmanager
 def engine_errors(
-    where: str, *, image: str | None = None, name: str | None = None
+    where: str,
+    *,
+    image: str | None = None,
+    name: str | None = None,
+    said: Callable[[], str] | None = None,
 ) -> Iterator[None]:
     """The SDK's exceptions, as what happened and what to do."""
     from docker import errors  # loaded with the SDK, by connect() first
@@ -59,7 +79,8 @@ def engine_errors(
     except errors.APIError as exc:
         raise api_error(exc, where, name) from None
     except (errors.DockerException, RequestException, OSError) as exc:
-        raise unreachable(exc, where) from None
+        # Through ssh, what the ssh client said is the cause (the SDK saw the socket end).
+        raise unreachable(exc, where, said() if said is not None else "") from None
 
 
 def explanation(exc: Any) -> str:
@@ -83,8 +104,8 @@ def api_error(exc: Any, where: str, name: str | None) -> EngineError:
     return EngineError(f"the Docker engine at {where} refused: {said}")
 
 
-def unreachable(exc: Exception, where: str) -> EngineError:
-    said = str(exc)
+def unreachable(exc: Exception, where: str, through: str = "") -> EngineError:
+    said = through or str(exc)
     if "Permission denied" in said or "PermissionError" in said:
         return EngineError(
             f"permission denied on the Docker engine's socket ({where})",

@@ -15,9 +15,11 @@ from envlock.docker.config import Difference, device_requests, differences
 from envlock.docker.engine import connect, engine_errors
 from envlock.docker.settings import DockerSpec
 from envlock.errors import UsageError
-from envlock.targets.base import ContainerCheck, ContainerSnapshot
+from envlock.targets.base import ContainerCheck, ContainerSnapshot, prune_oldest
 
 STOP_TIMEOUT = 10
+# How long a create refused for its name waits for the other create's container to show.
+MEANWHILE_WAIT = 120
 
 
 def quiet(_: str) -> None:
@@ -26,6 +28,8 @@ def quiet(_: str) -> None:
 
 class DockerProvisioner:
     """A profile's [docker] on its engine, through the Docker SDK for Python."""
+
+    keep_key = "keep-commits"
 
     def __init__(self, host: str | None, subject: str, spec: DockerSpec) -> None:
         self.host = host  # the engine's DOCKER_HOST ([target] host), None: the default one
@@ -155,15 +159,16 @@ class DockerProvisioner:
 
     def made_meanwhile(self) -> Any:
         """The container another create holds the name for: the engine reserves the name
-        before the container can be asked for (up to a few seconds, on vfs)."""
+        before the container can be asked for (seconds on vfs, which copies the image's
+        files first; tens of seconds on a busy host): asked again until MEANWHILE_WAIT."""
         import time  # here: only a race pays for it
 
-        for _ in range(100):
+        deadline = time.monotonic() + MEANWHILE_WAIT
+        while True:
             found = self.find()
-            if found is not None:
+            if found is not None or time.monotonic() > deadline:
                 return found
-            time.sleep(0.1)
-        return None
+            time.sleep(0.2)
 
     # -- commits: the container's snapshots -------------------------------------------------
     def snapshot(
@@ -205,12 +210,19 @@ class DockerProvisioner:
         return {tag.split(":", 1)[1] for image in self.images() for tag in image.tags}
 
     def prune(self, say: Callable[[str], None]) -> None:
-        ours = self.images()
-        for old in ours[: max(0, len(ours) - self.spec.keep_commits)]:
-            for tag in old.tags:
-                say(f"removing image {tag} (keep-commits = {self.spec.keep_commits})")
-                with self.errors():
-                    self.client.images.remove(tag, noprune=False)
+        prune_oldest(
+            self.images(),
+            self.spec.keep_commits,
+            key=self.keep_key,
+            say=say,
+            describe=lambda image: f"removing image {', '.join(image.tags)}",
+            remove=self.remove_image,
+        )
+
+    def remove_image(self, image: Any) -> None:
+        with self.errors():
+            for tag in image.tags:
+                self.client.images.remove(tag, noprune=False)
 
     def snapshots(self) -> list[ContainerSnapshot]:
         return [listed(tag, image.attrs) for image in self.images() for tag in image.tags]

@@ -11,31 +11,13 @@ import dataclasses
 import fnmatch
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from envlock.errors import OperationError, UsageError
+from envlock.errors import OperationError
 from envlock.proxmox.settings import FleetSelect, LxcSettings
+from envlock.targets.members import Member, restrict
 
-
-@dataclass(frozen=True)
-class Member:
-    """One container of the fleet, as /cluster/resources lists it."""
-
-    vmid: int
-    node: str
-    name: str
-    status: str  # running, stopped, unknown (node offline)
-    tags: tuple[str, ...] = ()
-    pool: str | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.node}/{self.vmid}"
-
-    @property
-    def running(self) -> bool:
-        return self.status == "running"
+__all__ = ["Member", "list_members", "parse_resources", "restrict", "select_members"]
 
 
 def parse_resources(items: Iterable[dict[str, Any]]) -> list[Member]:
@@ -55,7 +37,7 @@ def parse_resources(items: Iterable[dict[str, Any]]) -> list[Member]:
                 pool=item.get("pool"),
             )
         )
-    return sorted(members, key=lambda m: m.vmid)
+    return sorted(members, key=lambda m: m.order)
 
 
 def select_members(fleet: FleetSelect, members: list[Member], login: str = "") -> list[Member]:
@@ -92,27 +74,6 @@ def matches(fleet: FleetSelect, m: Member) -> bool:
         and (fleet.node is None or m.node == fleet.node)
         and (fleet.name is None or fnmatch.fnmatchcase(m.name, fleet.name))
     )
-
-
-def restrict(members: list[Member], selectors: tuple[str, ...]) -> list[Member]:
-    """`--on SELECTOR` (repeatable, or comma-separated): a vmid, a node or a tag."""
-    if not selectors:
-        return members
-    words = [w.strip() for s in selectors for w in s.split(",") if w.strip()]
-    chosen = [m for m in members if any(on_matches(w, m) for w in words)]
-    if not chosen:
-        shown = ", ".join(m.label for m in members) or "none"
-        raise UsageError(
-            f"--on {','.join(words)} matches no member of the fleet (members: {shown})",
-            hint="--on takes a vmid, a node or a tag",
-        )
-    return chosen
-
-
-def on_matches(word: str, m: Member) -> bool:
-    if word.isdigit():
-        return m.vmid == int(word)
-    return word == m.node or word.lower() in m.tags
 
 
 def list_members(settings: LxcSettings) -> list[Member]:

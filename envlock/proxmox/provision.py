@@ -33,7 +33,7 @@ from envlock.proxmox.snapshots import (
     rollback,
     snapshot,
 )
-from envlock.targets.base import ContainerCheck, ContainerSnapshot
+from envlock.targets.base import ContainerCheck, ContainerSnapshot, prune_oldest
 
 PREFIX = "envlock-"  # envlock's own snapshots; keep-snapshots never touches the others
 RESTART_FIX = "takes effect after a restart: `envlock apply --restart`"
@@ -41,6 +41,8 @@ RESTART_FIX = "takes effect after a restart: `envlock apply --restart`"
 
 class LxcProvisioner:
     """A profile's [container] on its node, through the Proxmox API."""
+
+    keep_key = "keep-snapshots"
 
     def __init__(self, settings: LxcSettings, container: Container) -> None:
         assert settings.vmid is not None and settings.node is not None
@@ -122,13 +124,14 @@ class LxcProvisioner:
 
     def prune(self, say: Callable[[str], None]) -> None:
         """Delete envlock's oldest snapshots beyond keep-snapshots; never anyone else's."""
-        ours = [s for s in list_snapshots(self.session, self.settings) if is_ours(s.name)]
-        for old in ours[: max(0, len(ours) - self.container.keep_snapshots)]:
-            say(
-                f"deleting LXC snapshot {old.name} (keep-snapshots = "
-                f"{self.container.keep_snapshots})"
-            )
-            delete_snapshot(self.session, self.settings, old.name)
+        prune_oldest(
+            [s.name for s in list_snapshots(self.session, self.settings) if is_ours(s.name)],
+            self.container.keep_snapshots,
+            key=self.keep_key,
+            say=say,
+            describe=lambda name: f"deleting LXC snapshot {name}",
+            remove=lambda name: delete_snapshot(self.session, self.settings, name),
+        )
 
     def provision(self, *, restart: bool, on_progress: Callable[[str], None] | None) -> list[str]:
         """Create/start/fix the container; with `restart`, restart it when config changes

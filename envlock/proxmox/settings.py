@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from envlock.base.tomlread import ENV_NAME_RE, Table, control_char, describe, shown
 from envlock.errors import UsageError
 from envlock.targets.base import LocalPath
+from envlock.targets.members import Member
 from envlock.targets.ssh import SshSettings, read_ssh_settings
 
 # A Proxmox node name, as pve-node defines it: it becomes part of every API path.
@@ -63,10 +64,15 @@ class LxcSettings:
             )
         return self.ssh.host.replace("{node}", node)
 
-    def member(self, vmid: int, node: str) -> LxcSettings:
+    def member(self, member: Member) -> LxcSettings:
         """The settings of one fleet member: a concrete vmid, node and ssh host."""
-        ssh = replace(self.ssh, host=self.node_host(node))
-        return replace(self, vmid=vmid, node=node, ssh=ssh, fleet=None)
+        ssh = replace(self.ssh, host=self.node_host(member.node))
+        return replace(self, vmid=member.vmid, node=member.node, ssh=ssh, fleet=None)
+
+    @property
+    def member_key(self) -> str:
+        """A member's own folder name (`snapshot` into DIR/<vmid>/)."""
+        return str(self.vmid)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -214,7 +215,9 @@ def upload_uv(
     """Stream envlock's uv binary to a temp file beside its final place; the agent then
     checks its sha256 and moves it into place."""
     final = action["path"]
-    action["tmp"] = f"{final}.upload"
+    # A name of this upload's own: two applies at once (two processes finding no uv) each
+    # upload theirs, and each agent checks and moves its own into place.
+    action["tmp"] = f"{final}.upload-{secrets.token_hex(6)}"
     action["sha256"] = uv_sha256()
     if on_progress:
         on_progress(f"uploading uv {action['version']} to {final}")

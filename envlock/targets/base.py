@@ -7,14 +7,16 @@ from __future__ import annotations
 import shlex
 import subprocess
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar, Protocol, runtime_checkable
+from typing import IO, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from envlock.base.drift_kinds import Drift
 from envlock.base.tomlread import Table
 from envlock.errors import OperationError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,32 @@ class ConnectionLost(TransportFailed):
 
 class NotRunning(TransportFailed):
     """The machine or container the commands run in is not running."""
+
+
+class StopsUnder:
+    """A container's transport: a command cut short may be so because the container stopped
+    under it. Its class says how to ask (`stopped`) and how to start it (`start_hint`)."""
+
+    name: str
+
+    def stopped(self) -> bool:
+        """Whether the container is stopped now; False when that cannot be asked."""
+        raise NotImplementedError
+
+    def start_hint(self) -> str:
+        raise NotImplementedError
+
+    def stopped_while(self, what: str) -> OperationError | None:
+        """The error for a command cut short because the container stopped under it (None
+        when it still runs): what to do is to start it again, not "start it" as if it never
+        had been."""
+        if not self.stopped():
+            return None
+        return OperationError(
+            f"{self.name} stopped while {what}: it was cut short",
+            hint=f"{self.start_hint()}, then run it again; what it wrote before the stop "
+            "is as it left it",
+        )
 
 
 @runtime_checkable
@@ -196,6 +224,9 @@ def known(said: str) -> str | None:
 class Provisioner(Protocol):
     """The container (or machine) around an environment: checked, provisioned, rolled back."""
 
+    # The key of its table that bounds envlock's own snapshots ("keep-snapshots").
+    keep_key: str
+
     def describe(self) -> str: ...
 
     def check(self) -> ContainerCheck: ...
@@ -221,6 +252,23 @@ class Provisioner(Protocol):
     def snapshots(self) -> list[ContainerSnapshot]: ...
 
     def rollback(self, name: str | None, on_progress: Callable[[str], None] | None) -> str: ...
+
+
+def prune_oldest(
+    ours: Sequence[T],
+    keep: int,
+    *,
+    key: str,
+    say: Callable[[str], None],
+    describe: Callable[[T], str],
+    remove: Callable[[T], None],
+) -> None:
+    """Remove envlock's own snapshots (`ours`, oldest first) beyond the newest `keep`, each
+    said first ("deleting LXC snapshot NAME (keep-snapshots = 3)"); never anyone else's:
+    the caller passes only its own."""
+    for old in ours[: max(0, len(ours) - keep)]:
+        say(f"{describe(old)} ({key} = {keep})")
+        remove(old)
 
 
 @dataclass(frozen=True)
@@ -272,6 +320,11 @@ class TargetType:
     provisioner: Callable[[Any, Any], Provisioner] | None = None
     # The name of that table in a profile ([container] for Proxmox, [docker] for Docker).
     container_table: str = "container"
+    # A fleet profile's members (envlock.targets.members.Member), listed now from its
+    # settings; None: the type has no fleets. A member's own settings are `settings.member(m)`.
+    members: Callable[[Any], list[Any]] | None = None
+    # What to check when a fleet's selection matches no member (the type's own words).
+    no_members_hint: str = "check [target] select against the containers there"
 
 
 @dataclass(frozen=True)

@@ -16,22 +16,32 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from envlock.base import started
 from envlock.base.tomlread import Table, shown
-from envlock.errors import OperationError
 from envlock.targets.base import (
     InitFlag,
     LocalPath,
     NotRunning,
     Provisioner,
     Result,
+    Sessions,
     StarterRow,
+    StopsUnder,
     TargetType,
+    Transport,
     TransportFailed,
 )
+from envlock.targets.docker_fleet import (
+    DEFAULT_ENGINE,
+    DockerFleet,
+    list_members,
+    read_engines,
+    read_select,
+)
 from envlock.targets.local import communicate, spawn_ignoring_signals
+from envlock.targets.members import FleetTransport, Member
 
 if TYPE_CHECKING:
     # Read when a profile declares [docker]: a profile without one loads none of it.
@@ -100,16 +110,31 @@ DOCKER_OWN_EXITS = (1, 125, 126, 127)
 
 @dataclass(frozen=True)
 class DockerSettings:
-    """[target] container and host."""
+    """[target] container and host; a fleet profile has `fleet` (select, hosts) instead of
+    a container, and each member its container, engine name (`node`) and host."""
 
     container: str
     host: str | None = None
+    node: str | None = None  # a fleet member's engine, by its name in [target] hosts
+    fleet: DockerFleet | None = None
 
     def where(self) -> str:
         return f"container {self.container}" + (f" on {self.host}" if self.host else "")
 
+    def member(self, member: Member) -> DockerSettings:
+        """The settings of one fleet member: its container on its engine."""
+        assert self.fleet is not None
+        host = self.fleet.host_of(member.node)
+        return DockerSettings(container=member.name, host=host, node=member.node)
 
-class DockerTransport:
+    @property
+    def member_key(self) -> str:
+        """A fleet member's own folder name (`snapshot` into DIR/ENGINE/NAME/)."""
+        engine = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.node or DEFAULT_ENGINE).strip("_")
+        return f"{engine}/{self.container}"
+
+
+class DockerTransport(StopsUnder):
     """Runs argv in a container with `docker exec`, through the local docker CLI."""
 
     system_python = "python3"
@@ -118,6 +143,15 @@ class DockerTransport:
         self.settings = settings
         self.container = settings.container
         self.name = settings.where()
+        self.sessions: Sessions | None = None  # a fleet's: its clients in sessions of their own
+
+    def open_master(self) -> None:
+        """Nothing to open: each `docker exec` is its own connection to the engine."""
+
+    def use_sessions(self, sessions: Sessions) -> None:
+        """Start every docker client of this transport in a session of its own (a fleet's:
+        the Ctrl-C a terminal sends its foreground group leaves the members in flight be)."""
+        self.sessions = sessions
 
     def docker_argv(self) -> list[str]:
         return ["docker", *(["-H", self.settings.host] if self.settings.host else [])]
@@ -139,8 +173,9 @@ class DockerTransport:
         ]
 
     def command_line(self, argv: list[str]) -> list[str] | None:
-        """The local command line `run(argv)` starts (commands/ahead.py)."""
-        return self.wrap(argv, None)
+        """The local command line `run(argv)` starts (commands/ahead.py); None in a fleet's
+        sessions."""
+        return None if self.sessions is not None else self.wrap(argv, None)
 
     def run(
         self,
@@ -152,8 +187,16 @@ class DockerTransport:
     ) -> Result:
         full = self.wrap(argv, env)
         # The same command with the same request, begun ahead (envlock/base/started.py).
-        ahead = started.take(full, stdin) if isinstance(stdin, bytes) else None
-        if ahead is not None:
+        ahead = None
+        if self.sessions is None and isinstance(stdin, bytes):
+            ahead = started.take(full, stdin)
+        if self.sessions is not None:
+            try:
+                with self.sessions.started(full) as proc:
+                    result = communicate(proc, argv, stdin, on_stderr_line)
+            except FileNotFoundError:
+                raise self.no_cli() from None
+        elif ahead is not None:
             result = communicate(ahead, argv, None, on_stderr_line)
         else:
             result = communicate(self.start(full), argv, stdin, on_stderr_line)
@@ -179,7 +222,7 @@ class DockerTransport:
         or through pipes (`piped`)."""
         tty = sys.stdin.isatty() and not piped
         full = self.wrap(argv, None, tty=tty)
-        ahead = started.take_waiting(full) if piped else None
+        ahead = started.take_waiting(full) if piped and self.sessions is None else None
         try:
             return ahead or spawn_ignoring_signals(full, piped=piped)
         except FileNotFoundError:
@@ -200,15 +243,6 @@ class DockerTransport:
         cut short); False when it cannot be asked."""
         state = self.inspect_state()
         return state is not None and state != "running"
-
-    def stopped_while(self, what: str) -> OperationError | None:
-        if not self.stopped():
-            return None
-        return OperationError(
-            f"{self.name} stopped while {what}: it was cut short",
-            hint=f"{self.start_hint()}, then run it again; what it wrote before the stop "
-            "is as it left it",
-        )
 
     def start_hint(self) -> str:
         return (
@@ -259,34 +293,63 @@ class DockerTransport:
 
 # -- the target type ----------------------------------------------------------------------
 def read_docker_settings(t: Table, local_path: LocalPath) -> DockerSettings:
-    container = t.text("container")
+    host = t.text("host", None)
+    if host is not None:
+        check_host(t, host)
+    select = read_select(t)
+    if select is not None:
+        if t.has("container"):
+            t.fail(
+                "container",
+                "a fleet profile (select) cannot name one container",
+                hint="drop `container`: the fleet's containers are those select matches",
+            )
+        labels, name = select
+        fleet = DockerFleet(labels, name, read_engines(t, host, check_host))
+        return DockerSettings(container="", fleet=fleet)
+    if t.has("hosts"):
+        t.fail("hosts", "several engines are for a fleet profile (select)", hint="give one host")
+    container = t.text("container", None)
+    if container is None:
+        t.missing("container", "or `select` for a fleet")
     if not NAME_RE.fullmatch(container):
         t.fail(
             "container",
             f"expected a container's name or id, found {shown(container)}",
             hint="letters, digits, '_', '.' and '-', starting with a letter or digit",
         )
-    host = t.text("host", None)
-    if host is not None:
-        check_host(t, host)
     return DockerSettings(container=container, host=host)
 
 
-def check_host(t: Table, host: str) -> None:
+def check_host(t: Table, host: str, key: str = "host") -> None:
     if not host.startswith(HOST_SCHEMES) or any(c.isspace() for c in host):
         t.fail(
-            "host",
+            key,
             f"expected a DOCKER_HOST such as unix:///run/docker.sock or ssh://gpu-node, "
             f"found {shown(host)}",
             hint="unix:// (a local socket) or ssh:// (an engine on another host, through ssh)",
         )
     if host.startswith("ssh://") and host[len("ssh://") :].startswith("-"):
-        t.fail("host", f"expected a host name after ssh://, found {shown(host)}")
+        t.fail(key, f"expected a host name after ssh://, found {shown(host)}")
+
+
+def docker_members(settings: DockerSettings) -> list[Member]:
+    """A fleet profile's containers, listed now on each of its engines."""
+    assert settings.fleet is not None
+    return list_members(settings.fleet)
 
 
 def read_docker_table(t: Table, settings: DockerSettings) -> DockerSpec:
     """[docker]: the container envlock creates and keeps as declared (envlock/docker/)."""
     from envlock.docker.settings import read_docker_spec
+
+    if settings.fleet is not None:
+        t.fail(
+            None,
+            "a [docker] table declares one container; a fleet's are the containers its "
+            "select matches, made by someone else",
+            hint="drop [docker], or name one container in [target] container",
+        )
 
     return read_docker_spec(t, settings.container)
 
@@ -309,7 +372,9 @@ DOCKER_FLAGS = (
 )
 
 
-def docker_transport(settings: Any) -> DockerTransport:
+def docker_transport(settings: DockerSettings) -> Transport:
+    if settings.fleet is not None:
+        return FleetTransport()
     return DockerTransport(settings)
 
 
@@ -335,4 +400,5 @@ DOCKER = TargetType(
     read_container=read_docker_table,
     provisioner=docker_provisioner,
     container_table="docker",
+    members=docker_members,
 )

@@ -8,20 +8,18 @@ container itself is checked, provisioned and rolled back through the Proxmox API
 
 from __future__ import annotations
 
-import subprocess
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from envlock.base.tomlread import Table
-from envlock.errors import UsageError
 from envlock.targets.base import (
     InitFlag,
     LocalPath,
     Provisioner,
-    Result,
     StarterRow,
     TargetType,
     Transport,
 )
+from envlock.targets.members import FleetTransport, Member
 from envlock.targets.pct import PCT_FAILURES, PctTransport
 from envlock.targets.ssh import SSH_FAILURES, SSH_FLAGS
 
@@ -38,22 +36,11 @@ def lxc_transport(settings: LxcSettings) -> Transport:
     return PctTransport(settings.ssh.transport(), settings.vmid, settings.node)
 
 
-class FleetTransport:
-    """A fleet profile's own transport: commands reach its members (converge/fleet.py),
-    never the fleet as a whole; a code path that forgets to pick a member fails clearly."""
+def lxc_members(settings: LxcSettings) -> list[Member]:
+    """A fleet profile's containers, read from the cluster now (the Proxmox API)."""
+    from envlock.proxmox.members import list_members
 
-    name = "a fleet of containers"
-    system_python = "python3"
-
-    def run(self, argv: list[str], **_: Any) -> Result:
-        raise UsageError(
-            "this profile names a fleet of containers: pick one with --on VMID",
-            hint="`--on` takes a vmid, a node or a tag",
-        )
-
-    def spawn(self, argv: list[str], *, piped: bool = False) -> subprocess.Popen[bytes]:
-        self.run(argv)
-        raise AssertionError("unreachable")
+    return list_members(settings)
 
 
 def read_lxc_settings(t: Table, local_path: LocalPath) -> LxcSettings:
@@ -113,4 +100,7 @@ PROXMOX_LXC = TargetType(
     failures=(*SSH_FAILURES, *PCT_FAILURES),
     read_container=read_lxc_container,
     provisioner=lxc_provisioner,
+    members=lxc_members,
+    no_members_hint="check [target] vmids or select against the cluster's containers (the API "
+    "lists only those the login holds VM.Audit on)",
 )

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import IO
 
 from envlock.errors import OperationError
-from envlock.targets.base import NotRunning, Result, Sessions, TransportFailed
+from envlock.targets.base import NotRunning, Result, Sessions, StopsUnder, TransportFailed
 from envlock.targets.ssh import SshTransport
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -75,7 +75,7 @@ PCT_FAILURES: tuple[type[TransportFailed], ...] = (
 )
 
 
-class PctTransport:
+class PctTransport(StopsUnder):
     system_python = "python3"
 
     def __init__(self, node: SshTransport, vmid: int, node_name: str | None = None) -> None:
@@ -133,18 +133,6 @@ class PctTransport:
         except OperationError:
             return False
         return result.ok and result.text().strip() == "status: stopped"
-
-    def stopped_while(self, what: str) -> OperationError | None:
-        """The error for a command cut short because the container stopped under it (None
-        when it still runs): what to do is to start it again, not "start it" as if it never
-        had been."""
-        if not self.stopped():
-            return None
-        return OperationError(
-            f"{self.name} stopped while {what}: it was cut short",
-            hint=f"{self.start_hint()}, then run it again; what it wrote before the stop "
-            "is as it left it",
-        )
 
     def start_hint(self) -> str:
         return (

@@ -73,6 +73,9 @@ def test_create_recreate_with_volumes_kept_commit_and_rollback(
         commits = json.loads(listed.stdout)["snapshots"]
         assert [c["name"].split(":")[0] for c in commits] == [f"envlock-{name}"]
         assert commits[0]["generation"].startswith("1-")
+        said = cli("generations", "--container", profile)
+        assert said.returncode == 0 and "kept by keep-commits" in said.stdout, said.stdout
+        assert "keep-snapshots" not in said.stdout
 
         # The container's own files (not the volume's) go back with it.
         assert docker_engine.exec(name, "touch", "/etc/after-commit").returncode == 0

@@ -11,7 +11,12 @@ Fixtures:
   docker_engine     (session) Engine: host (unix://SOCK), the daemon's directory; stopped
                     at the end.
   docker_image      (session) the imported image's tag.
+  other_engine      (session) a second engine with the image, on its own socket and data
+                    root: a fleet's second host.
   second_engine     (function) another engine with the image, the test's own to stop and start.
+  docker_sshd       (session) DockerNode: an sshd on loopback whose sessions reach the
+                    session's engine as their default one (DOCKER_HOST), `host` the
+                    ssh://node that reaches it, `path` a PATH whose `ssh` knows `node`.
   docker_container  (function) make(name=None, mounts=(), engine=None) -> the name of a
                     running container; every container made is removed at teardown.
 """
@@ -30,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.remote.fixtures import SYSTEM_DEPS, _tail, build_rootfs
+from tests.remote.fixtures import SYSTEM_DEPS, Node, _serve_node, _tail, build_rootfs
 
 IMAGE = "envlock-test:bookworm"
 DOCKERD = "/usr/sbin/dockerd"
@@ -193,6 +198,15 @@ def docker_image(docker_engine: Engine) -> str:
     return import_image(docker_engine, build_rootfs())
 
 
+@pytest.fixture(scope="session")
+def other_engine(tmp_path_factory: pytest.TempPathFactory, docker_image: str) -> Iterator[Engine]:
+    """A second private engine for the session (a fleet's other host), with the suite's
+    image imported; never stopped by a test."""
+    with private_engine(tmp_path_factory, "dockerd-b") as engine:
+        import_image(engine, build_rootfs())
+        yield engine
+
+
 @pytest.fixture
 def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """Another private engine, the test's own (it may stop and start it), with the suite's
@@ -200,6 +214,36 @@ def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     with private_engine(tmp_path_factory, "dockerd2") as engine:
         import_image(engine, build_rootfs())
         yield engine
+
+
+@dataclass(frozen=True)
+class DockerNode:
+    """A host reached over ssh whose docker CLI's default engine is the session's engine:
+    `docker -H ssh://node …` there is the engine a user reaches on a GPU node."""
+
+    host: str  # the DOCKER_HOST: ssh://node
+    path: str  # PATH for envlock: its `ssh` is ssh -F the node's ssh_config
+    node: Node
+
+
+@pytest.fixture(scope="session")
+def docker_sshd(
+    system_ready: None, docker_engine: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DockerNode]:
+    """A real sshd on 127.0.0.1 (tests/remote/fixtures.py) whose sessions have DOCKER_HOST
+    set to the session's engine. ssh finds its hosts in the user's ssh_config, which a test
+    must not touch: envlock's PATH holds an `ssh` that runs the real one with -F the node's
+    config (Host node: its port, key and known host), as a user's ~/.ssh/config would."""
+    d = tmp_path_factory.mktemp("docker_sshd")
+    with _serve_node(d, with_pct=False, env={"DOCKER_HOST": docker_engine.host}) as node:
+        client = d / "client-bin"
+        client.mkdir()
+        ssh = shutil.which("ssh")
+        assert ssh is not None
+        wrapper = client / "ssh"
+        wrapper.write_text(f'#!/bin/sh\nexec {ssh} -F {node.ssh_config_file} "$@"\n')
+        wrapper.chmod(0o755)
+        yield DockerNode("ssh://node", f"{client}{os.pathsep}{os.environ['PATH']}", node)
 
 
 MakeDocker = Callable[..., str]

@@ -226,7 +226,7 @@ def node_uv_cache() -> str:
     return f" UV_CACHE_DIR={cache}" if cache else ""
 
 
-def _sshd_config(d: Path, port: int) -> str:
+def _sshd_config(d: Path, port: int, env: str = "") -> str:
     return "\n".join(
         [
             f"Port {port}",
@@ -247,7 +247,7 @@ def _sshd_config(d: Path, port: int) -> str:
             "MaxStartups 64:30:128",
             "MaxSessions 64",
             # The node's uv uses the test session's cache, never root's own (hermetic runs).
-            f"SetEnv PATH={d / 'bin'}:{NODE_PATH_TAIL}{node_uv_cache()}",
+            f"SetEnv PATH={d / 'bin'}:{NODE_PATH_TAIL}{node_uv_cache()}{env}",
             # A client may ask for the pct of an older PVE (tests/remote/pct reads it).
             "AcceptEnv ENVLOCK_TEST_PVE_VERSION",
             "Subsystem sftp internal-sftp",
@@ -272,7 +272,8 @@ def bare_node_sshd(system_ready: None, tmp_path_factory: pytest.TempPathFactory)
 
 
 @contextlib.contextmanager
-def _serve_node(d: Path, *, with_pct: bool) -> Iterator[Node]:
+def _serve_node(d: Path, *, with_pct: bool, env: dict[str, str] | None = None) -> Iterator[Node]:
+    """An sshd on loopback as root; `env`: more variables every session there has."""
     (d / "bin").mkdir()
     if with_pct:
         (d / "bin" / "pct").symlink_to(PCT)
@@ -289,7 +290,8 @@ def _serve_node(d: Path, *, with_pct: bool) -> Iterator[Node]:
     for _attempt in range(5):
         port = _free_port()
         config = d / "sshd_config"
-        config.write_text(_sshd_config(d, port))
+        extra = "".join(f" {k}={v}" for k, v in (env or {}).items())
+        config.write_text(_sshd_config(d, port, extra))
         check = _run([SSHD, "-t", "-f", config])
         if check.returncode != 0:
             pytest.fail(f"sshd rejects the test config {config}:\n{check.stderr}")

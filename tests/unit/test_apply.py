@@ -489,3 +489,22 @@ def test_a_replan_is_said_and_a_fresh_root_gets_its_generations_dir(
     assert capsys.readouterr().err == (
         "envlock-progress: the root changed since this plan was made: planning again\n"
     )
+
+
+def test_two_uploads_of_uv_at_once_never_share_a_file(tmp_path: Path) -> None:
+    """Two applies that both find no uv (two at once in a new container) each upload to a
+    file of their own beside the final one: neither removes nor overwrites the other's
+    before its agent checks the hash and moves it into place."""
+    from envlock.reconcile.execute import upload_uv
+    from envlock.targets.local import LocalTransport
+
+    final = tmp_path / "bin" / "uv"
+    actions = [{"path": str(final), "version": "0.13.9"} for _ in range(2)]
+    for action in actions:
+        upload_uv(LocalTransport(), action, None)
+    first, second = (Path(a["tmp"]) for a in actions)
+    assert first != second and first.parent == second.parent == final.parent
+    assert first.read_bytes() == second.read_bytes() != b""
+    for action in actions:
+        do_install_uv({}, action)
+    assert final.exists() and sorted(p.name for p in final.parent.iterdir()) == ["uv", "uv.json"]

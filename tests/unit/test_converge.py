@@ -50,6 +50,13 @@ FINGERPRINT = "fp-1"
 FIRST_PLAN = ["build", "cache-dir", "switch", "link-venv"]
 
 
+# The refusal names every type whose profile may declare its container (the target table).
+RESTART_REFUSED = (
+    r"^--restart needs a target that declares its container: proxmox-lxc with a "
+    r"\[container\] table or docker with a \[docker\] table"
+)
+
+
 def in_sync(root: str, **changes: Any) -> dict[str, Any]:
     """The probe's answer for a root in sync with LOCK: generation 1 active."""
     raw: dict[str, Any] = {
@@ -390,7 +397,7 @@ def test_a_pending_restart_is_reported_unless_restart_is_asked(tmp_path: Path) -
 
 
 def test_restart_without_a_container_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"^--restart needs a proxmox-lxc target with a"):
+    with pytest.raises(UsageError, match=RESTART_REFUSED):
         converge(context(tmp_path, Script()), restart=True)
 
 
@@ -762,11 +769,11 @@ def test_restart_is_refused_without_a_container_for_one_target_and_a_fleet(
     tmp_path: Path,
 ) -> None:
     plain = context(tmp_path, Script())
-    with pytest.raises(UsageError, match=r"^--restart needs a proxmox-lxc target with a"):
+    with pytest.raises(UsageError, match=RESTART_REFUSED):
         refuse_restart(plain, True)
     refuse_restart(plain, False)
     refuse_restart(context(tmp_path, Script(), Provisioner()), True)
-    with pytest.raises(UsageError, match=r"^--restart needs a proxmox-lxc target with a"):
+    with pytest.raises(UsageError, match=RESTART_REFUSED):
         refuse_across_fleet(plain, adopt=False, snapshot_dir=None, restart=True)
 
 

@@ -3,6 +3,7 @@ config.py): the rules a contributor starts from."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from envlock.docker.config import device_requests, differences, gpus_of
 from envlock.docker.engine import EngineError, api_error
 from envlock.docker.settings import DockerSpec, Volume
-from envlock.errors import ProfileError
+from envlock.errors import ProfileError, UsageError
 from envlock.profile.read import load_profile
 
 TARGET = (
@@ -167,3 +168,87 @@ def test_the_sdk_s_permission_refusal_is_said_as_such() -> None:
     )
     assert "permission denied on the Docker engine's socket (unix:///s)" in said.message
     assert "`docker` group" in str(said.hint)
+
+
+# -- a Docker fleet: [target] select and hosts ---------------------------------------------------
+FLEET = (
+    '[profile]\nname = "t"\n[target]\ntype = "docker"\nroot = "/opt/envlock"\n'
+    'select = { labels = { role = "trainer" }, name = "train-*" }\n'
+)
+
+
+def fleet_settings(tmp_path: Path, target: str, table: str = "") -> object:
+    path = tmp_path / "t.toml"
+    path.write_text(target + table + TAIL)
+    return load_profile(path).target.settings
+
+
+def test_a_docker_fleet_reads_its_labels_and_engines(tmp_path: Path) -> None:
+    from envlock.targets.docker_fleet import DockerFleet
+    from envlock.targets.members import Member
+
+    settings = fleet_settings(
+        tmp_path, FLEET + 'hosts = { gpu1 = "ssh://gpu-1", gpu2 = "unix:///run/d.sock" }\n'
+    )
+    fleet = settings.fleet  # type: ignore[attr-defined]
+    assert fleet == DockerFleet(
+        (("role", "trainer"),),
+        "train-*",
+        (("gpu1", "ssh://gpu-1"), ("gpu2", "unix:///run/d.sock")),
+    )
+    member = settings.member(Member(None, "gpu2", "train-0", "running"))  # type: ignore[attr-defined]
+    assert (member.container, member.host, member.node) == ("train-0", "unix:///run/d.sock", "gpu2")
+    assert member.member_key == "gpu2/train-0" and member.fleet is None
+    one = fleet_settings(tmp_path, FLEET + 'host = "ssh://gpu-1"\n').fleet  # type: ignore[attr-defined]
+    assert one.engines == (("ssh://gpu-1", "ssh://gpu-1"),)
+    assert fleet_settings(tmp_path, FLEET).fleet.engines == (("default", None),)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("target", "table", "said"),
+    [
+        (FLEET + 'container = "box"\n', "", "a fleet profile (select) cannot name one container"),
+        (
+            FLEET + 'host = "ssh://a"\nhosts = { b = "ssh://b" }\n',
+            "",
+            "one `host` or several `hosts`, not both",
+        ),
+        (FLEET + 'hosts = { b = "tcp://b:2375" }\n', "", "expected a DOCKER_HOST"),
+        (FLEET + 'hosts = { "b c" = "ssh://b" }\n', "", "expected an engine's name"),
+        (TARGET + 'hosts = { b = "ssh://b" }\n', "", "several engines are for a fleet profile"),
+        (
+            TARGET.replace('container = "box"\n', "") + "select = {}\n",
+            "",
+            "expected the labels (or a name pattern)",
+        ),
+        (FLEET, '[docker]\nimage = "i"\n', "a [docker] table declares one container"),
+        (TARGET.replace('container = "box"\n', ""), "", "or `select` for a fleet"),
+    ],
+)
+def test_a_bad_docker_fleet_is_refused_by_key(
+    tmp_path: Path, target: str, table: str, said: str
+) -> None:
+    with pytest.raises(ProfileError, match=re.escape(said)):
+        fleet_settings(tmp_path, target, table)
+
+
+def test_docker_ps_lines_become_members_and_on_picks_them() -> None:
+    from envlock.targets.docker_fleet import parse_ps
+    from envlock.targets.members import restrict
+
+    out = (
+        "train-1\trunning\trole=trainer,gpu=a100\n"
+        "train-0\texited\trole=trainer\n"
+        "eval-0\trunning\trole=trainer\n"
+    )
+    members = parse_ps("gpu1", out, "train-*")
+    assert [(m.label, m.status, m.vmid) for m in members] == [
+        ("gpu1/train-0", "exited", None),
+        ("gpu1/train-1", "running", None),
+    ]
+    assert members[1].tags == ("gpu=a100", "role=trainer")
+    assert [m.name for m in restrict(members, ("gpu=a100",))] == ["train-1"]
+    assert [m.name for m in restrict(members, ("train-0",))] == ["train-0"]
+    assert [m.name for m in restrict(members, ("gpu1",))] == ["train-0", "train-1"]
+    with pytest.raises(UsageError, match="a container's name, an engine's name"):
+        restrict(members, ("gpu9",))

@@ -40,8 +40,9 @@ class Settings:
     node: str = ""
     fleet: object = True
 
-    def member(self, vmid: int, node: str) -> Settings:
-        return dataclasses.replace(self, vmid=vmid, node=node)
+    def member(self, member: Member) -> Settings:
+        assert member.vmid is not None
+        return dataclasses.replace(self, vmid=member.vmid, node=member.node)
 
 
 class ScriptedNode(ScriptedTransport):

@@ -295,3 +295,40 @@ def test_the_default_local_root_is_written_once() -> None:
         if ".local/share/envlock" in path.read_text()
     ]
     assert holders == ["targets/local_paths.py"]
+
+
+# -- what only a profile that declares its container can do -----------------------------------
+def test_the_container_refusals_name_every_type_that_declares_one() -> None:
+    """`--restart` and `--container` are refused naming every type of the table whose
+    profile may declare its container, with that table's name: none left out."""
+    from envlock.targets.registry import needs_a_container
+
+    said = needs_a_container("--container").message
+    declaring = [kind for kind in TARGET_TYPES.values() if kind.provisioner is not None]
+    assert {kind.name for kind in declaring} >= {"proxmox-lxc", "docker"}
+    for kind in declaring:
+        assert f"{kind.name} with a [{kind.container_table}] table" in said, said
+    for kind in TARGET_TYPES.values():
+        if kind.provisioner is None:
+            assert f"{kind.name} with" not in said, said
+
+
+def test_envlock_s_oldest_snapshots_beyond_keep_are_pruned_oldest_first() -> None:
+    """One pruning for Proxmox snapshots and Docker commits: the oldest beyond the newest
+    `keep`, each said (with the key that bounds them) before it goes."""
+    from envlock.targets.base import prune_oldest
+
+    said: list[str] = []
+    gone: list[str] = []
+    prune_oldest(
+        ["a", "b", "c", "d"],
+        2,
+        key="keep-commits",
+        say=said.append,
+        describe=lambda name: f"removing image {name}",
+        remove=gone.append,
+    )
+    assert gone == ["a", "b"]
+    assert said == ["removing image a (keep-commits = 2)", "removing image b (keep-commits = 2)"]
+    prune_oldest(["a"], 3, key="k", say=said.append, describe=str, remove=gone.append)
+    assert gone == ["a", "b"]
