@@ -10,6 +10,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,9 @@ from envlock.agent.core import AgentError
 BASE = os.path.realpath(sys.executable)
 
 
-def make_venv(place: Path, cfg: str | None = None) -> Path:
+def make_venv(place: Path, cfg: str | None = None, name: str = "venv") -> Path:
     """A venv as `python -m venv` lays it out, a module of the user's in it."""
-    venv = place / "venv"
+    venv = place / name
     (venv / "bin").mkdir(parents=True)
     site = venv / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
@@ -48,16 +49,25 @@ def adopted(venv: Path, root: Path, number: int = 0) -> Path:
 
 
 def test_generation_0_is_the_venv_as_it_was_and_its_path_a_link_to_current(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    venv = make_venv(tmp_path)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # nine hours off: `built` is UTC all the same
+    time.tzset()
+    venv = make_venv(tmp_path, name="venvX")  # a name whose end is no separator to strip
     root = rooted(tmp_path)
+    before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     gen = adopted(venv, root)
+    after = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    monkeypatch.delenv("TZ")
+    time.tzset()
     manifest = (gen / ".envlock" / "manifest.json").read_bytes()
     assert gen.name == "0-" + hashlib.sha256(manifest).hexdigest()[:12]
-    meta = json.loads((gen / ".envlock" / "generation.json").read_text())
+    text = (gen / ".envlock" / "generation.json").read_text()
+    meta = json.loads(text)
+    assert list(meta) == sorted(meta)  # written with sorted keys
     built = meta.pop("built")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", built)
+    assert before <= built <= after
     files = json.loads(manifest)
     assert meta == {
         "number": 0,
@@ -81,9 +91,42 @@ def test_generation_0_is_the_venv_as_it_was_and_its_path_a_link_to_current(
 
 
 def test_an_adopted_generation_takes_the_number_it_is_given(tmp_path: Path) -> None:
-    gen = adopted(make_venv(tmp_path), rooted(tmp_path), number=4)
+    root = rooted(tmp_path)
+    gen = adopted(make_venv(tmp_path), root, number=4)
     assert gen.name.startswith("4-")
     assert json.loads((gen / ".envlock" / "generation.json").read_text())["number"] == 4
+    again = make_venv(tmp_path / "again")
+    with pytest.raises(AgentError, match="already has a generation 4"):
+        adopt.do_adopt({"root": str(root), "venv": str(again)}, {"number": 4})
+    assert again.is_dir() and not again.is_symlink()
+
+
+def test_a_venv_or_an_interpreter_others_may_write_is_untrusted(tmp_path: Path) -> None:
+    root = rooted(tmp_path)
+    venv = make_venv(tmp_path)
+    venv.chmod(0o777)
+    said = refusal(venv, root)
+    assert said.startswith(f"untrusted: refusing to adopt {venv}: ")
+    assert said.endswith(
+        "envlock runs the interpreter of what it manages: adopt only a venv that is yours"
+    )
+    venv.chmod(0o755)
+    home = tmp_path / "shared-python"
+    home.mkdir()
+    home.chmod(0o777)  # not sticky: anyone may replace what is in it
+    (venv / "pyvenv.cfg").write_text(f"home = {home}\nversion = 3.11.9\n")
+    said = refusal(venv, root)
+    assert said.startswith(
+        f"untrusted: refusing to adopt {venv}: its interpreter {home} is not yours ("
+    )
+    assert said.endswith(
+        "envlock runs the interpreter of what it manages: rebuild the venv from a "
+        "Python you or root own"
+    )
+    (venv / "pyvenv.cfg").write_text("version = 3.11.9\n")  # no home: the links decide
+    (venv / "bin" / "python3").unlink()
+    (venv / "bin" / "python3").symlink_to(home / "python3")
+    assert f"its interpreter {home / 'python3'} is not yours" in refusal(venv, root)
 
 
 def refusal(venv: Path, root: Path, number: int = 0) -> str:
@@ -152,6 +195,15 @@ def test_a_sparse_giant_is_refused_and_a_file_at_the_bound_is_not(tmp_path: Path
         "remove it, then adopt again"
     )
     assert adopt.SPARSE_FROM == 64 << 20
+    with open(big, "wb") as handle:  # a MiB written, the rest a hole: what is on disk is said
+        handle.write(b"\1" * (1 << 20))
+        handle.truncate(adopt.SPARSE_FROM + 1)
+    on_disk = os.stat(big).st_blocks * 512
+    assert f"{adopt.SPARSE_FROM + 1:,} bytes, {on_disk:,} on disk" in refusal(venv, root)
+    with open(big, "wb") as handle:  # more than half of it on disk: no sparse file
+        handle.write(b"\1" * (adopt.SPARSE_FROM // 2 + (1 << 20)))
+        handle.truncate(adopt.SPARSE_FROM + 1)
+    adopt.refuse_unadoptable(str(venv), str(root), str(root / "generations"), 0)
 
 
 def test_a_fifo_anywhere_in_the_venv_is_refused_by_its_path(tmp_path: Path) -> None:
@@ -174,6 +226,7 @@ def test_a_fifo_anywhere_in_the_venv_is_refused_by_its_path(tmp_path: Path) -> N
         ("HOME=/opt/py/bin\nversion_info = 3.12.1.final.0\n", "/opt/py/bin", "3.12.1.final.0"),
         ("  Home  =  /x  \n  Version = 3.10.4  \n", "/x", "3.10.4"),
         ("home /usr/bin\nversion 3\n", None, None),
+        ("home = /opt/a=b\nversion = 3.11=x\n", "/opt/a=b", "3.11=x"),
         ("version = " + "9" * 50 + "\n", None, "9" * 40),
         ("", None, None),
     ],
@@ -195,3 +248,9 @@ def test_an_unreadable_pyvenv_cfg_reads_as_nothing(tmp_path: Path) -> None:
     assert adopt.read_pyvenv(str(venv)) == []
     (venv / "pyvenv.cfg").write_bytes(b"home = /a\xff\nversion = 3.11\n")
     assert adopt.read_pyvenv(str(venv)) == ["home = /a\ufffd", "version = 3.11"]
+    line = b"# " + b"x" * 1000 + b"\n"
+    body = b"version = 3.11\n" + line * 70
+    (venv / "pyvenv.cfg").write_bytes(body[: 64 * 1024])  # at the 64 KiB bound: read
+    assert adopt.venv_python(str(venv)) == "3.11"
+    (venv / "pyvenv.cfg").write_bytes(body[: 64 * 1024] + b"\n")  # past it: refused
+    assert adopt.read_pyvenv(str(venv)) == []

@@ -76,6 +76,7 @@ def test_a_write_prunes_entries_of_a_month_ago_once_a_day(cache: Path) -> None:
     kind = cache / "envlock" / "kind"
     marker = kind / usercache.PRUNED
     assert marker.is_file() and stat.S_IMODE(marker.stat().st_mode) == 0o600
+    assert marker.read_bytes() == b""  # only its mtime says anything
     old = Path(str(usercache.entry_path("kind", "old")))
     old.write_text("1")
     age(old, 31)
@@ -92,3 +93,21 @@ def test_a_write_prunes_entries_of_a_month_ago_once_a_day(cache: Path) -> None:
     assert not old.exists() and kept.exists() and young.exists()
     assert usercache.read_entry("kind", "later") == 4
     assert time.time() - marker.stat().st_mtime < 60  # written afresh
+
+
+def test_only_the_cache_s_own_three_levels_are_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "missing" / "cache"))
+    usercache.write_entry("kind", 1, 1)  # a cache home under a missing directory: nothing
+    assert not (tmp_path / "missing").exists()
+    (tmp_path / "missing").mkdir()
+    usercache.write_entry("kind", 1, 1)
+    assert usercache.read_entry("kind", 1) == 1
+
+
+def test_a_write_that_fails_costs_only_the_work(cache: Path) -> None:
+    usercache.write_entry("kind", 1, 1)
+    Path(str(usercache.entry_path("kind", 2))).mkdir()  # the entry's name is a directory
+    usercache.write_entry("kind", 2, 2)  # best effort: no error
+    assert usercache.read_entry("kind", 2) is None
