@@ -109,6 +109,11 @@ def assert_landed(prefix: Path, step: Step) -> None:
 KILLED = "+++ killed by SIGKILL +++"
 
 
+def synced_dirs(steps: list[Step]) -> list[str]:
+    """The descriptors (`N</path>`) the steps fsync."""
+    return [s.text for s in steps if s.syscall == "fsync"]
+
+
 class Scene:
     """A profile locked once; each round starts from a fresh venv at its path, no root."""
 
@@ -185,6 +190,15 @@ def test_a_kill_at_every_step_of_adopt_leaves_the_venv_in_place_or_a_complete_ge
     for wanted in ("manifest.json", "generation.json", f'"{scene.venv}", ', "/root/current"):
         assert any(wanted in t and t.startswith("rename") for t in texts), (wanted, texts)
     assert any(t.startswith("symlink") for t in texts), texts
+    # The move made durable before the links: an fsync of the venv's parent and of
+    # generations/ right after it (after a power cut, neither name comes back as it was).
+    moved = next(i for i, t in enumerate(texts) if t.startswith(f'rename("{scene.venv}", '))
+    synced = texts[moved + 1 : moved + 3]
+    assert synced == [f"fsync({n})" for n in synced_dirs(steps[moved + 1 : moved + 3])], texts
+    assert [d.rsplit("<", 1)[1] for d in synced_dirs(steps[moved + 1 : moved + 3])] == [
+        f"{scene.venv.parent}>",
+        f"{scene.root}/generations>",
+    ], synced
 
     outcomes = []
     for number, step in enumerate(steps):

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from envlock.agent import adopt
 from envlock.agent.core import AgentError
+from tests import mountns
 
 BASE = os.path.realpath(sys.executable)
 
@@ -140,10 +142,10 @@ def test_what_is_no_venv_is_refused_by_name(tmp_path: Path) -> None:
     venv = make_venv(tmp_path)
     link = tmp_path / "link"
     link.symlink_to(venv)
-    said = refusal(link, root)
-    assert said.startswith("refused: ")
-    assert f"{link} is already a link (to {venv}): it is managed by envlock" in said
-    assert "apply without --adopt" in said
+    assert refusal(link, root) == (
+        f"refused: {link} is already a link (to {venv}): it is managed by envlock, "
+        "nothing to adopt; apply without --adopt"
+    )
     plain = tmp_path / "file"
     plain.write_text("")
     assert refusal(plain, root) == f"refused: {plain} is not a directory: nothing to adopt"
@@ -254,3 +256,39 @@ def test_an_unreadable_pyvenv_cfg_reads_as_nothing(tmp_path: Path) -> None:
     assert adopt.venv_python(str(venv)) == "3.11"
     (venv / "pyvenv.cfg").write_bytes(body[: 64 * 1024] + b"\n")  # past it: refused
     assert adopt.read_pyvenv(str(venv)) == []
+
+
+def test_a_root_on_another_file_system_is_refused(tmp_path: Path) -> None:
+    venv = make_venv(tmp_path)
+    other = tmp_path / "other-fs"
+    other.mkdir()
+    with mountns.private_mounts(tmp_path / "staging") as private:
+        assert private, "the kernel refused a mount namespace (the suite runs as root)"
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(other)], check=True)
+        root = rooted(other)
+        assert refusal(venv, root) == (
+            f"refused: {venv} and the root {root} are on different file systems: adoption "
+            "moves the venv with one rename (a copy would change it); set [target] root to a "
+            "directory on the venv's file system"
+        )
+
+
+def half_written(path: Path, size: int, data: int) -> int:
+    """A file of `size` bytes whose first `data` bytes are written, the rest a hole; what
+    is on disk (st_blocks * 512)."""
+    with open(path, "wb") as handle:
+        handle.write(b"\1" * data)
+        handle.truncate(size)
+    return os.stat(path).st_blocks * 512
+
+
+def test_sparse_is_less_than_half_on_disk_to_the_byte(tmp_path: Path) -> None:
+    root = rooted(tmp_path)
+    venv = make_venv(tmp_path)
+    half = adopt.SPARSE_FROM // 2 + 4096  # block-aligned
+    size = 2 * half + 1  # odd: exactly half on disk is size // 2, less than size / 2
+    blob = venv / "lib" / "blob"
+    assert half_written(blob, size, half) == half, "the file system rounds what it allocates"
+    adopt.refuse_unadoptable(str(venv), str(root), str(root / "generations"), 0)  # not sparse
+    assert half_written(blob, size, half - 4096) == half - 4096
+    assert "is a sparse file" in refusal(venv, root)  # a block less than half: sparse

@@ -121,10 +121,12 @@ def test_a_file_swapped_after_the_listing_is_unreadable_not_a_hang(tmp_path: Pat
     (top / "a.bin").unlink()
     os.mkfifo(top / "a.bin")
     assert files is not None
-    dataset.sample_digest(files, unreadable)
+    others = [rel for rel in SIZES if rel != "a.bin"]  # a.bin comes first: the rest still count
+    expected = reference(top, others, deep=True)
+    assert dataset.sample_digest(files, unreadable) == expected["sample_sha256"]
     assert unreadable == {"a.bin"}
     again: set[str] = set()
-    dataset.content_digest(files, again)
+    assert dataset.content_digest(files, again) == expected["content_sha256"]
     assert again == {"a.bin"}
 
 
@@ -133,20 +135,29 @@ def test_past_the_deadline_what_was_counted_is_incomplete(tmp_path: Path) -> Non
     (tmp_path / "one").write_bytes(b"12345")
     got = dataset.fingerprints({"b": str(top), "a": str(tmp_path / "one")}, seconds=0)
     assert list(got) == ["a", "b"]
-    for name, path, files in (("a", tmp_path / "one", 1), ("b", top, 1)):
+    # The walk stops after its first directory (the top's two files); a file, at its sample.
+    for name, path, files, size in (("a", tmp_path / "one", 1, 5), ("b", top, 2, 10)):
         answer = got[name]
         seconds = answer.pop("seconds")
-        assert 0 <= seconds < 60
-        assert answer["path"] == str(path) and answer["incomplete"] is True
-        assert answer["missing"] is False and "listing_sha256" not in answer
-        assert answer["files"] >= files
-    assert got["a"]["bytes"] == 5
+        assert isinstance(seconds, float) and 0 <= seconds < 2
+        assert answer == {
+            "path": str(path),
+            "missing": False,
+            "incomplete": True,
+            "files": files,
+            "bytes": size,
+        }
+    pattern = str(top / "su[b]")
+    assert dataset.fingerprints({"g": pattern}, seconds=0)["g"]["files"] == 2  # sub's own two
+    assert "incomplete" not in dataset.fingerprints({"b": str(top)}, seconds=60)["b"]
+    late = dataset.data_command({"datasets": {"d": str(top)}, "seconds": 0})
+    assert late["datasets"]["d"]["incomplete"] is True
     stopped = dataset.OutOfTime([("x", 3, 0, "/x")])
     assert str(stopped) == "out of time" and stopped.found == [("x", 3, 0, "/x")]
 
 
 def test_the_agent_s_data_command_answers_each_dataset(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     top = make_tree(tmp_path / "data")
     answer = dataset.data_command({"datasets": {"d": str(top)}, "deep": 1})
@@ -155,6 +166,8 @@ def test_the_agent_s_data_command_answers_each_dataset(
     assert dataset.data_command({}) == {"datasets": {}}
     fast = dataset.fingerprints({"d": str(top)})["d"]
     assert "content_sha256" not in fast and fast["seconds"] < 60
+    monkeypatch.setattr(dataset, "PROGRESS_EVERY", 1)
+    dataset.data_command({"datasets": {"d": str(top)}})
     assert capsys.readouterr().err == ""  # no progress unless asked
 
 
@@ -165,9 +178,11 @@ def test_progress_is_said_every_so_many_files(
     monkeypatch.setattr(dataset, "PROGRESS_EVERY", 2)
     said: list[str] = []
     dataset.dataset_fingerprint(str(top), say=said.append)
-    assert said and all(line.endswith(" files listed") for line in said)
-    counts = [int(line.split()[0]) for line in said]
-    assert counts == sorted(counts) and counts[0] >= 2
+    # Looked at once a directory: the top's 2 files, then sub's 2 more (4), then deeper's 1.
+    assert said == ["2 files listed", "4 files listed"]
+    globbed: list[str] = []
+    dataset.dataset_fingerprint(str(top / "su?"), say=globbed.append)
+    assert globbed == ["2 files listed"]
     dataset.data_command({"datasets": {"d": str(top)}, "progress": True})
     assert "envlock-progress: " in capsys.readouterr().err
     deadline = time.monotonic() + 60
@@ -183,3 +198,40 @@ def test_the_sample_is_the_files_of_smallest_crc_in_path_order() -> None:
     assert sorted(zlib.crc32(f[0].encode()) for f in chosen) == crcs
     assert chosen == sorted(chosen)
     assert sampled(files[: dataset.SAMPLE_FILES]) == files[: dataset.SAMPLE_FILES]
+
+
+def test_names_that_are_not_utf_8_are_fingerprinted_as_their_bytes(tmp_path: Path) -> None:
+    top = tmp_path / "data"
+    top.mkdir()
+    names = [os.fsdecode(b"bad-\xff.bin")] + [f"f{i:04d}" for i in range(dataset.SAMPLE_FILES)]
+    for name in names:
+        (top / name).write_bytes(name.encode("utf-8", "surrogateescape"))
+    got = without_seconds(dataset_fingerprint(str(top), deep=True))
+    assert got["files"] == len(names) and got["unreadable"] == 0
+    listing = "".join(
+        f"{rel}\0{(top / rel).stat().st_size}\0{(top / rel).stat().st_mtime_ns}\n"
+        for rel in sorted(names)
+    )
+    assert (
+        got["listing_sha256"]
+        == hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()
+    )
+    total = hashlib.sha256()
+    for rel in sorted(names):
+        data = (top / rel).read_bytes()
+        total.update(
+            f"{rel}\0{hashlib.sha256(data).hexdigest()}\n".encode("utf-8", "surrogateescape")
+        )
+    assert got["content_sha256"] == total.hexdigest()
+    # More names than SAMPLE_FILES: the sample is chosen by a CRC of each name's bytes too.
+    assert got["sample_sha256"]
+
+
+def test_a_glob_is_listed_from_before_its_first_magic_character(tmp_path: Path) -> None:
+    top = make_tree(tmp_path / "data")
+    for pattern in ("su?/dee?er/c.bin", "[s]ub/[d]eeper/c.bin", "s*/d*/c.bin"):
+        got = without_seconds(dataset_fingerprint(str(top / pattern)))
+        assert got == {**reference(top, ["sub/deeper/c.bin"]), "path": str(top / pattern)}
+    (top / "gone.bin").symlink_to(tmp_path / "nothing")  # a dangling match: named
+    got = dataset_fingerprint(str(top / "*.bin"))
+    assert got["files"] == 1 and got["unreadable_named"] == ["gone.bin"]

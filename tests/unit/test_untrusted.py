@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envlock.base import untrusted
-from envlock.base.limits import MAX_BYTES, MiB, Refused, command_budget
+from envlock.base.limits import MAX_BYTES, MiB, Refused, command_budget, printable
 from envlock.errors import OperationError
 
 SHAPE_HINT = (
@@ -127,3 +127,55 @@ def test_a_spent_budget_reads_at_most_what_is_left(tmp_path: Path) -> None:
             untrusted.read_counted(handle, 100, "json", "f")
         assert "the bytes read by this `inspect`" in raised.value.message
         assert spent.spent["bytes"] > spent.spent["bytes"] - 1
+
+
+def long_dir(top: Path) -> Path:
+    """A directory whose path is over 500 characters: messages cut it at 500."""
+    place = top
+    for number in range(6):
+        place = place / (f"{number}" * 100)
+    place.mkdir(parents=True)
+    return place
+
+
+def test_long_paths_are_cut_at_500_characters_in_every_message(tmp_path: Path) -> None:
+    place = long_dir(tmp_path)
+    fifo = place / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(untrusted.Unsafe) as shape:
+        untrusted.open_untrusted(fifo, "json")
+    assert (
+        shape.value.message
+        == f"refusing: {printable(str(fifo), 500)} is a FIFO, not a regular file"
+    )
+    loop = place / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(OperationError) as looped:
+        untrusted.open_untrusted(loop, "json")
+    assert looped.value.message.startswith(f"{printable(str(loop), 500)}: cannot read it (")
+    outside = long_dir(tmp_path / "elsewhere") / "x.json"
+    outside.write_bytes(b"{}")
+    member = place / "member.json"
+    member.symlink_to(outside)
+    with pytest.raises(untrusted.Unsafe) as out:
+        untrusted.open_untrusted(member, "json", within=place)
+    assert out.value.message == (
+        f"refusing: {printable(str(member), 500)} is a link out of {printable(str(place), 500)} "
+        f"(to {printable(str(outside), 500)})"
+    )
+    grown = place / "grown"
+    grown.write_bytes(b"12345")
+    with open(grown, "rb") as handle, pytest.raises(Refused) as refused:
+        untrusted.read_counted(handle, 4, "json", str(grown))
+    assert refused.value.message.startswith(f"refusing: {printable(str(grown), 500)}: a json of")
+
+
+def test_a_read_past_the_command_s_budget_names_the_file(tmp_path: Path) -> None:
+    place = long_dir(tmp_path)
+    path = place / "f.json"
+    path.write_bytes(b"z" * 10)
+    with command_budget("diff") as spent:
+        spent.spent["bytes"] += spent.left("bytes") - 4  # 4 bytes left
+        with pytest.raises(Refused) as raised:
+            untrusted.read_untrusted(path, "json")
+    assert raised.value.message.startswith(f"refusing: {printable(str(path), 500)}: the bytes ")
