@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests import mountns
 from tests.support import make_torch_venv
 from tests.wheelhouse import build_pypi_wheelhouse, build_wheelhouse
 
@@ -165,6 +166,14 @@ def json_state_of_its_own() -> Iterator[None]:
 
     ui.JSON.asked, ui.JSON.emitted, ui.JSON.last_error = False, False, None
     yield
+
+
+@pytest.fixture
+def private_mounts(tmp_path: Path) -> Iterator[bool]:
+    """For a test that stages races: a mount namespace of its own where the kernel allows
+    it, the host's device files covered by the test's own nodes (tests/mountns.py)."""
+    with mountns.private_mounts(tmp_path / "own-devices") as private:
+        yield private
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,6 +19,7 @@ The command starts as agent/start.py says, the same rules the launcher of intera
 
 import json
 import os
+import signal
 import sys
 
 if "__envlock_agent__" not in globals():  # in the repository; shipped, one namespace
@@ -84,6 +85,11 @@ def start(spec, argv, refused=None):
     that cannot start is said in `refused` too (agent/start.py)."""
     env = command_env(spec)
     target = own_group()
+    # Once the target is said, the controller forwards the signals it kept to it, maybe
+    # before the exec: SIGINT then ends the agent as it would the command, by the signal,
+    # not by Python's KeyboardInterrupt and its traceback (an ignored SIGINT stays ignored).
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     sys.stdout.flush()
     os.write(1, (json.dumps({"run": {"target": target}}) + "\n").encode())
     become(argv, env, refused)

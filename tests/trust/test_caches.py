@@ -26,6 +26,10 @@ from envlock.base import usercache
 from envlock.reconcile.agentcall import agent_argv
 from envlock.targets.local import LocalTransport
 
+# Each test plants links and swaps files while envlock writes: in a mount namespace of
+# its own, with a /dev of its own, where the kernel allows it (tests/mountns.py).
+pytestmark = pytest.mark.usefixtures("private_mounts")
+
 USER = "envlock-t39c"
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or "python3"
 # renameat2(RENAME_EXCHANGE) in a loop, as the other user: their tree and root's cache trade

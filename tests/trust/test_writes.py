@@ -30,6 +30,10 @@ from envlock.startup import envlock_megacache
 from tests.conftest import run_envlock
 from tests.projects import torch_profile_text
 
+# Each test plants links and swaps files while envlock writes: in a mount namespace of
+# its own, with a /dev of its own, where the kernel allows it (tests/mountns.py).
+pytestmark = pytest.mark.usefixtures("private_mounts")
+
 USER = "envlock-t24w"
 # The other user's Python: the system's (envlock's venv may lie where they cannot reach).
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or "python3"

@@ -833,3 +833,31 @@ def test_read_answer_takes_one_line_of_json() -> None:
     assert read_answer(io.BytesIO(b"  \n")) == (None, b"  \n")
     assert read_answer(io.BytesIO(b"")) == (None, b"")
     assert read_answer(io.BytesIO(b"Welcome\n")) == (None, b"Welcome\n")
+
+
+def test_a_lost_connection_stops_the_command_over_a_new_one_or_says_how() -> None:
+    from envlock.runs.one_call import connection_lost
+
+    asked: list[tuple[str, ...]] = []
+
+    def answering(code: int) -> Callable[[Call], Result]:
+        def handle(call: Call) -> Result:
+            asked.append(call.argv)
+            return Result(call.argv, code, b"", b"")
+
+        return handle
+
+    stopped = connection_lost(ScriptedTransport(answering(0), name="ssh box"), "-4242")
+    assert asked == [("sh", "-c", 'kill -s TERM -- "$1"', "sh", "-4242")]
+    assert isinstance(stopped, OperationError) and stopped.hint is None
+    assert stopped.message == (
+        "the connection to ssh box was lost while the command ran (it was stopped)"
+    )
+    for handler in (answering(1), failing):
+        lost = connection_lost(ScriptedTransport(handler, name="ssh box"), "-4242")
+        assert lost.message == "the connection to ssh box was lost while the command ran"
+        assert lost.hint == ("it may still run there: stop it with `kill -- -4242` on the target")
+
+
+def failing(call: Call) -> Result:
+    raise OperationError("ssh box: no route to host")

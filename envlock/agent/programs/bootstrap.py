@@ -103,12 +103,12 @@ def read_private(dir_fd, name, limit):
         fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
+    st = os.fstat(fd)  # judged before fdopen, which raises for a directory
+    mine = stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+    if not mine or st.st_size > limit:
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return None
-        if st.st_size > limit:
-            return None
         data = handle.read(limit + 1)
     return data if len(data) <= limit else None
 
