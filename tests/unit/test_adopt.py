@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock.agent import adopt
+from envlock.agent import adopt, core
 from envlock.agent.core import AgentError
 from tests import mountns
 
@@ -186,25 +186,25 @@ def test_a_sparse_giant_is_refused_and_a_file_at_the_bound_is_not(tmp_path: Path
     venv = make_venv(tmp_path)
     big = venv / "lib" / "blob"
     with open(big, "wb") as handle:
-        handle.truncate(adopt.SPARSE_FROM)  # at the bound: not "larger than"
+        handle.truncate(core.SPARSE_FROM)  # at the bound: not "larger than"
     adopt.refuse_unadoptable(str(venv), str(root), str(root / "generations"), 0)
     with open(big, "wb") as handle:
-        handle.truncate(adopt.SPARSE_FROM + 1)
+        handle.truncate(core.SPARSE_FROM + 1)
     said = refusal(venv, root)
     assert said == (
         f"refused: refusing to adopt {venv}: {big} is a sparse file "
-        f"({adopt.SPARSE_FROM + 1:,} bytes, 0 on disk), not what a venv holds; "
+        f"({core.SPARSE_FROM + 1:,} bytes, 0 on disk), not what a venv holds; "
         "remove it, then adopt again"
     )
-    assert adopt.SPARSE_FROM == 64 << 20
+    assert core.SPARSE_FROM == 64 << 20
     with open(big, "wb") as handle:  # a MiB written, the rest a hole: what is on disk is said
         handle.write(b"\1" * (1 << 20))
-        handle.truncate(adopt.SPARSE_FROM + 1)
+        handle.truncate(core.SPARSE_FROM + 1)
     on_disk = os.stat(big).st_blocks * 512
-    assert f"{adopt.SPARSE_FROM + 1:,} bytes, {on_disk:,} on disk" in refusal(venv, root)
+    assert f"{core.SPARSE_FROM + 1:,} bytes, {on_disk:,} on disk" in refusal(venv, root)
     with open(big, "wb") as handle:  # more than half of it on disk: no sparse file
-        handle.write(b"\1" * (adopt.SPARSE_FROM // 2 + (1 << 20)))
-        handle.truncate(adopt.SPARSE_FROM + 1)
+        handle.write(b"\1" * (core.SPARSE_FROM // 2 + (1 << 20)))
+        handle.truncate(core.SPARSE_FROM + 1)
     adopt.refuse_unadoptable(str(venv), str(root), str(root / "generations"), 0)
 
 
@@ -285,7 +285,7 @@ def half_written(path: Path, size: int, data: int) -> int:
 def test_sparse_is_less_than_half_on_disk_to_the_byte(tmp_path: Path) -> None:
     root = rooted(tmp_path)
     venv = make_venv(tmp_path)
-    half = adopt.SPARSE_FROM // 2 + 4096  # block-aligned
+    half = core.SPARSE_FROM // 2 + 4096  # block-aligned
     size = 2 * half + 1  # odd: exactly half on disk is size // 2, less than size / 2
     blob = venv / "lib" / "blob"
     assert half_written(blob, size, half) == half, "the file system rounds what it allocates"

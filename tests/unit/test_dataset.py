@@ -166,23 +166,28 @@ def test_the_agent_s_data_command_answers_each_dataset(
     assert dataset.data_command({}) == {"datasets": {}}
     fast = dataset.fingerprints({"d": str(top)})["d"]
     assert "content_sha256" not in fast and fast["seconds"] < 60
-    monkeypatch.setattr(dataset, "PROGRESS_EVERY", 1)
     dataset.data_command({"datasets": {"d": str(top)}})
     assert capsys.readouterr().err == ""  # no progress unless asked
 
 
-def test_progress_is_said_every_so_many_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_progress_is_said_once_a_directory_and_only_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     top = make_tree(tmp_path / "data")
-    monkeypatch.setattr(dataset, "PROGRESS_EVERY", 2)
     said: list[str] = []
-    dataset.dataset_fingerprint(str(top), say=said.append)
-    # Looked at once a directory: the top's 2 files, then sub's 2 more (4), then deeper's 1.
-    assert said == ["2 files listed", "4 files listed"]
+
+    def say(make: Any, now_anyway: bool = False) -> None:  # a pacer that lets every line by
+        said.append(make())
+
+    dataset.dataset_fingerprint(str(top), say=say)
+    # Looked at once a directory, with the count so far: the top's 2 files, sub's 2 more,
+    # deeper's 1; named by the path walked.
+    assert said == [f"listing {top}: {n} files" for n in (2, 4, 5)]
     globbed: list[str] = []
-    dataset.dataset_fingerprint(str(top / "su?"), say=globbed.append)
-    assert globbed == ["2 files listed"]
+    dataset.dataset_fingerprint(
+        str(top / "su?"), say=lambda make, now_anyway=False: globbed.append(make())
+    )
+    assert globbed == [f"listing {top / 'sub'}: {n} files" for n in (2, 3)]
     dataset.data_command({"datasets": {"d": str(top)}, "progress": True})
     assert "envlock-progress: " in capsys.readouterr().err
     deadline = time.monotonic() + 60

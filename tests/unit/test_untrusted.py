@@ -91,10 +91,11 @@ def test_a_file_past_its_kind_s_size_is_refused_by_the_numbers(
     assert len(untrusted.read_untrusted(path, "json")) == 1001  # at the limit: read
 
 
-def test_sizes_are_said_in_mib_from_one_mib() -> None:
+def test_sizes_are_said_in_mib_from_one_mib_and_whole_gib_as_gib() -> None:
     assert untrusted._size(MiB) == "1 MiB"
     assert untrusted._size(3 * MiB + 5) == "3 MiB"
-    assert untrusted._size(2048 * MiB) == "2,048 MiB"
+    assert untrusted._size(2048 * MiB) == "2 GiB"
+    assert untrusted._size(1536 * MiB) == "1,536 MiB"
     assert untrusted._size(MiB - 1) == "1,048,575 bytes"
 
 
