@@ -88,7 +88,6 @@ def render_text(result: GcResult) -> None:
                 f"  {ui.size(result.adds)} of it their files as built (`generations`' adds), "
                 f"{ui.size(result.freed - result.adds)} written since (bytecode, caches)"
             )
-        print_kept(result.plan)
     elif result.plan.empty:
         print_plan(result.plan)
     else:
@@ -159,11 +158,13 @@ def doomed(plan: Plan) -> list[str]:
 
 
 def asking(yes: bool, as_json: bool) -> Callable[[Plan], None]:
-    """The question before removing: the plan shown (not under --json), then confirm."""
+    """The question before removing: the plan and what it keeps shown (not under --json),
+    then confirm."""
 
     def ask(plan: Plan) -> None:
         if not as_json:
             print_plan(plan)
+            print_kept(plan)  # before the question: what stays, and why
         confirm(yes, plan)
 
     return ask

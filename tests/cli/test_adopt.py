@@ -315,6 +315,10 @@ def test_gc_keeps_what_no_lock_can_rebuild_unless_named_or_included(
     named = envlock("gc", "--keep", "0", "--include", "1", "--dry-run", profile)
     assert f"would remove 1 generation(s): {gen1.name} ({gone})" in named.stdout
     assert f"kept {gen0.name}: {adopted}" in named.stdout
+    # The question names what stays too, before it is asked (and said once).
+    prompt = envlock("gc", "--keep", "0", "--include", "1", profile, input="n\n")
+    assert prompt.stdout.count(f"kept {gen0.name}: {adopted}") == 1, prompt.stdout
+    assert gen1.is_dir()
     asked = envlock("gc", "--keep", "0", "--include-adopted", profile, input="n\n")
     assert f"{gen0.name} ({adopted})" in asked.stdout, asked.stdout
     assert gen0.is_dir()
