@@ -18,6 +18,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -198,3 +199,43 @@ def test_the_run_loop_starts_nothing_after_a_signal_when_the_agent_answers_chang
     with stdin_of(b""), pytest.raises(KeyboardInterrupt):
         run_in_one_call(ctx, ["echo", "started"], dict(os.environ), deep=False, allow_drift=False)
     assert len(spawned) == 1, "the run loop judged the changed state again and sent the run"
+
+
+class TwiceWire:
+    """The agent's stdout: the signal comes twice before any answer (the user asked again)."""
+
+    def __init__(self, pipe: IO[bytes], signum: int) -> None:
+        self._pipe, self._signum = pipe, signum
+
+    def readline(self, *args: Any) -> bytes:
+        signal.raise_signal(self._signum)
+        signal.raise_signal(self._signum)
+        return self._pipe.readline(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+
+def test_a_second_signal_while_the_agent_checks_stops_waiting_for_it(tmp_path: Path) -> None:
+    spawned: list[subprocess.Popen[bytes]] = []
+
+    def spawner(call: Call, piped: bool) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(  # an agent that never answers
+            ["sh", "-c", "exec sleep 30"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        watchdog(proc)
+        assert proc.stdout is not None
+        proc.stdout = TwiceWire(proc.stdout, signal.SIGTERM)  # type: ignore[assignment]
+        spawned.append(proc)
+        return proc
+
+    transport = ScriptedTransport(through(), python=sys.executable, spawner=spawner)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        call_run(transport, str(tmp_path / "root"), launch_request(tmp_path, "0", "true"))
+    (proc,) = spawned
+    assert proc.wait(timeout=5) == -signal.SIGKILL  # the local client ended at once
+    assert time.monotonic() - started < 10  # not the watchdog's
