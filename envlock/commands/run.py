@@ -60,7 +60,7 @@ from envlock.runs.one_call import (
     Started,
     Stopped,
     call_run,
-    remember,
+    keep_state,
     remembered,
     run_probe,
     state_digest,
@@ -287,7 +287,7 @@ def run_in_one_call(
         launch = launch_request(ctx, request, raw, state, argv, base)
         if proposal is None or launch["startup"]:  # as it will be once this call starts
             kept = {**raw, "startup_ready": True} if launch["startup"] else raw
-            remember(ctx.transport, root, request, kept)
+            keep_state(ctx, asked, kept)
         outcome = call_run(
             ctx.transport, root, launch, gate, snapshot_step(ctx, into, state, launch)
         )

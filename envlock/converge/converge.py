@@ -250,9 +250,11 @@ def verify(ctx: Context, plan: Plan, snapshot_dir: str | None, *, deep: bool) ->
     if not ctx.profile.target.remote or deep or skipped:
         verify_after(ctx, plan, ignore=ignore, deep=deep)
         return
-    # Asked as a remote run asks: the state found is the one the next run proposes, so it
-    # starts in one call (runs/one_call.py), not after a probe of its own.
-    verify_after(ctx, plan, asked=run_probe(ctx), seen=lambda state: remember_seen(ctx, state))
+    # Asked as a remote run with --snapshot-into asks (the cache's files counted, the
+    # generation's lock read: no round trip more): the state found is the one the next run
+    # of either kind proposes, so it starts in one call (runs/one_call.py), no probe first.
+    asked = run_probe(ctx, snapshot=True)
+    verify_after(ctx, plan, asked=asked, seen=lambda state: remember_seen(ctx, state))
 
 
 def adopting(

@@ -26,6 +26,7 @@ target's own state hashes to the same value.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -101,12 +102,38 @@ def run_probe(ctx: Context, *, deep: bool = False, snapshot: bool = False) -> Pr
     return Probe(deep=deep, startup=startup, warmth=snapshot, lock=snapshot)
 
 
+def keep_state(ctx: Context, asked: Probe, raw: dict[str, Any]) -> None:
+    """Remember `raw` as the state the next run asked as `asked` proposes. One that counted
+    the cache and read the generation's lock (a --snapshot-into run's, an apply's last) is
+    kept for a run without --snapshot-into too, as its lighter probe finds it (`lighter`)."""
+    transport, root = ctx.transport, ctx.profile.target.root
+    remember(transport, root, ProbeRequest.of(ctx, asked).to_json(), raw)
+    if asked.warmth and asked.lock:
+        plain = dataclasses.replace(asked, warmth=False, lock=False)
+        remember(transport, root, ProbeRequest.of(ctx, plain).to_json(), lighter(raw))
+
+
+def lighter(raw: dict[str, Any]) -> dict[str, Any]:
+    """The state a probe not asked for the cache's warmth nor the generation's lock finds,
+    from one asked both (agent/probe.py): the lock only while a hold is judged by it, the
+    cache's files as "any" (0 or 1), not counted, without their bytes and last use. Wrong,
+    it costs only the fallback: the agent starts nothing on a state it does not find."""
+    light = dict(raw)
+    if not light.get("hold"):
+        light.pop("active_lock", None)
+    cache = light.get("cache")
+    if isinstance(cache, dict) and "files" in cache:
+        counted = {k: v for k, v in cache.items() if k not in ("bytes", "last_used")}
+        light["cache"] = {**counted, "files": int(bool(cache["files"]))}
+    return light
+
+
 def remember_seen(ctx: Context, state: State) -> None:
-    """A state an apply's last probe (asked as a run asks: run_probe) found converged,
-    kept as a run's own: the next run proposes it in its one call, no probe first."""
+    """A state an apply's last probe (asked as a --snapshot-into run asks: run_probe) found
+    converged, kept as a run's own: the next run of either kind proposes it in its one
+    call, no probe first."""
     if ctx.profile.target.remote and isinstance(state.raw, dict):
-        request = ProbeRequest.of(ctx, run_probe(ctx)).to_json()
-        remember(ctx.transport, ctx.profile.target.root, request, state.raw)
+        keep_state(ctx, run_probe(ctx, snapshot=True), state.raw)
 
 
 def call_run(

@@ -66,11 +66,21 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
     program = "import os, sys, trainutil; print(os.environ['NASTY'][:4]); sys.exit(7)"
     assert cli(cache, "apply", "-y", profile).returncode == 0
     try:
-        # The first run after an apply: the state the apply's last probe found (asked as a
-        # run asks) is proposed, and the startup set the container lacks travels with it.
+        # The first run after an apply, one with --snapshot-into: the state the apply's last
+        # probe found (asked as such a run asks: the cache's warmth, the generation's lock)
+        # is proposed, and the startup set the container lacks travels with it.
+        first_into = tmp_path / "ckpt-first"
+        first_into.mkdir()
         log.write_text("")
-        after = cli(cache, "run", profile, "--", "python", "-c", program)
+        args = ("run", "--snapshot-into", first_into, profile, "--", "python", "-c", program)
+        after = cli(cache, *args)
         assert (after.returncode, after.stdout) == (7, "it's\n"), after.stderr
+        snap = json.loads((first_into / "envlock-snapshot.json").read_text())
+        assert snap["command"][-1] == program and round_trips(log) == 1, snap
+        # A run without it proposes the same state, less what it does not ask.
+        log.write_text("")
+        plain = cli(cache, "run", profile, "--", "python", "-c", program)
+        assert (plain.returncode, plain.stdout, plain.stderr) == (7, "it's\n", "")
         assert round_trips(log) == 1
 
         # Nothing remembered (another user cache than apply's): a probe, then the call that
@@ -100,17 +110,15 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
         assert round_trips(log) == 1
 
         # --snapshot-into: written between the agent's check and its start, in the same call.
-        # Its probe asks more (the cache's warmth, the generation's lock): the first such
-        # run probes first, as any run with nothing remembered; then one call each.
-        for terminal, trips in ((False, 2), (False, 1), (True, 1)):
-            into = tmp_path / f"ckpt-{terminal}-{trips}"
+        for n, terminal in enumerate((False, True)):
+            into = tmp_path / f"ckpt-{n}"
             into.mkdir()
             log.write_text("")
             args = ("run", "--snapshot-into", into, profile, "--", "python", "-c", program)
             done = from_terminal(cache, *args) if terminal else cli(cache, *args)
             assert done.returncode == 7, done.stderr
             snap = json.loads((into / "envlock-snapshot.json").read_text())
-            assert snap["command"][-1] == program and round_trips(log) == trips, snap
+            assert snap["command"][-1] == program and round_trips(log) == 1, snap
         # One already there stops the run before its command starts, in the same call.
         log.write_text("")
         again = cli(cache, "run", "--snapshot-into", into, profile, "--", "python", "-c", program)
@@ -141,6 +149,13 @@ def test_a_run_on_a_container_as_judged_is_one_pct_exec(
         assert round_trips(log) == 1
         checked = cli(cache, "check", "--json", profile)
         assert [d["kind"] for d in json.loads(checked.stdout)["drift"]] == ["script-modified"]
+        # An apply repairs it; the first run after, one without --snapshot-into, proposes
+        # what the apply's last probe found, as that lighter probe finds it: one call.
+        assert cli(cache, "apply", "-y", profile).returncode == 0
+        log.write_text("")
+        repaired = cli(cache, "run", profile, "--", "python", "-c", program)
+        assert (repaired.returncode, repaired.stdout, repaired.stderr) == (7, "it's\n", "")
+        assert round_trips(log) == 1
 
     finally:
         log.unlink(missing_ok=True)
