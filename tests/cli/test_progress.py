@@ -150,15 +150,17 @@ def test_data_deep_shows_the_bytes_it_digests_on_a_terminal_only(tmp_path: Path)
 
 # -- diff --weights --------------------------------------------------------------------------
 def weights_file(path: Path, mib: int, last: bytes) -> Path:
-    """A safetensors file of one float32 tensor of `mib` MiB, ending with `last`."""
+    """A safetensors file of one float32 tensor of `mib` MiB, ending with `last`: written
+    out, not a sparse file (whose holes envlock refuses to read)."""
     size = mib << 20
     header = json.dumps({"w": {"dtype": "F32", "shape": [size // 4], "data_offsets": [0, size]}})
     text = header.encode() + b" " * (-len(header) % 8)
+    block = b"\0" * (1 << 20)
     with open(path, "wb") as handle:
         handle.write(len(text).to_bytes(8, "little") + text)
-        handle.truncate(8 + len(text) + size - len(last))
-        handle.seek(0, os.SEEK_END)
-        handle.write(last)
+        for _ in range(mib - 1):
+            handle.write(block)
+        handle.write(block[: (1 << 20) - len(last)] + last)
     return path
 
 
