@@ -201,7 +201,9 @@ def source_file(path: str, read: dict[str, Any], doc: dict[str, Any], scratch: s
     if doc == read:
         return path
     copy = os.path.join(scratch, os.path.basename(path))
-    # own: a fresh file in the caller's private temporary directory
-    with open(copy, "w", encoding="utf-8") as handle:
+    # A new file in the caller's private temporary directory: exclusive, never through a link.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(copy, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(doc, indent=1) + "\n")
     return copy

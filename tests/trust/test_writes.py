@@ -564,6 +564,11 @@ ALLOWED = {
     ("agent/start.py", "install_startup_set"): {"O_EXCL", "O_NOFOLLOW"},
     # The launcher's .pid file: a new file, locked, renamed into place.
     ("agent/programs/launcher.py", "write_pid"): {"O_EXCL", "O_NOFOLLOW"},
+    # A command that cannot start: its refusal for `run --json`, a new 0600 file in the
+    # root's private run/ (read back and removed by the controller).
+    ("agent/start.py", "say_refused"): {"O_EXCL", "O_NOFOLLOW"},
+    # A tracker's redacted copy of a snapshot: a new file in a private temporary directory.
+    ("integrations/tracked.py", "source_file"): {"O_EXCL", "O_NOFOLLOW"},
 }
 
 
