@@ -17,6 +17,7 @@ SCRIPTS = [
     "bench_snapshot.py",
     "bench_inspect.py",
     "bench_weights.py",
+    "bench_config.py",
     "bench_cache.py",
     "bench_data.py",
     "bench_durability.py",
