@@ -15,7 +15,13 @@ from envlock.docker.config import Difference, device_requests, differences
 from envlock.docker.engine import connect, engine_errors
 from envlock.docker.settings import DockerSpec
 from envlock.errors import UsageError
-from envlock.targets.base import ContainerCheck, ContainerSnapshot, prune_oldest
+from envlock.targets.base import (
+    ContainerCheck,
+    ContainerSnapshot,
+    prune_oldest,
+    restore_point_name,
+    restore_point_record,
+)
 
 STOP_TIMEOUT = 10
 # How long a create refused for its name waits for the other create's container to show.
@@ -261,25 +267,11 @@ def recreated(subject: str, image: str, changed: list[Difference]) -> str:
 
 def commit_tag(generation: str | None, now: datetime, taken: set[str]) -> str:
     """`<generation number>-<UTC yyyymmddHHMMSS>`, unique among `taken`."""
-    number = "unknown" if generation is None else generation.split("-", 1)[0] or "none"
-    number = re.sub(r"[^A-Za-z0-9_]", "_", number)[:12]
-    base = f"{number}-{now.strftime('%Y%m%d%H%M%S')}"
-    tag, count = base, 1
-    while tag in taken:  # two applies within one second
-        count += 1
-        tag = f"{base}-{count}"
-    return tag
+    return restore_point_name("", generation, now, taken)
 
 
 def commit_message(generation: str | None, lock: str, applying: str) -> str:
-    return "\n".join(
-        [
-            "envlock: committed before an apply",
-            f"generation: {generation or 'unknown (the container was stopped)'}",
-            f"lock: {lock or 'unknown'}",
-            f"applying: {applying}",
-        ]
-    )
+    return restore_point_record("committed", generation, lock, applying)
 
 
 def listed(tag: str, attrs: dict[str, Any]) -> ContainerSnapshot:

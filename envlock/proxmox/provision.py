@@ -33,7 +33,13 @@ from envlock.proxmox.snapshots import (
     rollback,
     snapshot,
 )
-from envlock.targets.base import ContainerCheck, ContainerSnapshot, prune_oldest
+from envlock.targets.base import (
+    ContainerCheck,
+    ContainerSnapshot,
+    prune_oldest,
+    restore_point_name,
+    restore_point_record,
+)
 
 PREFIX = "envlock-"  # envlock's own snapshots; keep-snapshots never touches the others
 RESTART_FIX = "takes effect after a restart: `envlock apply --restart`"
@@ -181,27 +187,14 @@ def is_ours(name: str) -> bool:
 def snapshot_name(generation: str | None, now: datetime, taken: set[str]) -> str:
     """`envlock-<generation number>-<UTC yyyymmddHHMMSS>`, unique among `taken`: PVE wants
     a letter first, then [A-Za-z0-9_-], at most 40 characters in all."""
-    number = "unknown" if generation is None else generation.split("-", 1)[0] or "none"
-    number = re.sub(r"[^A-Za-z0-9_]", "_", number)[:12]
-    base = f"{PREFIX}{number}-{now.strftime('%Y%m%d%H%M%S')}"
-    name, count = base, 1
-    while name in taken:  # two applies within one second
-        count += 1
-        name = f"{base}-{count}"
+    name = restore_point_name(PREFIX, generation, now, taken)
     assert SNAPSHOT_NAME.match(name), name
     return name
 
 
 def snapshot_description(generation: str | None, lock: str, applying: str) -> str:
     """What the snapshot holds, in lines `snapshots()` reads back."""
-    return "\n".join(
-        [
-            "envlock: taken before an apply",
-            f"generation: {generation or 'unknown (the container was stopped)'}",
-            f"lock: {lock or 'unknown'}",
-            f"applying: {applying}",
-        ]
-    )
+    return restore_point_record("taken", generation, lock, applying)
 
 
 def listed(snap: SnapshotInfo) -> ContainerSnapshot:

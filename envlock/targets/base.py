@@ -4,12 +4,14 @@ and the provisioner interface of a container."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import IO, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from envlock.base.drift_kinds import Drift
@@ -269,6 +271,33 @@ def prune_oldest(
     for old in ours[: max(0, len(ours) - keep)]:
         say(f"{describe(old)} ({key} = {keep})")
         remove(old)
+
+
+def restore_point_name(prefix: str, generation: str | None, now: datetime, taken: set[str]) -> str:
+    """`<prefix><generation number>-<UTC yyyymmddHHMMSS>`, unique among `taken` (`-2`, `-3`
+    when two applies fall within one second): a Proxmox snapshot's name, a Docker commit's
+    tag."""
+    number = "unknown" if generation is None else generation.split("-", 1)[0] or "none"
+    number = re.sub(r"[^A-Za-z0-9_]", "_", number)[:12]
+    base = f"{prefix}{number}-{now.strftime('%Y%m%d%H%M%S')}"
+    name, count = base, 1
+    while name in taken:
+        count += 1
+        name = f"{base}-{count}"
+    return name
+
+
+def restore_point_record(made: str, generation: str | None, lock: str, applying: str) -> str:
+    """What a snapshot or commit holds, in the lines each type's listing reads back
+    ("envlock: taken before an apply", generation, lock, applying)."""
+    return "\n".join(
+        [
+            f"envlock: {made} before an apply",
+            f"generation: {generation or 'unknown (the container was stopped)'}",
+            f"lock: {lock or 'unknown'}",
+            f"applying: {applying}",
+        ]
+    )
 
 
 @dataclass(frozen=True)
