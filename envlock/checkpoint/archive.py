@@ -8,11 +8,12 @@ read, the bytes are counted while they inflate, and only the compression torch i
 
 from __future__ import annotations
 
+import hashlib
 import io
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,9 @@ from envlock.base.limits import (
 )
 from envlock.base.untrusted import open_untrusted, read_untrusted
 from envlock.checkpoint.allowed import Work
-from envlock.checkpoint.scan import scan
+from envlock.checkpoint.fold import FOLD_AT, Folder, Reread
+from envlock.checkpoint.folding import FoldingUnpickler, Unfoldable
+from envlock.checkpoint.scan import Scanned, scan
 from envlock.checkpoint.unpickler import RestrictedUnpickler
 from envlock.errors import OperationError, UsageError
 
@@ -52,16 +55,28 @@ def load_torch_zip(
     path: Path, *, within: Path | None = None, follow_links: bool = False
 ) -> LoadedPickle:
     """Unpickle `<root>/data.pkl` of a torch zip checkpoint into inert descriptions."""
+
+    def again() -> bytes:  # a fold's entries, read again the same way (fold.py)
+        with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
+            return _zip_pickle(path, f)[0]
+
     with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
-        return _load_zip(path, f)
+        return _load_zip(path, f, again)
 
 
 def load_zip_bytes(where: Path, f: Any) -> LoadedPickle:
     """A torch zip already in memory (a DCP shard's blob at its offset), read the same way."""
-    return _load_zip(where, f)
+    return _load_zip(where, f, None)
 
 
-def _load_zip(path: Path, f: Any) -> LoadedPickle:
+def _load_zip(path: Path, f: Any, again: Callable[[], bytes] | None) -> LoadedPickle:
+    data, pkl, sizes = _zip_pickle(path, f)
+    where = f"{path}: {pkl}"
+    return unpickle(data, where=where, source=path.name, sizes=sizes, name=pkl, again=again)
+
+
+def _zip_pickle(path: Path, f: Any) -> tuple[bytes, str, dict[str, int]]:
+    """The bytes of the zip's data.pkl, its name, and the sizes of its storages."""
     _check_entries(path, f)
     try:
         archive = zipfile.ZipFile(f)
@@ -80,27 +95,39 @@ def _load_zip(path: Path, f: Any) -> LoadedPickle:
             for info in archive.infolist()
             if info.filename.startswith(prefix)
         }
-    return unpickle(data, where=f"{path}: {pkl}", source=path.name, sizes=sizes, name=pkl)
+    return data, pkl, sizes
 
 
 def load_raw_pickle(
     path: Path, *, within: Path | None = None, follow_links: bool = False
 ) -> LoadedPickle:
     """Unpickle a file that is one pickle (no zip around it), e.g. from `pickle.dump`."""
-    data = read_untrusted(path, "pickle", within=within, follow_links=follow_links)
-    return unpickle(data, where=str(path), source=path.name, sizes={}, name=path.name)
+
+    def again() -> bytes:
+        return read_untrusted(path, "pickle", within=within, follow_links=follow_links)
+
+    data = again()
+    return unpickle(data, where=str(path), source=path.name, sizes={}, name=path.name, again=again)
 
 
 def unpickle(
-    data: bytes, *, where: str, source: str, sizes: Mapping[str, int], name: str
+    data: bytes,
+    *,
+    where: str,
+    source: str,
+    sizes: Mapping[str, int],
+    name: str,
+    again: Callable[[], bytes] | None = None,
 ) -> LoadedPickle:
-    """Scan, then unpickle with the restricted unpickler; any failure names `where`."""
+    """Scan, then unpickle with the restricted unpickler; any failure names `where`.
+
+    A pickle with a container past FOLD_AT items is read by the folding unpickler (its big
+    config values kept as digests, read `again` where a diff asks what changed in them)."""
     try:
-        budget().spend("pickle opcodes", scan(data, budget()).opcodes, where)
-        unpickler = RestrictedUnpickler(
-            io.BytesIO(data), source=source, storage_sizes=sizes, work=Work(len(data))
-        )
-        root = unpickler.load()
+        scanned = scan(data, budget())
+        budget().spend("pickle opcodes", scanned.opcodes, where)
+        reread = _rereader(again, data, scanned, source, sizes)
+        root, stubbed = _unpickled(data, scanned, source, sizes, reread)
     except Refused as exc:
         raise exc.at(where) from None
     except MemoryError:  # under a memory limit lower than MEMORY_BOUND (limits.py)
@@ -112,7 +139,66 @@ def unpickle(
     except Exception as exc:  # any failure to parse an untrusted pickle means corruption
         detail = printable(f"{type(exc).__name__}: {exc}", 300)
         raise OperationError(f"{where} is corrupt ({detail})", hint=_CORRUPT_HINT) from exc
-    return LoadedPickle(root, unpickler.stubbed, name, len(data))
+    return LoadedPickle(root, stubbed, name, len(data))
+
+
+def _unpickled(
+    data: bytes, scanned: Scanned, source: str, sizes: Mapping[str, int], reread: Reread | None
+) -> tuple[Any, Counter[str]]:
+    """The tree, folded where a container passes FOLD_AT items, and the globals stubbed."""
+    if scanned.largest > FOLD_AT:
+        folding = FoldingUnpickler(
+            io.BytesIO(data),
+            scanned=scanned,
+            reread=reread,
+            source=source,
+            storage_sizes=sizes,
+            work=Work(len(data)),
+        )
+        try:
+            return folding.load(), folding.stubbed
+        except Unfoldable:
+            pass  # read whole, as any pickle under FOLD_AT
+    unpickler = RestrictedUnpickler(
+        io.BytesIO(data), source=source, storage_sizes=sizes, work=Work(len(data))
+    )
+    return unpickler.load(), unpickler.stubbed
+
+
+def _rereader(
+    again: Callable[[], bytes] | None,
+    data: bytes,
+    scanned: Scanned,
+    source: str,
+    sizes: Mapping[str, int],
+) -> Reread | None:
+    """How a fold of this pickle is read again: its folders, or None if its bytes changed.
+
+    The same bytes (by sha256) read the same way: the scan that passed them holds, and only
+    the entries a diff asks for are kept."""
+    if again is None or scanned.largest <= FOLD_AT:
+        return None
+    first = hashlib.sha256(data).digest()
+
+    def reread() -> dict[int, Folder] | None:
+        try:
+            data = again()
+            if hashlib.sha256(data).digest() != first:
+                return None
+            folding = FoldingUnpickler(
+                io.BytesIO(data),
+                scanned=scanned,
+                reread=None,
+                source=source,
+                storage_sizes=sizes,
+                work=Work(len(data)),
+            )
+            folding.load()
+        except Exception:  # changed or unreadable since: nothing is named
+            return None
+        return folding.by_ordinal
+
+    return reread
 
 
 def _check_entries(path: Path, f: Any) -> None:
@@ -178,6 +264,11 @@ def _read_counted(where: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, l
     chunks, total = [], 0
     try:
         with archive.open(info) as member:  # checks the CRC once the last byte is read
+            if info.compress_type == zipfile.ZIP_STORED:  # torch's: one read, no second copy
+                data = member.read(limit + 1)
+                if len(data) > limit:
+                    raise Refused(f"{where}: its size", f"the {limit:,} bytes it declares")
+                return data
             while chunk := member.read(MiB):
                 total += len(chunk)
                 if total > limit:  # more than the zip declared: never trust the directory

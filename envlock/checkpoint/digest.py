@@ -20,7 +20,7 @@ import re
 import struct
 from typing import Any
 
-from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
+from envlock.checkpoint.inert import DType, Storage, Stub, TensorInfo, is_stub_class
 from envlock.checkpoint.tree import stub_parts
 
 MAX_DIGEST_NODES = 20_000_000  # objects one config's digests may visit (a pickle's budget is 5M)
@@ -53,10 +53,17 @@ class Digester:
     config: 2 MB, not 75), and hashes each leaf once.
     """
 
-    def __init__(self, limit: int = MAX_DIGEST_NODES) -> None:
+    def __init__(self, limit: int = MAX_DIGEST_NODES, *, stable: set[int] | None = None) -> None:
         self.left = limit
         self.done: dict[int, bytes] = {}
         self.busy: set[int] = set()  # a cycle reads as a marker, not forever
+        # While a pickle is still being read (folding.py), what a fold has digested is dropped
+        # and its ids reused: only the ids in `stable` (objects the memo keeps alive) are
+        # remembered, and each one digested is `sealed` (a later change to it is refused).
+        self.stable = stable
+        self.sealed: set[int] = set()
+        self.tensors = 0  # tensors met: a fold holds none (their walk must find them)
+        self.stand_ins: dict[int, Any] = {}  # id of a folded container -> what reads as its Fold
 
     def hex(self, obj: Any) -> str | None:
         try:
@@ -71,7 +78,8 @@ class Digester:
 
     def of(self, obj: Any) -> bytes:
         """The sha256 of `obj`, whole."""
-        leaf = leaf_bytes(obj)
+        obj = self._standing_for(obj)
+        leaf = self._leaf(obj)
         if leaf is not None and len(leaf) < SHARED_LEAF:  # cheaper to hash than to remember
             self._step()
             return hashlib.sha256(leaf).digest()
@@ -86,13 +94,30 @@ class Digester:
             found = hashlib.sha256(leaf).digest() if leaf is not None else self._node(obj)
         finally:
             self.busy.discard(key)
-        self.done[key] = found  # the objects live in the loaded tree: their ids stay theirs
+        if self.stable is None or key in self.stable:  # ids that stay their objects' ids
+            self.done[key] = found
+            if self.stable is not None:
+                self.sealed.add(key)
         return found
+
+    def _standing_for(self, obj: Any) -> Any:
+        if self.stand_ins and id(obj) in self.stand_ins:
+            if self.stable is not None and id(obj) in self.stable:
+                self.sealed.add(id(obj))
+            return self.stand_ins[id(obj)]()
+        return obj
+
+    def _leaf(self, obj: Any) -> bytes | None:
+        leaf = leaf_bytes(obj)
+        if leaf is not None and leaf[:1] == b"t":  # a TensorInfo (leaf_bytes' only "t")
+            self.tensors += 1
+        return leaf
 
     def feed(self, digest: Any, obj: Any) -> None:
         """`obj` written into its parent's `digest`: a short leaf as its bytes, anything
         else as its own digest (a long leaf's is kept: it may be shared a thousand times)."""
-        leaf = leaf_bytes(obj)
+        obj = self._standing_for(obj)
+        leaf = self._leaf(obj)
         if leaf is not None and len(leaf) < SHARED_LEAF:
             self._step()
             digest.update(b"L" + _LENGTH.pack(len(leaf)) + leaf)
@@ -116,6 +141,7 @@ class Digester:
             for part in stub_parts(obj):
                 self.feed(digest, part)
         else:
+            self.tensors += isinstance(obj, Storage)
             digest.update(b"?" + type(obj).__name__.encode())
         return digest.digest()
 
@@ -151,13 +177,27 @@ def leaf_bytes(obj: Any) -> bytes | None:
         return b"s" + obj.encode("utf-8", "surrogatepass")
     if isinstance(obj, bytes | bytearray):
         return b"b" + bytes(obj)
+    return _object_bytes(obj)
+
+
+def _object_bytes(obj: Any) -> bytes | None:
+    """The leaves that are envlock's own objects: a tensor's description, a dtype, a global,
+    a folded container (by its digest)."""
     if isinstance(obj, TensorInfo):
         return f"t{obj.dtype}{list(obj.shape)}{obj.layout}{obj.qscheme}".encode()
     if isinstance(obj, DType):
         return b"D" + obj.name.encode()
     if is_stub_class(obj):
         return b"g" + obj.global_name().encode("utf-8", "surrogatepass")
+    if isinstance(obj, Folded):
+        return b"F" + obj.digest
     return None
+
+
+class Folded:
+    """What a folded container reads as (fold.py's Fold): a value by its digest."""
+
+    digest: bytes
 
 
 def _int_bytes(value: int) -> bytes:

@@ -82,6 +82,10 @@ class Scanned:
 
     opcodes: int
     expansion: int
+    largest: int = 0  # items of the largest dict, list or set it builds
+    # The memo slots some GET reads: the only ones a reader that drops what it has folded
+    # must keep (folding.py); every other slot is written and never read again.
+    read_slots: frozenset[int] = frozenset()
 
 
 def scan(data: bytes, budget: Budget | None = None) -> Scanned:
@@ -97,7 +101,9 @@ def scan(data: bytes, budget: Budget | None = None) -> Scanned:
         assert budget is not None
         budget.spent["pickle opcodes"] += machine.limit + 1
         raise budget.refused("pickle opcodes") from None
-    return Scanned(machine.opcodes, machine.expansion)
+    return Scanned(
+        machine.opcodes, machine.expansion, machine.largest, frozenset(machine.read_slots)
+    )
 
 
 class _OverBudget(Exception):
@@ -122,7 +128,8 @@ class _Machine:
         # Python's pickler numbers the memo 0, 1, 2, …, and a slot past the next is refused
         # (_put): a list, 8 bytes a slot (a dict of 600,000 slots held 40 MB while scanning).
         self.memo: list[Value] = []
-        self.opcodes = self.expansion = 0
+        self.opcodes = self.expansion = self.largest = 0
+        self.read_slots: set[int] = set()
         self.budget = MAX_EXPANSION + EXPANSION_PER_BYTE * len(data)
 
     def run(self) -> None:
@@ -184,6 +191,7 @@ class _Machine:
             value = self.memo[index] if index < len(self.memo) else None
             if value is None:
                 raise pickle.UnpicklingError(f"memo value not found at index {index}")
+            self.read_slots.add(index)
             self.stack.append(value)
         elif index <= len(self.memo) and len(self.stack) > self._fence():
             self._store(index, self.stack[-1])
@@ -241,6 +249,7 @@ class _Machine:
     def _get(self, index: int) -> None:
         if index >= len(self.memo):
             raise pickle.UnpicklingError(f"memo value not found at index {index}")
+        self.read_slots.add(index)
         self.stack.append(self.memo[index])  # a reference: no new object
 
     def _put(self, index: int) -> None:
@@ -279,6 +288,7 @@ class _Machine:
         if target.frozen:  # adding to a tuple or a leaf fails in the unpickler itself
             return
         target.size += added
+        self.largest = max(self.largest, target.size)
         target.depth = max(target.depth, 1 + max((v.depth for v in items), default=0))
         if target.depth > MAX_DEPTH:
             raise _too_deep(target.depth)
@@ -374,6 +384,7 @@ class _Machine:
         """LIST, DICT or FROZENSET of the items above the mark."""
         items = self._pop_mark()
         made = Value(1 + max((v.depth for v in items), default=0), 1, len(items), False)
+        self.largest = max(self.largest, len(items))
         if c == "d":
             self._pairs(made, items)
         elif c == "\x91":

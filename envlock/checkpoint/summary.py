@@ -19,6 +19,7 @@ from envlock.base.limits import MAX_JSON_ENTRIES, MAX_TEXT, Refused
 from envlock.base.secrets import redact_config, redact_value
 from envlock.checkpoint import weights
 from envlock.checkpoint.digest import Digester, cut
+from envlock.checkpoint.fold import Fold
 from envlock.checkpoint.inert import DType, Stub, TensorInfo, is_stub_class
 from envlock.checkpoint.report import CheckpointReport
 from envlock.checkpoint.tally import Tally, is_state_dict
@@ -45,6 +46,9 @@ _MAX_PLAIN_CHARS = 16_000_000  # ... and characters of its strings
 _MAX_VALUE = 10 * MAX_TEXT  # characters of one config string (a command line, a prompt)
 _MAX_STATE = 4 * _MAX_PLAIN  # objects rendered for all of a file's training state
 _TOP = 5
+# What a config entry may be: a dict, an object (argparse's Namespace), or a dict folded as it
+# was read (fold.py: a config past FOLD_AT keys).
+_CONFIG_TYPES = (dict, Stub, Fold)
 
 
 class _Budget:
@@ -346,6 +350,8 @@ def _plain_leaf(obj: Any, budget: _Budget) -> Any:
         return budget.cut(obj, f"{len(obj):,} bytes")
     if is_stub_class(obj):
         return f"<global {obj.global_name()}>"
+    if isinstance(obj, Fold):  # a container folded as it was read: cut, with its digest
+        return obj.text()
     return _BRANCH
 
 
@@ -383,11 +389,11 @@ def config(root: Any, directory: bool) -> dict[str, Any] | None:
         name = key_text(key)
         if directory:
             stem = name.split(".")[0]
-            if _CONFIG_NAME.match(stem) and isinstance(value, dict | Stub):
+            if _CONFIG_NAME.match(stem) and isinstance(value, _CONFIG_TYPES):
                 found[name] = _whole(value, _Budget(_MAX_PLAIN))
             nested = config(value, False)
             found.update({f"{name}:{k}": v for k, v in (nested or {}).items()})
-        elif _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
+        elif _CONFIG_NAME.match(name.lower()) and isinstance(value, _CONFIG_TYPES):
             found[name] = _whole(value, _Budget(_MAX_PLAIN))
     # A run's args may hold a token: `inspect` and `diff` (of a file or of its directory) both
     # read the config here, so they show one answer.
@@ -422,7 +428,7 @@ def training_state(root: Any) -> dict[str, Any]:
 def _read_elsewhere(name: str, value: Any) -> bool:
     if name.lower() in _PROGRESS and _is_number(value):
         return True
-    if _CONFIG_NAME.match(name.lower()) and isinstance(value, dict | Stub):
+    if _CONFIG_NAME.match(name.lower()) and isinstance(value, _CONFIG_TYPES):
         return True
     return isinstance(value, TensorInfo) or _holds_weights(value, 3)
 

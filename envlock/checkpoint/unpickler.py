@@ -52,8 +52,11 @@ LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."
 _MAX_LOCATION = 64  # "cpu", "cuda:7", "meta"
 
 
-class RestrictedUnpickler(pickle.Unpickler):
-    """Loads a torch `data.pkl` into inert descriptions; nothing named by the pickle is run."""
+class Restricted:
+    """What a pickle may name, for either unpickler: C's (RestrictedUnpickler) and the one in
+    Python that folds big containers as it reads (folding.py)."""
+
+    stubbed: Counter[str]
 
     def __init__(
         self,
@@ -63,7 +66,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         storage_sizes: Mapping[str, int],
         work: Work | None = None,
     ) -> None:
-        super().__init__(file, encoding="latin1")
+        super().__init__(file, encoding="latin1")  # type: ignore[call-arg]
         self._source = source
         self._sizes = storage_sizes
         self._work = work or Work(0)
@@ -123,6 +126,10 @@ class RestrictedUnpickler(pickle.Unpickler):
             dtype = storage_type.dtype
             self._storages[key] = Storage(self._source, key, dtype, self._sizes[key], location)
         return self._storages[key]
+
+
+class RestrictedUnpickler(Restricted, pickle.Unpickler):
+    """Loads a torch `data.pkl` into inert descriptions; nothing named by the pickle is run."""
 
 
 def suspicious(names: Any) -> list[str]:

@@ -18,6 +18,7 @@ from envlock.errors import EXIT_DRIFT, EXIT_FAILED, OperationError
 from envlock.runs.coverage import Coverage, coverage
 from envlock.runs.diff import Group, Side, compare, incomplete, load_side
 from envlock.runs.diff_data import change_text
+from envlock.runs.diff_folds import remembered, with_folds_named
 from envlock.runs.diff_values import excerpt, is_composite, long_texts
 
 KIND = "diff"
@@ -68,10 +69,10 @@ class DiffResult:
 
 def diff_of(a: str, b: str, *, follow_links: bool, weights: bool) -> DiffResult:
     """The one producer of diff's result: both sides read within one budget, compared."""
-    with command_budget("diff"):
+    with command_budget("diff"), remembered() as folds:
         side_a = load_side(a, follow_links, weights)
         side_b = load_side(b, follow_links, weights)
-    groups = tuple(g.bounded() for g in compare(side_a, side_b))
+    groups = tuple(g.bounded() for g in with_folds_named(compare(side_a, side_b), folds))
     covered = coverage(side_a, side_b, weights)
     unread = (*incomplete(side_a, side_b), *covered.unread)
     return DiffResult(a, b, side_a, side_b, groups, unread, covered)
@@ -162,8 +163,8 @@ def print_groups(a: str, b: str, groups: list[Group]) -> None:
         table.add_column("change", overflow="fold")
         for change in group.changes[:SHOWN_CHANGES]:
             long = long_texts(change.a, change.b, SHOWN_VALUE)
-            if is_composite(change.a) and is_composite(change.b):
-                text = ui.untrusted(excerpt(change.a, change.b))
+            if change.inside is not None or (is_composite(change.a) and is_composite(change.b)):
+                text = ui.untrusted(excerpt(change.a, change.b, change.inside))
             elif long is not None:
                 text = ui.untrusted(long)
             elif change.kind == "added":

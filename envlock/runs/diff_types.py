@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envlock.base.limits import MAX_JSON_ENTRIES
-from envlock.runs.diff_values import bounded_json, changed_paths, is_composite
+from envlock.runs.diff_values import Inside, bounded_json, changed_paths, is_composite
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class Change:
     b: Any
     only_in: str = ""  # "a" or "b": the key exists on that side only
     also: tuple[str, ...] = ()  # other sources of the same value and change, not counted again
+    inside: Inside | None = None  # what changed in two folded values (diff_folds.py)
 
     @property
     def kind(self) -> str:
@@ -55,7 +56,11 @@ class Group:
 
 def _change_json(c: Change) -> dict[str, Any]:
     found = {"key": c.key, "a": bounded_json(c.a), "b": bounded_json(c.b), "kind": c.kind}
-    if is_composite(c.a) and is_composite(c.b):  # what inside it changed, every path
+    if c.inside is not None:  # read again from two folded values: the paths found
+        found["paths"] = [p for p, _, _ in c.inside.found]
+        found["grown"] = c.inside.grown
+        found["inside_note"] = c.inside.note
+    elif is_composite(c.a) and is_composite(c.b):  # what inside it changed, every path
         paths, grown = changed_paths(c.a, c.b)
         found["paths"] = [p for p, _, _ in paths]
         found["grown"] = grown

@@ -8,6 +8,7 @@ value cut at SHOWN_CHARS, the rest counted. The JSON carries every path (up to M
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from envlock.base.limits import MAX_JSON_ENTRIES, printable
@@ -18,6 +19,16 @@ MAX_PATHS = MAX_JSON_ENTRIES  # paths a change carries in --json
 WHOLE_CHARS = 2_000  # a value whose JSON is longer is not repeated whole in --json
 
 
+@dataclass(frozen=True)
+class Inside:
+    """What changed inside a value diff_folds.py read again (a config folded as it was read:
+    only its two digests were kept), said as `changed_paths` says it of a whole value."""
+
+    found: list[tuple[str, Any, Any]]  # (path, a's value, b's value), bounded
+    grown: int  # elements B has past A's length (a list)
+    note: str = ""  # what was not read again, or why nothing could be named
+
+
 def is_composite(value: Any) -> bool:
     return isinstance(value, list | dict)
 
@@ -26,18 +37,18 @@ def changed_paths(a: Any, b: Any, limit: int = MAX_PATHS) -> tuple[list[tuple[st
     """`[(path, a's value, b's value)]` of the leaves that differ (up to `limit`), and how
     many elements one side has past the other's length (a list grown or cut)."""
     found: list[tuple[str, Any, Any]] = []
-    grown = _walk(a, b, "", found, limit)
+    grown = walk(a, b, "", found, limit)
     return found, grown
 
 
-def _walk(a: Any, b: Any, path: str, found: list[tuple[str, Any, Any]], limit: int) -> int:
+def walk(a: Any, b: Any, path: str, found: list[tuple[str, Any, Any]], limit: int) -> int:
     if len(found) >= limit or a == b:
         return 0
     if isinstance(a, list) and isinstance(b, list):
         for i, (x, y) in enumerate(zip(a, b, strict=False)):
             if len(found) >= limit:
                 break
-            _walk(x, y, f"{path}[{i}]", found, limit)
+            walk(x, y, f"{path}[{i}]", found, limit)
         return len(b) - len(a)
     if isinstance(a, dict) and isinstance(b, dict):
         for key in list(dict.fromkeys([*a, *b])):
@@ -47,7 +58,7 @@ def _walk(a: Any, b: Any, path: str, found: list[tuple[str, Any, Any]], limit: i
             if key not in a or key not in b:
                 found.append((where, a.get(key), b.get(key)))
             else:
-                _walk(a[key], b[key], where, found, limit)
+                walk(a[key], b[key], where, found, limit)
         return 0
     found.append((path, a, b))
     return 0
@@ -59,15 +70,17 @@ def said(value: Any) -> str:
     return printable(text, SHOWN_CHARS)
 
 
-def excerpt(a: Any, b: Any) -> str:
+def excerpt(a: Any, b: Any, inside: Inside | None = None) -> str:
     """`[17]: a.bin → b.bin; 60,000 added` (plain text, not yet escaped for rich)."""
-    found, grown = changed_paths(a, b)
+    found, grown = (inside.found, inside.grown) if inside else changed_paths(a, b)
     parts = [f"{p or '(value)'}: {said(x)} → {said(y)}" for p, x, y in found[:SHOWN_PATHS]]
     if len(found) > SHOWN_PATHS:
         more = f"{len(found) - SHOWN_PATHS:,}" + ("+" if len(found) >= MAX_PATHS else "")
         parts.append(f"{more} more changed")
     if grown:
         parts.append(f"{abs(grown):,} {'added' if grown > 0 else 'removed'}")
+    if inside and inside.note:
+        parts.append(inside.note)
     return "; ".join(parts) or "changed"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from envlock.base.limits import BUDGET, MEMORY_BOUND
-from tests.checkpoint_factory import run_torch
+from tests.checkpoint_factory import measure, run_torch
 
 CONFIGS_JOB = r"""
 import sys, torch
@@ -40,6 +40,8 @@ save("largest.pt", 1_200_000)
 save("small.pt", 10)
 save("a600.pt", 600_000)
 save("b600.pt", 600_000, changed=17)
+save("a150.pt", 150_000)
+save("b150.pt", 150_000, changed=17)
 """
 
 
@@ -88,6 +90,29 @@ def test_two_600k_configs_differing_in_one_value(configs: Path) -> None:
     (group,) = doc["groups"]
     assert [c["key"] for c in group["changes"]] == ["checkpoint.config"]
     assert doc["coverage"]["by_digest"] == ["checkpoint.config"]
+    # Folded as it was read (fold.py), the value still says which key changed: read again.
+    (change,) = group["changes"]
+    assert change["paths"] == ["param_17"] and change["grown"] == 0
+    human = envlock("diff", configs / "a600.pt", configs / "b600.pt")
+    line = next(x for x in human.stdout.splitlines() if "checkpoint.config" in x)
+    said = line.split("checkpoint.config", 1)[1].strip()
+    assert said == "param_17: value-17-xxxxxxxxxx → changed"
+
+
+def test_what_a_diff_holds_grows_with_the_pickles_bytes_only(configs: Path) -> None:
+    """150,000 and 600,000 keys, one value changed: the bigger diff's peak memory exceeds the
+    smaller's by no more than the bytes its pickle grew (read once) and 16 MiB, not by the
+    objects the keys make (torch.load's way: 80 MB more for these)."""
+    runs = {}
+    for keys in (150, 600):
+        argv = [sys.executable, "-m", "envlock", "diff", "--json"]
+        runs[keys] = measure([*argv, str(configs / f"a{keys}.pt"), str(configs / f"b{keys}.pt")])
+        assert runs[keys].returncode == 1, runs[keys].stderr
+        (group,) = json.loads(runs[keys].stdout)["groups"]
+        assert group["changes"][0]["paths"] == ["param_17"]
+    grown = runs[600].peak_rss_bytes - runs[150].peak_rss_bytes
+    pickle_grown = (configs / "a600.pt").stat().st_size - (configs / "a150.pt").stat().st_size
+    assert grown < pickle_grown + 16 * 2**20, (grown, pickle_grown)
 
 
 def test_past_the_budget_is_refused_within_the_bound(configs: Path) -> None:

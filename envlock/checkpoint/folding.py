@@ -1,0 +1,243 @@
+"""Read a pickle with a container past FOLD_AT items, folding such containers as they are read.
+
+The C unpickler keeps every object it makes, and its memo every string: a 600,000-key config
+costs 200 MB. This reader is Python's own pure-Python unpickler (`pickle._Unpickler`, the
+reference the C one follows) with unpickler.py's restricted globals, changed in three places:
+a dict or list that passes FOLD_AT items and holds no tensor is folded (fold.py), its items
+dropped as they come; the memo keeps only the slots the scan saw read again; and a change to
+an object after a fold digested it, or a tensor met inside a fold, ends this reading
+(`Unfoldable`), and the caller reads the pickle with the C unpickler instead. Run it only on a
+pickle scan.py has passed: its opcodes, nesting and hashing work are bounded there.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any, ClassVar
+
+from envlock.checkpoint.allowed import OrderedDict
+from envlock.checkpoint.digest import Digester, TooBig
+from envlock.checkpoint.fold import FOLD_AT, Folder, Reread, kept_parts, remember
+from envlock.checkpoint.inert import Stub
+from envlock.checkpoint.scan import Scanned
+from envlock.checkpoint.unpickler import Restricted
+
+_FOLDABLE = (dict, list, OrderedDict)
+_Base: Any = pickle._Unpickler  # the reference unpickler, in Python
+_LONG_INDEX = struct.Struct("<I")
+
+
+class Unfoldable(Exception):
+    """This pickle cannot be read folded (a tensor or a change inside a fold): read it whole."""
+
+
+class FoldingUnpickler(Restricted, _Base):
+    """The restricted unpickler in Python, folding the containers FOLD_AT passes."""
+
+    dispatch: ClassVar[dict[int, Any]] = dict(_Base.dispatch)
+
+    def __init__(self, file: Any, *, scanned: Scanned, reread: Reread | None, **kw: Any) -> None:
+        super().__init__(file, **kw)
+        self._read_slots, self._slots = scanned.read_slots, 0
+        self._kept: list[Any] = []  # what the memo keeps: alive, so their ids stay theirs
+        self.digester = Digester(stable=set())
+        self.folders: dict[int, tuple[Any, Folder]] = {}  # id of the emptied container -> it
+        self.by_ordinal: dict[int, Folder] = {}
+        self._never: dict[int, Any] = {}  # containers found to hold tensors: kept whole
+        self._reread = reread
+
+    def load(self) -> Any:
+        try:
+            root = super().load()
+        except (TooBig, RecursionError):
+            raise Unfoldable("a fold's digest is past its budget") from None
+        return self._swap_in_folds(root) if self.folders else root
+
+    # -- the memo: only slots read again ---------------------------------------------------
+    def _put(self, index: int) -> None:
+        self._slots = max(self._slots, index + 1)
+        if index in self._read_slots:
+            value = self.stack[-1]
+            self.memo[index] = value
+            self._kept.append(value)
+            assert self.digester.stable is not None
+            self.digester.stable.add(id(value))
+
+    def load_put(self) -> None:
+        self._put(int(self.readline()[:-1].decode("ascii")))
+
+    def load_binput(self) -> None:
+        self._put(self.read(1)[0])
+
+    def load_long_binput(self) -> None:
+        self._put(_LONG_INDEX.unpack(self.read(4))[0])
+
+    def load_memoize(self) -> None:
+        self._put(self._slots)
+
+    # -- what grows a container ----------------------------------------------------------
+    def load_setitems(self) -> None:
+        items = self.pop_mark()
+        self._set(self.stack[-1], items)
+
+    def load_setitem(self) -> None:
+        value = self.stack.pop()
+        key = self.stack.pop()
+        self._set(self.stack[-1], [key, value])
+
+    def load_appends(self) -> None:
+        items = self.pop_mark()
+        self._extend(self.stack[-1], items)
+
+    def load_append(self) -> None:
+        value = self.stack.pop()
+        self._extend(self.stack[-1], [value])
+
+    def load_build(self) -> None:
+        self._unsealed(self.stack[-2])
+        _Base.load_build(self)
+
+    def load_additems(self) -> None:
+        items = self.pop_mark()
+        target = self.stack[-1]
+        self._unsealed(target)
+        if isinstance(target, set):
+            target.update(items)
+        else:
+            for item in items:
+                target.add(item)
+
+    def load_dict(self) -> None:
+        _Base.load_dict(self)
+        self._grew(self.stack[-1])
+
+    def load_list(self) -> None:
+        _Base.load_list(self)
+        self._grew(self.stack[-1])
+
+    def load_reduce(self) -> None:
+        _Base.load_reduce(self)
+        self._grew(self.stack[-1])
+
+    def _set(self, target: Any, items: list[Any]) -> None:
+        self._unsealed(target)
+        folder = self._folder(target)
+        if folder is None:
+            for i in range(0, len(items), 2):
+                target[items[i]] = items[i + 1]
+            self._grew(target)
+            return
+        for i in range(0, len(items), 2):
+            folder.add(items[i], items[i + 1])
+        self._no_tensors()
+
+    def _extend(self, target: Any, items: list[Any]) -> None:
+        self._unsealed(target)
+        folder = self._folder(target)
+        if folder is None:
+            extend = getattr(target, "extend", None)
+            if extend is not None:
+                extend(items)
+            else:
+                for item in items:
+                    target.append(item)
+            self._grew(target)
+            return
+        for item in items:
+            folder.append(item)
+        self._no_tensors()
+
+    # -- folding -------------------------------------------------------------------------
+    def _folder(self, target: Any) -> Folder | None:
+        found = self.folders.get(id(target))
+        return found[1] if found is not None and found[0] is target else None
+
+    def _unsealed(self, target: Any) -> None:
+        if id(target) in self.digester.sealed:
+            raise Unfoldable("a value changed after a fold read it")
+
+    def _no_tensors(self) -> None:
+        if self.digester.tensors:
+            raise Unfoldable("a tensor inside a folded container")
+
+    def _grew(self, target: Any) -> None:
+        """Fold `target` once it passes FOLD_AT items, unless it holds a tensor."""
+        if type(target) not in _FOLDABLE or len(target) <= FOLD_AT or id(target) in self._never:
+            return
+        ordinal = len(self.by_ordinal)
+        folder = Folder(target, self.digester, ordinal, kept_parts(ordinal))
+        if folder.is_dict:
+            for key, value in target.items():
+                folder.add(key, value)
+        else:
+            for value in target:
+                folder.append(value)
+        if self.digester.tensors:  # a state dict, an optimizer's state: kept whole
+            self.digester.tensors = 0
+            self._never[id(target)] = target
+            return
+        target.clear()
+        folder.only_kept = bool(folder.keep)
+        self.folders[id(target)] = (target, folder)
+        self.by_ordinal[ordinal] = folder
+        self.digester.stand_ins[id(target)] = folder.fold
+
+    def _swap_in_folds(self, root: Any) -> Any:
+        """Every folded container, wherever the tree holds it, replaced by its Fold."""
+        swap: dict[int, Any] = {}
+        for target, folder in self.folders.values():
+            fold = folder.fold(self._reread)
+            remember(fold)
+            swap[id(target)] = fold
+        done: dict[int, Any] = {}
+        for folder in self.by_ordinal.values():
+            folder.kept = [(p, k, _swapped(v, swap, done)) for p, k, v in folder.kept]
+        return _swapped(root, swap, done)
+
+
+def _swapped(obj: Any, swap: dict[int, Any], done: dict[int, Any]) -> Any:
+    key = id(obj)
+    if key in swap:
+        return swap[key]
+    if key in done or not isinstance(obj, dict | list | tuple | Stub):
+        return done.get(key, obj)
+    if isinstance(obj, tuple):
+        items = [_swapped(v, swap, done) for v in obj]
+        done[key] = obj if all(a is b for a, b in zip(items, obj, strict=True)) else tuple(items)
+        return done[key]
+    done[key] = obj
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            obj[k] = _swapped(v, swap, done)
+    elif isinstance(obj, list):
+        obj[:] = [_swapped(v, swap, done) for v in obj]
+    else:
+        _swap_stub(obj, swap, done)
+    return obj
+
+
+def _swap_stub(obj: Stub, swap: dict[int, Any], done: dict[int, Any]) -> None:
+    obj.args = _swapped(obj.args, swap, done)
+    obj.state = _swapped(obj.state, swap, done)
+    for part in (obj.kwargs, obj.items, obj.listitems):
+        _swapped(part, swap, done)
+
+
+FoldingUnpickler.dispatch.update(
+    {
+        pickle.PUT[0]: FoldingUnpickler.load_put,
+        pickle.BINPUT[0]: FoldingUnpickler.load_binput,
+        pickle.LONG_BINPUT[0]: FoldingUnpickler.load_long_binput,
+        pickle.MEMOIZE[0]: FoldingUnpickler.load_memoize,
+        pickle.SETITEMS[0]: FoldingUnpickler.load_setitems,
+        pickle.SETITEM[0]: FoldingUnpickler.load_setitem,
+        pickle.APPENDS[0]: FoldingUnpickler.load_appends,
+        pickle.APPEND[0]: FoldingUnpickler.load_append,
+        pickle.BUILD[0]: FoldingUnpickler.load_build,
+        pickle.ADDITEMS[0]: FoldingUnpickler.load_additems,
+        pickle.DICT[0]: FoldingUnpickler.load_dict,
+        pickle.LIST[0]: FoldingUnpickler.load_list,
+        pickle.REDUCE[0]: FoldingUnpickler.load_reduce,
+    }
+)

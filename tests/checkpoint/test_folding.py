@@ -1,0 +1,110 @@
+"""The folding unpickler (checkpoint/folding.py) builds what the C unpickler builds, but for
+big containers, which it keeps as digests (fold.py) that compare, and read again, truly.
+
+No torch needed: the pickles are Python's own, of the values a config holds."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import pickletools
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envlock.checkpoint.allowed import Work
+from envlock.checkpoint.archive import unpickle
+from envlock.checkpoint.fold import FOLD_AT, Fold, remembered
+from envlock.checkpoint.folding import FoldingUnpickler
+from envlock.checkpoint.scan import scan
+from envlock.checkpoint.unpickler import RestrictedUnpickler
+from envlock.runs.diff_folds import inside_of
+
+leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+values = st.recursive(
+    leaves,
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=5)
+        | st.tuples(inner, inner)
+    ),
+    max_leaves=30,
+)
+
+
+def _c(data: bytes) -> object:
+    return RestrictedUnpickler(io.BytesIO(data), source="t", storage_sizes={}).load()
+
+
+def _folding(data: bytes) -> object:
+    scanned = scan(data)
+    return FoldingUnpickler(
+        io.BytesIO(data), scanned=scanned, reread=None, source="t", storage_sizes={}, work=Work(0)
+    ).load()
+
+
+@settings(max_examples=150, deadline=None)
+@given(values, st.integers(min_value=0, max_value=4), st.booleans())
+def test_it_builds_what_the_c_unpickler_builds(value: object, protocol: int, shared: bool) -> None:
+    """Memo slots kept only where read again: shared references still resolve."""
+    obj = [value, value, {"again": value}] if shared else value
+    data = pickle.dumps(obj, protocol=protocol)
+    assert _folding(data) == _c(data)
+
+
+def _read(obj: object) -> Any:
+    data = pickletools.optimize(pickle.dumps(obj, protocol=2))
+    return unpickle(data, where="t", source="t", sizes={}, name="t", again=lambda: data).root
+
+
+def test_a_big_config_is_folded_and_its_change_named_by_reading_again() -> None:
+    keys = FOLD_AT * 3
+    a = {f"k{i}": f"v{i}" for i in range(keys)}
+    b = {**a, "k17": "changed"}
+    with remembered() as seen:
+        fa, fb = (_read({"config": c, "other": [1, 2]})["config"] for c in (a, b))
+    assert isinstance(fa, Fold) and isinstance(fb, Fold)
+    assert (fa.count, fa.kind) == (keys, "dict") and fa.digest != fb.digest
+    assert {fa.hex, fb.hex} <= set(seen)
+    same = _read({"config": dict(a), "other": [1, 2]})["config"]
+    assert isinstance(same, Fold) and same.digest == fa.digest
+    inside = inside_of(fa, fb)
+    assert inside.found == [("k17", "v17", "changed")] and inside.note == ""
+
+
+def test_a_list_folded_says_the_index_and_the_growth() -> None:
+    a = [f"shard-{i}" for i in range(FOLD_AT * 2)]
+    b = [*a, *(f"new-{i}" for i in range(5_000))]
+    b[17] = "replaced"
+    fa, fb = (_read({"files": x})["files"] for x in (a, b))
+    assert isinstance(fa, Fold) and not fa.is_dict
+    inside = inside_of(fa, fb)
+    assert inside.found == [("[17]", "shard-17", "replaced")] and inside.grown == 5_000
+
+
+def test_the_same_items_in_another_order_are_said_so() -> None:
+    a = {f"k{i}": i for i in range(FOLD_AT + 10)}
+    b = {k: v for k, v in a.items() if k != "k0"} | {"k0": 0}  # one key moved to the end
+    fa, fb = (_read(x) for x in (a, b))
+    assert isinstance(fa, Fold) and isinstance(fb, Fold) and fa.digest != fb.digest
+    inside = inside_of(fa, fb)
+    assert inside.found == [] and "another order" in inside.note
+
+
+def test_a_change_after_a_fold_read_it_is_read_whole() -> None:
+    """A hostile pickle changes a dict after a fold digested it: folded, the change would
+    be lost, so the pickle is read whole (by the C unpickler) and the change is there."""
+    inner: dict[str, int] = {"x": 1}
+    outer = [inner, *range(FOLD_AT + 5)]
+    data = bytearray(pickle.dumps([outer, inner], protocol=2))
+    # After the list is folded, GET the dict (memo slot of `inner`) and set one more key.
+    stop = data.rindex(pickle.STOP)
+    get = bytes(data[data.index(b"}") + 1 : data.index(b"}") + 3])  # the BINPUT after {}
+    assert get[:1] == pickle.BINPUT
+    tail = pickle.BINGET + get[1:] + pickle.SHORT_BINUNICODE + b"\x01y" + pickle.BININT1
+    tail += b"\x02" + pickle.SETITEM + pickle.POP
+    data[stop:stop] = tail
+    root = unpickle(bytes(data), where="t", source="t", sizes={}, name="t").root
+    assert isinstance(root, list) and isinstance(root[0], list)  # read whole, not folded
+    assert root[0][0] == {"x": 1, "y": 2}
