@@ -26,6 +26,7 @@ from envlock.checkpoint.unpickler import Restricted
 _FOLDABLE = (dict, list, OrderedDict)
 _Base: Any = pickle._Unpickler  # the reference unpickler, in Python
 _LONG_INDEX = struct.Struct("<I")
+_SEARCHED = 10_000  # objects of a call's arguments searched for a folded container
 
 
 class Unfoldable(Exception):
@@ -58,11 +59,15 @@ class FoldingUnpickler(Restricted, _Base):
     def _put(self, index: int) -> None:
         self._slots = max(self._slots, index + 1)
         if index in self._read_slots:
-            value = self.stack[-1]
-            self.memo[index] = value
-            self._kept.append(value)
-            assert self.digester.stable is not None
-            self.digester.stable.add(id(value))
+            self.memo[index] = self.stack[-1]
+            self._keep(self.stack[-1])
+
+    def _keep(self, value: Any) -> None:
+        """`value` may be reached again: kept alive, and watched (a fold that digests it
+        seals it: a later change to it ends this reading)."""
+        self._kept.append(value)
+        assert self.digester.stable is not None
+        self.digester.stable.add(id(value))
 
     def load_put(self) -> None:
         self._put(int(self.readline()[:-1].decode("ascii")))
@@ -96,6 +101,7 @@ class FoldingUnpickler(Restricted, _Base):
 
     def load_build(self) -> None:
         self._unsealed(self.stack[-2])
+        self._passed(type(self.stack[-2]), self.stack[-1])  # a __setstate__ reads its state
         _Base.load_build(self)
 
     def load_additems(self) -> None:
@@ -117,8 +123,45 @@ class FoldingUnpickler(Restricted, _Base):
         self._grew(self.stack[-1])
 
     def load_reduce(self) -> None:
+        self._passed(self.stack[-2], self.stack[-1])
         _Base.load_reduce(self)
         self._grew(self.stack[-1])
+
+    def load_newobj(self) -> None:
+        self._passed(self.stack[-2], self.stack[-1])
+        _Base.load_newobj(self)
+
+    def load_newobj_ex(self) -> None:
+        self._passed(self.stack[-3], (self.stack[-2], self.stack[-1]))
+        _Base.load_newobj_ex(self)
+
+    def _instantiate(self, klass: Any, args: Any) -> None:
+        self._passed(klass, args)
+        _Base._instantiate(self, klass, args)
+
+    def _passed(self, call: Any, args: Any) -> None:
+        """A folded container handed to a call that reads it (`set(list)`, an OrderedDict
+        from pairs) would be read empty: read the pickle whole instead. A stub only records
+        its arguments, as the tree holds them: its folds are swapped in like any other."""
+        if not self.folders or (isinstance(call, type) and issubclass(call, Stub)):
+            return
+        if isinstance(call, Stub) or not self._holds_folded(args, _SEARCHED):
+            return
+        raise Unfoldable("a folded container passed to a call")
+
+    def _holds_folded(self, args: Any, budget: int) -> bool:
+        """Whether a folded container is in `args` (True, too, past `budget` objects)."""
+        seen, todo = 0, [args]
+        while todo:
+            obj = todo.pop()
+            seen += 1
+            if id(obj) in self.folders or seen > budget:
+                return True
+            if isinstance(obj, dict):
+                todo.extend(obj.values())
+            elif isinstance(obj, list | tuple):
+                todo.extend(obj)
+        return False
 
     def _set(self, target: Any, items: list[Any]) -> None:
         self._unsealed(target)
@@ -239,5 +282,7 @@ FoldingUnpickler.dispatch.update(
         pickle.DICT[0]: FoldingUnpickler.load_dict,
         pickle.LIST[0]: FoldingUnpickler.load_list,
         pickle.REDUCE[0]: FoldingUnpickler.load_reduce,
+        pickle.NEWOBJ[0]: FoldingUnpickler.load_newobj,
+        pickle.NEWOBJ_EX[0]: FoldingUnpickler.load_newobj_ex,
     }
 )

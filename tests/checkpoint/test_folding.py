@@ -8,18 +8,23 @@ from __future__ import annotations
 import io
 import pickle
 import pickletools
+import zipfile
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from envlock.base.limits import Refused
 from envlock.checkpoint.allowed import Work
 from envlock.checkpoint.archive import unpickle
+from envlock.checkpoint.digest import Digester
 from envlock.checkpoint.fold import FOLD_AT, Fold, remembered
-from envlock.checkpoint.folding import FoldingUnpickler
+from envlock.checkpoint.folding import FoldingUnpickler, Unfoldable
 from envlock.checkpoint.scan import scan
 from envlock.checkpoint.unpickler import RestrictedUnpickler
 from envlock.runs.diff_folds import inside_of
+from tests.hostile_checkpoints import make_corpus
 
 leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 values = st.recursive(
@@ -38,10 +43,20 @@ def _c(data: bytes) -> object:
 
 
 def _folding(data: bytes) -> object:
+    """Read by the folding unpickler, whatever the pickle's size; what it cannot fold, by the
+    C unpickler (as archive.py does)."""
     scanned = scan(data)
-    return FoldingUnpickler(
-        io.BytesIO(data), scanned=scanned, reread=None, source="t", storage_sizes={}, work=Work(0)
-    ).load()
+    try:
+        return FoldingUnpickler(
+            io.BytesIO(data),
+            scanned=scanned,
+            reread=None,
+            source="t",
+            storage_sizes={},
+            work=Work(0),
+        ).load()
+    except Unfoldable:
+        return _c(data)
 
 
 @settings(max_examples=150, deadline=None)
@@ -108,3 +123,52 @@ def test_a_change_after_a_fold_read_it_is_read_whole() -> None:
     root = unpickle(bytes(data), where="t", source="t", sizes={}, name="t").root
     assert isinstance(root, list) and isinstance(root[0], list)  # read whole, not folded
     assert root[0][0] == {"x": 1, "y": 2}
+
+
+def test_a_big_list_handed_to_a_call_is_read_whole() -> None:
+    """`set(list)` reads its argument: a list folded before the call would make it empty."""
+    tags = set(range(FOLD_AT + 5))
+    assert _read({"tags": tags})["tags"] == tags
+
+
+def _outcome(read: Any, data: bytes) -> str:
+    """What reading `data` gives: the digest of the tree, or the kind of failure."""
+    try:
+        return Digester().hex(read(data)) or "not digested"
+    except Refused:
+        return "refused"
+    except Exception as exc:
+        return f"fails ({type(exc).__name__})"
+
+
+def _scanned_pickle(path: Path) -> bytes | None:
+    """The pickle of a corpus file (a torch zip's data.pkl, or the file), if it passes the
+    scan; None for what neither unpickler would be given."""
+    try:
+        if not path.is_file() or path.stat().st_size > 64 * 2**20:
+            return None
+        data = path.read_bytes()
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                (name,) = (n for n in archive.namelist() if n.endswith("data.pkl"))
+                if archive.getinfo(name).file_size > 64 * 2**20:
+                    return None
+                data = archive.read(name)
+        scan(data)
+    except Exception:
+        return None
+    return data
+
+
+def test_every_hostile_pickle_reads_alike_folding_or_not(tmp_path: Path) -> None:
+    """The corpus of hostile checkpoints (test_hostile.py), every pickle that passes the
+    scan read by both unpicklers: the same tree, or a failure in both."""
+    compared = 0
+    for case in make_corpus.build(tmp_path).values():
+        data = _scanned_pickle(case.path)
+        if data is None:
+            continue
+        c, folding = _outcome(_c, data), _outcome(_folding, data)
+        assert (c == folding) or ("fails" in c and "fails" in folding), (case.name, c, folding)
+        compared += 1
+    assert compared > 20
