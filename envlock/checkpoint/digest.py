@@ -116,8 +116,11 @@ class Digester:
     def feed(self, digest: Any, obj: Any) -> None:
         """`obj` written into its parent's `digest`: a short leaf as its bytes, anything
         else as its own digest (a long leaf's is kept: it may be shared a thousand times)."""
-        obj = self._standing_for(obj)
-        leaf = self._leaf(obj)
+        # A string, the commonest value of a config: leaf_bytes' bytes, without its walk.
+        leaf = b"s" + obj.encode("utf-8", "surrogatepass") if type(obj) is str else None
+        if leaf is None:
+            obj = self._standing_for(obj)
+            leaf = self._leaf(obj)
         if leaf is not None and len(leaf) < SHARED_LEAF:
             self._step()
             digest.update(b"L" + _LENGTH.pack(len(leaf)) + leaf)

@@ -75,7 +75,7 @@ class Folder:
 
     def add(self, key: Any, value: Any) -> None:
         """One item of a dict."""
-        named = leaf_bytes(key)
+        named = b"s" + key.encode("utf-8", "surrogatepass") if type(key) is str else leaf_bytes(key)
         if named is None:  # a tuple key: by its digest
             named = b"N" + self.digester.of(key)
         part = zlib.crc32(named) % BUCKETS

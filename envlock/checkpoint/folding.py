@@ -25,6 +25,7 @@ from envlock.checkpoint.unpickler import Restricted
 
 _FOLDABLE = (dict, list, OrderedDict)
 _Base: Any = pickle._Unpickler  # the reference unpickler, in Python
+_Stop: Any = pickle._Stop  # how STOP ends the reference unpickler's loop, with the value
 _LONG_INDEX = struct.Struct("<I")
 _SEARCHED = 10_000  # objects of a call's arguments searched for a folded container
 
@@ -50,10 +51,32 @@ class FoldingUnpickler(Restricted, _Base):
 
     def load(self) -> Any:
         try:
-            root = super().load()
+            root = self._run()
         except (TooBig, RecursionError):
             raise Unfoldable("a fold's digest is past its budget") from None
         return self._swap_in_folds(root) if self.folders else root
+
+    def _run(self) -> Any:
+        """`pickle._Unpickler.load`, reading straight from the file (in memory): a FRAME only
+        announces how many bytes follow (load_frame), so no unframing layer is needed, and
+        each opcode costs one call less."""
+        self.read, self.readline = self._file_read, self._file_readline
+        self.metastack: list[list[Any]] = []
+        self.stack: list[Any] = []
+        self.append = self.stack.append
+        self.proto = 0
+        read, dispatch = self.read, self.dispatch
+        try:
+            while True:
+                key = read(1)
+                if not key:
+                    raise EOFError
+                dispatch[key[0]](self)
+        except _Stop as stop:
+            return stop.value
+
+    def load_frame(self) -> None:
+        self.read(8)  # the frame's length: its opcodes follow in the file as they are
 
     # -- the memo: only slots read again ---------------------------------------------------
     def _put(self, index: int) -> None:
@@ -269,6 +292,7 @@ def _swap_stub(obj: Stub, swap: dict[int, Any], done: dict[int, Any]) -> None:
 
 FoldingUnpickler.dispatch.update(
     {
+        pickle.FRAME[0]: FoldingUnpickler.load_frame,
         pickle.PUT[0]: FoldingUnpickler.load_put,
         pickle.BINPUT[0]: FoldingUnpickler.load_binput,
         pickle.LONG_BINPUT[0]: FoldingUnpickler.load_long_binput,

@@ -136,6 +136,7 @@ class _Machine:
         # Runs once per opcode: the commonest (small ints, marks) are inline, memo ops and
         # the other fast kinds one call away, the rest go through `_execute`.
         data, end, stack, marks = self.data, len(self.data), self.stack, self.marks
+        memo = self.memo
         pos = opcodes = 0
         limit = self.limit
         while pos < end:
@@ -144,7 +145,20 @@ class _Machine:
             opcodes += 1  # each makes one object at most
             if opcodes > limit:
                 raise _OverBudget if limit < MAX_OPCODES else _too_many()
-            if kind == _FIXED_LEAF:
+            if op == 0x58 and pos + 5 <= end:  # BINUNICODE: a config's strings, each its own
+                pos += 5 + int.from_bytes(data[pos + 1 : pos + 5], "little")
+                if pos > end:
+                    raise pickle.UnpicklingError("bad length or truncated data")
+                stack.append(LEAF)
+            elif op == 0x72 and pos + 5 <= end:  # LONG_BINPUT of the next slot: one per object
+                if int.from_bytes(data[pos + 1 : pos + 5], "little") != len(memo) or len(stack) <= (
+                    marks[-1] if marks else 0
+                ):
+                    pos = self._step(kind, op, pos)
+                    continue
+                memo.append(stack[-1])
+                pos += 5
+            elif kind == _FIXED_LEAF:
                 small = op == 0x4B and pos + 1 < end  # BININT1, the commonest
                 stack.append(SMALL_INTS[data[pos + 1]] if small else self._fixed(op, pos))
                 pos += 1 + _WIDTH[op]

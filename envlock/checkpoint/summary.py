@@ -262,6 +262,8 @@ def _named(key: str, node: dict[str, Any]) -> dict[str, Any]:
 def _leaf(obj: Any) -> dict[str, Any]:
     if is_stub_class(obj):
         return {"type": "global", "value": obj.global_name()}
+    if isinstance(obj, Fold):  # its own type, folded as it was read: its count and digest
+        return {"type": obj.kind, "value": obj.text()}
     # The secrets inside a string go before it is cut, or a cut URL would keep its password.
     value = redact_config(_whole(obj, _Budget(1000)))
     if isinstance(value, str) and len(value) > 80:
