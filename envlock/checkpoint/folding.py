@@ -25,7 +25,7 @@ from envlock.checkpoint.unpickler import Restricted
 
 _FOLDABLE = (dict, list, OrderedDict)
 _Base: Any = pickle._Unpickler  # the reference unpickler, in Python
-_Stop: Any = pickle._Stop  # how STOP ends the reference unpickler's loop, with the value
+_Stop: Any = getattr(pickle, "_Stop")  # noqa: B009 — how STOP ends the reference unpickler's loop, with the value
 _LONG_INDEX = struct.Struct("<I")
 _SEARCHED = 10_000  # objects of a call's arguments searched for a folded container
 
