@@ -3,7 +3,8 @@
     python bench/bench_config.py [--python TORCH_PYTHON] [--keys 300000] [--repeat 3]
 
 Two torch.save files whose `config` dict has `--keys` keys and differs in one value (issue
-#40: "a 300k-key config diffs in seconds with memory independent of its size"). Each
+#40: "a 300k-key config diffs in seconds with memory independent of its size"); envlock's
+answer must name that value's key (`param_17`), read again from the folded config. Each
 measurement is a fresh process (time includes interpreter start and imports; peak RSS is that
 process's own): (a) `envlock diff --json A B`, (b) the obvious baseline, torch.load of both
 (weights_only=True) and a compare of their config dicts naming the keys that differ, with
@@ -74,10 +75,11 @@ def main() -> None:
         }
         sizes[args.keys] = results["envlock diff"]
         size = Path(pair[0]).stat().st_size
+        file_sizes = {k: Path(files[("a", k)]).stat().st_size for k in sizes}
         torch_version = run_torch(python, "import torch; print(torch.__version__)").strip()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report = _report(results, sizes, size, args, torch_version)
+    report = _report(results, sizes, size, file_sizes, args, torch_version)
     _print(report)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
@@ -90,6 +92,9 @@ def _diff_runs(argv: list[str], repeat: int) -> dict[str, Any]:
     for run in runs:
         if run.returncode != 1:
             raise SystemExit(f"envlock diff failed ({run.returncode}):\n{run.stderr}")
+        (group,) = json.loads(run.stdout)["groups"]
+        if group["changes"][0].get("paths") != ["param_17"]:  # the answer, not only a time
+            raise SystemExit(f"envlock diff did not name param_17: {group['changes'][0]}")
     seconds = sorted(r.seconds for r in runs)
     return {
         "seconds": seconds[len(seconds) // 2],
@@ -110,6 +115,7 @@ def _report(
     results: dict[str, dict[str, Any]],
     sizes: dict[int, dict[str, Any]],
     size: int,
+    file_sizes: dict[int, int],
     args: argparse.Namespace,
     torch: str,
 ) -> dict[str, Any]:
@@ -128,7 +134,11 @@ def _report(
         "machine": f"{platform.machine()} {platform.system()}",
         "results": results,
         "by_keys": {
-            str(k): {"seconds": v["seconds"], "peak_rss_mb": v["peak_rss_mb"]}
+            str(k): {
+                "seconds": v["seconds"],
+                "peak_rss_mb": v["peak_rss_mb"],
+                "pickle_mb": file_sizes[k] / 1e6,
+            }
             for k, v in sorted(sizes.items())
         },
         "rss_vs_torch": rss_vs_torch,
@@ -150,7 +160,8 @@ def _print(report: dict[str, Any]) -> None:
             f"{r['time_vs_envlock']:>10.2f}{r['rss_vs_envlock']:>10.2f}"
         )
     print("envlock diff by size: " + ", ".join(
-        f"{int(k):,} keys {v['seconds']:.1f} s {v['peak_rss_mb']:.0f} MB"
+        f"{int(k):,} keys ({v['pickle_mb']:.0f} MB pickle) {v['seconds']:.1f} s "
+        f"{v['peak_rss_mb']:.0f} MB"
         for k, v in report["by_keys"].items()
     ))  # fmt: skip
     goals = report["goals"]

@@ -62,7 +62,9 @@ class Digester:
         # remembered, and each one digested is `sealed` (a later change to it is refused).
         self.stable = stable
         self.sealed: set[int] = set()
-        self.tensors = 0  # tensors met: a fold holds none (their walk must find them)
+        # Tensors, storages and objects (stubs) met: a fold holds none of them, as the readings
+        # that walk them (tensors, DCP's metadata, a pickled module) must find them whole.
+        self.objects = 0
         self.stand_ins: dict[int, Any] = {}  # id of a folded container -> what reads as its Fold
 
     def hex(self, obj: Any) -> str | None:
@@ -110,7 +112,7 @@ class Digester:
     def _leaf(self, obj: Any) -> bytes | None:
         leaf = leaf_bytes(obj)
         if leaf is not None and leaf[:1] == b"t":  # a TensorInfo (leaf_bytes' only "t")
-            self.tensors += 1
+            self.objects += 1
         return leaf
 
     def feed(self, digest: Any, obj: Any) -> None:
@@ -140,11 +142,12 @@ class Digester:
             for value in obj:
                 self.feed(digest, value)
         elif isinstance(obj, Stub):
+            self.objects += 1
             digest.update(b"o" + obj.global_name().encode("utf-8", "surrogatepass"))
             for part in stub_parts(obj):
                 self.feed(digest, part)
         else:
-            self.tensors += isinstance(obj, Storage)
+            self.objects += isinstance(obj, Storage)
             digest.update(b"?" + type(obj).__name__.encode())
         return digest.digest()
 

@@ -1,14 +1,14 @@
 """A big container of a config, folded into digests as it is read: memory that does not grow
 with the config.
 
-A dict or list of more than FOLD_AT items that holds no tensor is not kept by the reader
-(folding.py): each item, as it arrives, is fed into a `Folder` (a dict's into one of BUCKETS
-digests chosen by its key, a list's into one digest per CHUNK elements) and dropped. What
-remains is a `Fold`: the type, the count, the digests, their sha256, and how to read the
-pickle again. Two folds with one digest hold equal values (the digests are collision-resistant
-and cover every item in the order it was read); where they differ, the differing digests say
-where to look, and `changed_entries` reads only those entries of both pickles again, so a diff
-names the keys or indices that changed (`param_17: a → b`) at any size.
+A dict or list of more than FOLD_AT items of plain data (no tensor, no object) is not kept
+by the reader (folding.py): each item, as it arrives, is fed into a `Folder` (a dict's into
+one of BUCKETS digests chosen by its key, a list's into one digest per CHUNK elements) and
+dropped. What remains is a `Fold`: the type, the count, the digests, their sha256, and how to
+read the pickle again. Two folds with one digest hold equal values (the digests are
+collision-resistant and cover every item in the order it was read); where they differ, the
+differing digests say where to look, and `entries` reads only those items of the pickle
+again, so a diff names the keys or indices that changed (`param_17: a → b`) at any size.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from envlock.checkpoint.digest import DIGEST_HEX, Digester, Folded, cut, leaf_bytes
 
-FOLD_AT = 10_000  # items past which a container of no tensors is folded (base/flat.FLAT_KEYS)
+FOLD_AT = 10_000  # items past which a container of plain data is folded (base/flat.FLAT_KEYS)
 BUCKETS = 1_024  # a folded dict's digests, its items spread among them by key
 CHUNK = 1_024  # a folded list's elements per digest
 MAX_LOOKED = 32  # differing digests whose entries a diff reads again, per value

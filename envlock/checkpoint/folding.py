@@ -46,7 +46,7 @@ class FoldingUnpickler(Restricted, _Base):
         self.digester = Digester(stable=set())
         self.folders: dict[int, tuple[Any, Folder]] = {}  # id of the emptied container -> it
         self.by_ordinal: dict[int, Folder] = {}
-        self._never: dict[int, Any] = {}  # containers found to hold tensors: kept whole
+        self._never: dict[int, Any] = {}  # containers found to hold objects: kept whole
         self._reread = reread
 
     def load(self) -> Any:
@@ -196,7 +196,7 @@ class FoldingUnpickler(Restricted, _Base):
             return
         for i in range(0, len(items), 2):
             folder.add(items[i], items[i + 1])
-        self._no_tensors()
+        self._no_objects()
 
     def _extend(self, target: Any, items: list[Any]) -> None:
         self._unsealed(target)
@@ -212,7 +212,7 @@ class FoldingUnpickler(Restricted, _Base):
             return
         for item in items:
             folder.append(item)
-        self._no_tensors()
+        self._no_objects()
 
     # -- folding -------------------------------------------------------------------------
     def _folder(self, target: Any) -> Folder | None:
@@ -223,26 +223,24 @@ class FoldingUnpickler(Restricted, _Base):
         if id(target) in self.digester.sealed:
             raise Unfoldable("a value changed after a fold read it")
 
-    def _no_tensors(self) -> None:
-        if self.digester.tensors:
-            raise Unfoldable("a tensor inside a folded container")
+    def _no_objects(self) -> None:
+        if self.digester.objects:
+            raise Unfoldable("a tensor or an object inside a folded container")
 
     def _grew(self, target: Any) -> None:
-        """Fold `target` once it passes FOLD_AT items, unless it holds a tensor."""
+        """Fold `target` once it passes FOLD_AT items, unless it holds a tensor or an object
+        (a state dict, an optimizer's state, DCP's metadata: plain data alone is folded)."""
         if type(target) not in _FOLDABLE or len(target) <= FOLD_AT or id(target) in self._never:
             return
         ordinal = len(self.by_ordinal)
         folder = Folder(target, self.digester, ordinal, kept_parts(ordinal))
-        if folder.is_dict:
-            for key, value in target.items():
-                folder.add(key, value)
-        else:
-            for value in target:
-                folder.append(value)
-        if self.digester.tensors:  # a state dict, an optimizer's state: kept whole
-            self.digester.tensors = 0
-            self._never[id(target)] = target
-            return
+        items = target.items() if folder.is_dict else ((None, v) for v in target)
+        for key, value in items:
+            folder.add(key, value) if folder.is_dict else folder.append(value)
+            if self.digester.objects:  # kept whole, known at its first object
+                self.digester.objects = 0
+                self._never[id(target)] = target
+                return
         target.clear()
         folder.only_kept = bool(folder.keep)
         self.folders[id(target)] = (target, folder)

@@ -172,3 +172,19 @@ def test_every_hostile_pickle_reads_alike_folding_or_not(tmp_path: Path) -> None
         assert (c == folding) or ("fails" in c and "fails" in folding), (case.name, c, folding)
         compared += 1
     assert compared > 20
+
+
+class TensorMeta:
+    """An object a pickle names that envlock does not know: read as a stub."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+def test_only_plain_data_is_folded() -> None:
+    """A big dict of objects (DCP's metadata is one: a stub per tensor) is kept whole, as
+    the readings that walk it need it; a big list of plain values beside it is folded."""
+    stubbed = {f"layer{i}.weight": TensorMeta(i) for i in range(FOLD_AT + 5)}
+    root = _read({"meta": stubbed, "files": [f"f{i}" for i in range(FOLD_AT + 5)]})
+    assert isinstance(root["meta"], dict) and len(root["meta"]) == FOLD_AT + 5
+    assert isinstance(root["files"], Fold)
