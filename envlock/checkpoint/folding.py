@@ -232,6 +232,8 @@ class FoldingUnpickler(Restricted, _Base):
         (a state dict, an optimizer's state, DCP's metadata: plain data alone is folded)."""
         if type(target) not in _FOLDABLE or len(target) <= FOLD_AT or id(target) in self._never:
             return
+        if not self.metastack and self.stack and self.stack[0] is target:
+            return  # the pickle's root, or so far: inspect reads it entry by entry
         ordinal = len(self.by_ordinal)
         folder = Folder(target, self.digester, ordinal, kept_parts(ordinal))
         items = target.items() if folder.is_dict else ((None, v) for v in target)

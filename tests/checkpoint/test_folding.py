@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,17 +69,18 @@ def test_it_builds_what_the_c_unpickler_builds(value: object, protocol: int, sha
     assert _folding(data) == _c(data)
 
 
-def _read(obj: object) -> Any:
-    data = pickletools.optimize(pickle.dumps(obj, protocol=2))
+def _read(obj: object, protocol: int = 2) -> Any:
+    data = pickletools.optimize(pickle.dumps(obj, protocol=protocol))
     return unpickle(data, where="t", source="t", sizes={}, name="t", again=lambda: data).root
 
 
-def test_a_big_config_is_folded_and_its_change_named_by_reading_again() -> None:
+@pytest.mark.parametrize("protocol", [0, 1, 2, 4])
+def test_a_big_config_is_folded_and_its_change_named_by_reading_again(protocol: int) -> None:
     keys = FOLD_AT * 3
     a = {f"k{i}": f"v{i}" for i in range(keys)}
     b = {**a, "k17": "changed"}
     with remembered() as seen:
-        fa, fb = (_read({"config": c, "other": [1, 2]})["config"] for c in (a, b))
+        fa, fb = (_read({"config": c, "other": [1, 2]}, protocol)["config"] for c in (a, b))
     assert isinstance(fa, Fold) and isinstance(fb, Fold)
     assert (fa.count, fa.kind) == (keys, "dict") and fa.digest != fb.digest
     assert {fa.hex, fb.hex} <= set(seen)
@@ -101,7 +103,7 @@ def test_a_list_folded_says_the_index_and_the_growth() -> None:
 def test_the_same_items_in_another_order_are_said_so() -> None:
     a = {f"k{i}": i for i in range(FOLD_AT + 10)}
     b = {k: v for k, v in a.items() if k != "k0"} | {"k0": 0}  # one key moved to the end
-    fa, fb = (_read(x) for x in (a, b))
+    fa, fb = (_read({"config": x})["config"] for x in (a, b))
     assert isinstance(fa, Fold) and isinstance(fb, Fold) and fa.digest != fb.digest
     inside = inside_of(fa, fb)
     assert inside.found == [] and "another order" in inside.note
@@ -188,3 +190,10 @@ def test_only_plain_data_is_folded() -> None:
     root = _read({"meta": stubbed, "files": [f"f{i}" for i in range(FOLD_AT + 5)]})
     assert isinstance(root["meta"], dict) and len(root["meta"]) == FOLD_AT + 5
     assert isinstance(root["files"], Fold)
+
+
+def test_a_big_root_is_kept_whole() -> None:
+    """A pickle that is one big dict (a raw pickle of hyperparameters): its entries are the
+    checkpoint's own, each compared (training state), so the root is never folded."""
+    root = _read({f"k{i}": i for i in range(FOLD_AT + 5)})
+    assert isinstance(root, dict) and root["k5"] == 5
