@@ -41,6 +41,7 @@ class FoldingUnpickler(Restricted, _Base):
 
     def __init__(self, file: Any, *, scanned: Scanned, reread: Reread | None, **kw: Any) -> None:
         super().__init__(file, **kw)
+        self.pickled = file  # the pickle's bytes, in memory: read through the gate before
         self._read_slots, self._slots = scanned.read_slots, 0
         self._kept: list[Any] = []  # what the memo keeps: alive, so their ids stay theirs
         self.digester = Digester(stable=set())
@@ -65,10 +66,10 @@ class FoldingUnpickler(Restricted, _Base):
         self.stack: list[Any] = []
         self.append = self.stack.append
         self.proto = 0
-        read, dispatch = self.read, self.dispatch
+        pickled, dispatch = self.pickled, self.dispatch
         try:
             while True:
-                key = read(1)
+                key = pickled.read(1)
                 if not key:
                     raise EOFError
                 dispatch[key[0]](self)
@@ -76,7 +77,7 @@ class FoldingUnpickler(Restricted, _Base):
             return stop.value
 
     def load_frame(self) -> None:
-        self.read(8)  # the frame's length: its opcodes follow in the file as they are
+        self.pickled.read(8)  # the frame's length: its opcodes follow in the file as they are
 
     # -- the memo: only slots read again ---------------------------------------------------
     def _put(self, index: int) -> None:
@@ -96,10 +97,10 @@ class FoldingUnpickler(Restricted, _Base):
         self._put(int(self.readline()[:-1].decode("ascii")))
 
     def load_binput(self) -> None:
-        self._put(self.read(1)[0])
+        self._put(self.pickled.read(1)[0])
 
     def load_long_binput(self) -> None:
-        self._put(_LONG_INDEX.unpack(self.read(4))[0])
+        self._put(_LONG_INDEX.unpack(self.pickled.read(4))[0])
 
     def load_memoize(self) -> None:
         self._put(self._slots)

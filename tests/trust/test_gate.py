@@ -365,6 +365,7 @@ READERS = [
     REPO / "envlock" / "runs" / "cache.py",
 ]
 _OPENS = {"open", "read_text", "read_bytes", "read", "ZipFile", "loads_file"}
+_READ_FROM = ("f", "archive", "member", "zipfile", "json", "pickled", "self.pickled")
 
 
 def test_readers_open_nothing_but_through_the_gate() -> None:
@@ -376,8 +377,9 @@ def test_readers_open_nothing_but_through_the_gate() -> None:
             func = node.func
             name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
             receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
-            # Reads of what the gate opened (f, handle), of a zip member, of bytes in memory.
-            if name in _OPENS and receiver not in ("f", "archive", "member", "zipfile", "json"):
+            # Reads of what the gate opened (f, handle), of a zip member, of bytes in memory
+            # (`pickled`: the pickle folding.py reads, its bytes read through the gate).
+            if name in _OPENS and receiver not in _READ_FROM:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
             if name == "ZipFile" and not (node.args and ast.unparse(node.args[0]) == "f"):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
