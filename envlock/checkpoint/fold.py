@@ -68,6 +68,7 @@ class Folder:
         self.chunk = hashlib.sha256()
         self.keep = keep  # the parts whose entries are kept (a diff reading again)
         self.kept: list[tuple[int, Any, Any]] = []  # (part, key or index, value)
+        self.kept_all = True  # False: past MAX_KEPT, some entries of the kept parts were not
         self._fold: Fold | None = None
         # Reading again the very bytes read before (archive.py checks), only the kept parts'
         # entries are wanted: the others are counted, not hashed (set once the fold is made).
@@ -104,8 +105,11 @@ class Folder:
     def _count(self, part: int, key: Any, value: Any) -> None:
         self.count += 1
         self._fold = None
-        if part in self.keep and len(self.kept) < MAX_KEPT:
-            self.kept.append((part, key, value))
+        if part in self.keep:
+            if len(self.kept) < MAX_KEPT:
+                self.kept.append((part, key, value))
+            else:
+                self.kept_all = False
 
     def fold(self, reread: Reread | None = None) -> Fold:
         if self._fold is None or reread is not None:
@@ -156,7 +160,7 @@ def entries(fold: Fold, parts: set[int]) -> list[tuple[Any, Any]] | None:
     with _keeping({fold.ordinal: parts}):
         folders = fold.reread()
     folder = (folders or {}).get(fold.ordinal)
-    if folder is None:
+    if folder is None or not folder.kept_all:  # a part of it missing would read as removed
         return None
     return [(key, value) for _, key, value in folder.kept]
 

@@ -20,7 +20,7 @@ from envlock.base.limits import Refused
 from envlock.checkpoint.allowed import Work
 from envlock.checkpoint.archive import unpickle
 from envlock.checkpoint.digest import Digester
-from envlock.checkpoint.fold import FOLD_AT, Fold, remembered
+from envlock.checkpoint.fold import FOLD_AT, Fold, entries, remembered
 from envlock.checkpoint.folding import FoldingUnpickler, Unfoldable
 from envlock.checkpoint.scan import scan
 from envlock.checkpoint.unpickler import RestrictedUnpickler
@@ -197,3 +197,14 @@ def test_a_big_root_is_kept_whole() -> None:
     checkpoint's own, each compared (training state), so the root is never folded."""
     root = _read({f"k{i}": i for i in range(FOLD_AT + 5)})
     assert isinstance(root, dict) and root["k5"] == 5
+
+
+def test_a_pickle_changed_since_it_was_read_is_not_read_again() -> None:
+    """The second reading keeps entries only from the very bytes the first read (sha256):
+    a file rewritten in between says so instead of naming what it no longer holds."""
+    config = {f"k{i}": i for i in range(FOLD_AT + 5)}
+    data = pickle.dumps({"config": config}, protocol=2)
+    changed = pickle.dumps({"config": {**config, "k1": -1}}, protocol=2)
+    for again, readable in ((lambda: data, True), (lambda: changed, False)):
+        fold = unpickle(data, where="t", source="t", sizes={}, name="t", again=again).root
+        assert (entries(fold["config"], {0}) is not None) is readable
