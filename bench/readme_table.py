@@ -134,7 +134,7 @@ def extra_rows() -> list[dict[str, Any]]:
         rows.append(
             {
                 "operation": f"`diff` of two configs of {config['keys']:,} keys "
-                f"({config['file_bytes'] / 1e6:.1f} MB files)",
+                f"({config['file_bytes'] / 1e6:.1f} MB files), naming the changed key",
                 "envlock": f"{ours['seconds']:.2f} s, {ours['peak_rss_mb']:.0f} MB",
                 "baseline": f"`torch.load` both + dict compare {torch['seconds']:.2f} s, "
                 f"{torch['peak_rss_mb']:.0f} MB",
