@@ -32,7 +32,7 @@ CUT = re.compile(
     r"^<cut: (?P<what>[^;>]*); (?:sha256:(?P<digest>[0-9a-f]+)|not compared: (?P<why>[^>]*))>$"
 )
 # A long string keeps its start: `abc…(+140,000 chars; sha256:…)`.
-CUT_TEXT = re.compile(r"…\(\+[\d,]+ chars; sha256:(?P<digest>[0-9a-f]+)\)$")
+CUT_TEXT = re.compile(r"…\(\+(?P<more>[\d,]+) chars; sha256:(?P<digest>[0-9a-f]+)\)$")
 
 
 class TooBig(Exception):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envlock.base.limits import MAX_JSON_ENTRIES, printable
+from envlock.checkpoint.digest import CUT_TEXT
 
 SHOWN_PATHS = 3  # paths said in a change's line; the rest counted
 SHOWN_CHARS = 120  # characters of one value said in a line
@@ -100,6 +101,14 @@ def long_texts(a: Any, b: Any, limit: int) -> str | None:
     149,999)`; None unless both are strings and one passes `limit`."""
     if not (isinstance(a, str) and isinstance(b, str)) or max(len(a), len(b)) <= limit:
         return None
+    cut_a, cut_b = CUT_TEXT.search(a), CUT_TEXT.search(b)
+    if cut_a and cut_b and a[: cut_a.start()] == b[: cut_b.start()]:
+        # Alike as far as they were kept: what differs is in the part only digested.
+        return (
+            f"the first {cut_a.start():,} chars alike; the rest ({cut_a['more']} → "
+            f"{cut_b['more']} chars) differs: sha256 {cut_a['digest'][:16]} → "
+            f"{cut_b['digest'][:16]}"
+        )
     at = next(
         (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
     )
