@@ -147,14 +147,7 @@ def _unpickled(
 ) -> tuple[Any, Counter[str]]:
     """The tree, folded where a container passes FOLD_AT items, and the globals stubbed."""
     if scanned.largest > FOLD_AT:
-        folding = FoldingUnpickler(
-            io.BytesIO(data),
-            scanned=scanned,
-            reread=reread,
-            source=source,
-            storage_sizes=sizes,
-            work=Work(len(data)),
-        )
+        folding = _folding(data, scanned, source, sizes, reread)
         try:
             return folding.load(), folding.stubbed
         except Unfoldable:
@@ -163,6 +156,19 @@ def _unpickled(
         io.BytesIO(data), source=source, storage_sizes=sizes, work=Work(len(data))
     )
     return unpickler.load(), unpickler.stubbed
+
+
+def _folding(
+    data: bytes, scanned: Scanned, source: str, sizes: Mapping[str, int], reread: Reread | None
+) -> FoldingUnpickler:
+    return FoldingUnpickler(
+        io.BytesIO(data),
+        scanned=scanned,
+        reread=reread,
+        source=source,
+        storage_sizes=sizes,
+        work=Work(len(data)),
+    )
 
 
 def _rereader(
@@ -185,14 +191,7 @@ def _rereader(
             data = again()
             if hashlib.sha256(data).digest() != first:
                 return None
-            folding = FoldingUnpickler(
-                io.BytesIO(data),
-                scanned=scanned,
-                reread=None,
-                source=source,
-                storage_sizes=sizes,
-                work=Work(len(data)),
-            )
+            folding = _folding(data, scanned, source, sizes, None)
             folding.load()
         except Exception:  # changed or unreadable since: nothing is named
             return None
