@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import mmap
 import zipfile
 import zlib
 from collections import Counter
@@ -41,6 +42,10 @@ _PICKLE_LIMIT = f"{MAX_PICKLE_BYTES // MiB} MiB"
 _METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
 
 
+# A pickle's bytes: in a map of their own when read from a zip (freed whole), else bytes.
+Pickled = bytes | mmap.mmap
+
+
 @dataclass(frozen=True)
 class LoadedPickle:
     """The inert object tree of one pickle and the globals that were stubbed."""
@@ -56,7 +61,7 @@ def load_torch_zip(
 ) -> LoadedPickle:
     """Unpickle `<root>/data.pkl` of a torch zip checkpoint into inert descriptions."""
 
-    def again() -> bytes:  # a fold's entries, read again the same way (fold.py)
+    def again() -> Pickled:  # a fold's entries, read again the same way (fold.py)
         with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
             return _zip_pickle(path, f)[0]
 
@@ -69,13 +74,16 @@ def load_zip_bytes(where: Path, f: Any) -> LoadedPickle:
     return _load_zip(where, f, None)
 
 
-def _load_zip(path: Path, f: Any, again: Callable[[], bytes] | None) -> LoadedPickle:
+def _load_zip(path: Path, f: Any, again: Callable[[], Pickled] | None) -> LoadedPickle:
     data, pkl, sizes = _zip_pickle(path, f)
     where = f"{path}: {pkl}"
-    return unpickle(data, where=where, source=path.name, sizes=sizes, name=pkl, again=again)
+    try:
+        return unpickle(data, where=where, source=path.name, sizes=sizes, name=pkl, again=again)
+    finally:
+        _release(data)
 
 
-def _zip_pickle(path: Path, f: Any) -> tuple[bytes, str, dict[str, int]]:
+def _zip_pickle(path: Path, f: Any) -> tuple[Pickled, str, dict[str, int]]:
     """The bytes of the zip's data.pkl, its name, and the sizes of its storages."""
     _check_entries(path, f)
     try:
@@ -111,13 +119,13 @@ def load_raw_pickle(
 
 
 def unpickle(
-    data: bytes,
+    data: Pickled,
     *,
     where: str,
     source: str,
     sizes: Mapping[str, int],
     name: str,
-    again: Callable[[], bytes] | None = None,
+    again: Callable[[], Pickled] | None = None,
 ) -> LoadedPickle:
     """Scan, then unpickle with the restricted unpickler; any failure names `where`.
 
@@ -143,7 +151,7 @@ def unpickle(
 
 
 def _unpickled(
-    data: bytes, scanned: Scanned, source: str, sizes: Mapping[str, int], reread: Reread | None
+    data: Pickled, scanned: Scanned, source: str, sizes: Mapping[str, int], reread: Reread | None
 ) -> tuple[Any, Counter[str]]:
     """The tree, folded where a container passes FOLD_AT items, and the globals stubbed."""
     if scanned.largest > FOLD_AT:
@@ -153,16 +161,16 @@ def _unpickled(
         except Unfoldable:
             pass  # read whole, as any pickle under FOLD_AT
     unpickler = RestrictedUnpickler(
-        io.BytesIO(data), source=source, storage_sizes=sizes, work=Work(len(data))
+        _file_of(data), source=source, storage_sizes=sizes, work=Work(len(data))
     )
     return unpickler.load(), unpickler.stubbed
 
 
 def _folding(
-    data: bytes, scanned: Scanned, source: str, sizes: Mapping[str, int], reread: Reread | None
+    data: Pickled, scanned: Scanned, source: str, sizes: Mapping[str, int], reread: Reread | None
 ) -> FoldingUnpickler:
     return FoldingUnpickler(
-        io.BytesIO(data),
+        _file_of(data),
         scanned=scanned,
         reread=reread,
         source=source,
@@ -171,9 +179,22 @@ def _folding(
     )
 
 
+def _file_of(data: Pickled) -> Any:
+    """The pickle as the file an unpickler reads: its map from the start, or bytes in memory."""
+    if isinstance(data, mmap.mmap):
+        data.seek(0)
+        return data
+    return io.BytesIO(data)
+
+
+def _release(data: Pickled) -> None:
+    if isinstance(data, mmap.mmap):
+        data.close()
+
+
 def _rereader(
-    again: Callable[[], bytes] | None,
-    data: bytes,
+    again: Callable[[], Pickled] | None,
+    data: Pickled,
     scanned: Scanned,
     source: str,
     sizes: Mapping[str, int],
@@ -187,6 +208,7 @@ def _rereader(
     first = hashlib.sha256(data).digest()
 
     def reread() -> dict[int, Folder] | None:
+        data: Pickled = b""
         try:
             data = again()
             if hashlib.sha256(data).digest() != first:
@@ -195,6 +217,8 @@ def _rereader(
             folding.load()
         except Exception:  # changed or unreadable since: nothing is named
             return None
+        finally:
+            _release(data)
         return folding.by_ordinal
 
     return reread
@@ -238,7 +262,7 @@ def _find_data_pkl(path: Path, names: list[str]) -> str:
     return next((n for n in found if n == f"{path.stem}/data.pkl"), found[0])
 
 
-def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Pickled:
     where = f"{path}: {info.filename}"
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         # zipfile inflates bzip2 and lzma without an output bound; torch reads neither.
@@ -259,21 +283,32 @@ def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) ->
     return _read_counted(where, archive, info, declared)
 
 
-def _read_counted(where: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
-    chunks, total = [], 0
+def _read_counted(
+    where: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int
+) -> Pickled:
+    """The member's bytes, counted as they inflate, into a map of their own: freed whole
+    when closed (a diff reads a big config's pickle twice; the C allocator would keep the
+    first copy's pages as a heap of the process's own)."""
+    if limit == 0:
+        return b""
+    into, total = mmap.mmap(-1, limit), 0
     try:
         with archive.open(info) as member:  # checks the CRC once the last byte is read
-            if info.compress_type == zipfile.ZIP_STORED:  # torch's: one read, no second copy
-                data = member.read(limit + 1)
-                if len(data) > limit:
-                    raise Refused(f"{where}: its size", f"the {limit:,} bytes it declares")
-                return data
             while chunk := member.read(MiB):
-                total += len(chunk)
-                if total > limit:  # more than the zip declared: never trust the directory
+                if total + len(chunk) > limit:  # more than the zip declared: never trust it
                     raise Refused(f"{where}: inflated size", f"the {limit:,} bytes it declares")
-                chunks.append(chunk)
+                into[total : total + len(chunk)] = chunk
+                total += len(chunk)
+        if total != limit:
+            raise OperationError(
+                f"{where} is corrupt (the zip declares {limit:,} bytes; {total:,} were read)",
+                hint=_CORRUPT_HINT,
+            )
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, ValueError) as exc:
+        into.close()
         detail = printable(f"{type(exc).__name__}: {exc}", 300)
         raise OperationError(f"{where} is corrupt ({detail})", hint=_CORRUPT_HINT) from exc
-    return b"".join(chunks)
+    except BaseException:
+        into.close()
+        raise
+    return into

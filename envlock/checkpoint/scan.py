@@ -11,6 +11,7 @@ before a single object is built.
 
 from __future__ import annotations
 
+import mmap
 import pickle
 import pickletools
 import struct
@@ -88,7 +89,7 @@ class Scanned:
     read_slots: frozenset[int] = frozenset()
 
 
-def scan(data: bytes, budget: Budget | None = None) -> Scanned:
+def scan(data: bytes | mmap.mmap, budget: Budget | None = None) -> Scanned:
     """Refuse (Refused) or reject as corrupt (pickle.UnpicklingError) before unpickling.
 
     With the command's `budget`, its pickle opcodes left bound the count too: a directory of
@@ -121,7 +122,7 @@ def _too_deep(depth: int) -> Refused:
 class _Machine:
     """The unpickler's stack, marks and memo, holding `Value`s instead of objects."""
 
-    def __init__(self, data: bytes, limit: int = MAX_OPCODES) -> None:
+    def __init__(self, data: bytes | mmap.mmap, limit: int = MAX_OPCODES) -> None:
         self.data, self.limit = data, limit
         self.stack: list[Value] = []
         self.marks: list[int] = []
