@@ -47,7 +47,7 @@ def inside_of(a: Fold, b: Fold) -> Inside:
     """The keys or indices that differ between two folds, read again from their pickles."""
     grown = 0 if a.is_dict else b.count - a.count
     if a.is_dict != b.is_dict:
-        return Inside([], 0, f"a {a.kind} became a {b.kind}")
+        return Inside([], 0, f"type {a.kind} → {b.kind}")
     differing = differing_parts(a, b)
     if not a.is_dict:  # runs wholly past the shorter list are its growth, counted as such
         differing = [i for i in differing if i * CHUNK < min(a.count, b.count)]
@@ -57,15 +57,21 @@ def inside_of(a: Fold, b: Fold) -> Inside:
         return Inside([], grown, "which items changed could not be read again")
     ea, eb = _rendered(a, read_a), _rendered(b, read_b)
     found = _compared(a.is_dict, ea, eb)
+    return Inside(found, grown, _note(a, b, len(differing), len(looked), bool(found)))
+
+
+def _note(a: Fold, b: Fold, differing: int, looked: int, found: bool) -> str:
+    """What the change's line adds: what was not read again, or why nothing is named."""
     unit = "groups of keys" if a.is_dict else "runs of elements"
-    note = ""
-    if len(differing) > len(looked):
-        note = f"{len(differing) - len(looked):,} more {unit} differ, not read again"
-        if not found:
-            note = f"no item differs in the {len(looked)} {unit} read again; {note}"
-    elif not found and a.is_dict and a.count == b.count:
-        note = f"the same {a.count:,} keys and values, read in another order"
-    return Inside(found, grown, note)
+    notes = [f"type {a.kind} → {b.kind}"] if a.kind != b.kind else []
+    if differing > looked:
+        more = f"{differing - looked:,} more {unit} differ, not read again"
+        notes.append(
+            more if found else f"no item differs in the {looked} {unit} read again; {more}"
+        )
+    elif not found and a.is_dict and a.count == b.count and a.kind == b.kind:
+        notes.append(f"the same {a.count:,} keys and values, read in another order")
+    return "; ".join(notes)
 
 
 def _rendered(fold: Fold, found: list[tuple[Any, Any]]) -> dict[Any, Any]:

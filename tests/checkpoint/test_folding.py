@@ -5,6 +5,7 @@ No torch needed: the pickles are Python's own, of the values a config holds."""
 
 from __future__ import annotations
 
+import collections
 import io
 import pickle
 import pickletools
@@ -208,3 +209,11 @@ def test_a_pickle_changed_since_it_was_read_is_not_read_again() -> None:
     for again, readable in ((lambda: data, True), (lambda: changed, False)):
         fold = unpickle(data, where="t", source="t", sizes={}, name="t", again=again).root
         assert (entries(fold["config"], {0}) is not None) is readable
+
+
+def test_a_dict_become_an_ordered_dict_says_its_type_changed() -> None:
+    items = {f"k{i}": i for i in range(FOLD_AT + 5)}
+    fa = _read({"config": items})["config"]
+    fb = _read({"config": collections.OrderedDict(items)})["config"]
+    assert (fa.kind, fb.kind) == ("dict", "OrderedDict") and fa.digest != fb.digest
+    assert inside_of(fa, fb).note == "type dict → OrderedDict"
