@@ -3,18 +3,18 @@ pickle written by `pickle.dump`.
 
 The zip's directory is trusted for nothing: the member's declared size is checked before it is
 read, the bytes are counted while they inflate, and only the compression torch itself can read
-(stored or deflated) is accepted. The pickle is then scanned (scan.py) and only then unpickled.
+(stored or deflated) is accepted. The pickle is then scanned (scan.py) and only then unpickled,
+both reading it in chunks (pickled.py): the second reading checked, chunk by chunk, to be the
+bytes the first passed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import mmap
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,8 @@ from envlock.base.untrusted import open_untrusted, read_untrusted
 from envlock.checkpoint.allowed import Work
 from envlock.checkpoint.fold import FOLD_AT, Folder, Reread
 from envlock.checkpoint.folding import FoldingUnpickler, Unfoldable
-from envlock.checkpoint.scan import Scanned, scan
+from envlock.checkpoint.pickled import CHUNK, Changed, Opener, Recorded, of_bytes, verified
+from envlock.checkpoint.scan import Chunks, Scanned, scan
 from envlock.checkpoint.unpickler import RestrictedUnpickler
 from envlock.errors import OperationError, UsageError
 
@@ -42,8 +43,9 @@ _PICKLE_LIMIT = f"{MAX_PICKLE_BYTES // MiB} MiB"
 _METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
 
 
-# A pickle's bytes: in a map of their own when read from a zip (freed whole), else bytes.
-Pickled = bytes | mmap.mmap
+# How a pickle is read again after its first reading (a diff naming what changed in a fold):
+# its opener, while the file it is read from is open.
+Again = Callable[[], AbstractContextManager[Opener]]
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,13 @@ def load_torch_zip(
 ) -> LoadedPickle:
     """Unpickle `<root>/data.pkl` of a torch zip checkpoint into inert descriptions."""
 
-    def again() -> Pickled:  # a fold's entries, read again the same way (fold.py)
-        with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
-            return _zip_pickle(path, f)[0]
+    @contextmanager
+    def again() -> Iterator[Opener]:  # a fold's entries, read again the same way (fold.py)
+        with (
+            open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f,
+            _zip_member(path, f) as (opener, _, _),
+        ):
+            yield opener
 
     with open_untrusted(path, "checkpoint", within=within, follow_links=follow_links) as f:
         return _load_zip(path, f, again)
@@ -74,17 +80,24 @@ def load_zip_bytes(where: Path, f: Any) -> LoadedPickle:
     return _load_zip(where, f, None)
 
 
-def _load_zip(path: Path, f: Any, again: Callable[[], Pickled] | None) -> LoadedPickle:
-    data, pkl, sizes = _zip_pickle(path, f)
-    where = f"{path}: {pkl}"
-    try:
-        return unpickle(data, where=where, source=path.name, sizes=sizes, name=pkl, again=again)
-    finally:
-        _release(data)
+def _load_zip(path: Path, f: Any, again: Again | None) -> LoadedPickle:
+    with _zip_member(path, f) as (opener, member, sizes):
+        where = f"{path}: {member.filename}"
+        return unpickle(
+            opener,
+            size=member.file_size,
+            where=where,
+            source=path.name,
+            sizes=sizes,
+            name=member.filename,
+            again=again,
+        )
 
 
-def _zip_pickle(path: Path, f: Any) -> tuple[Pickled, str, dict[str, int]]:
-    """The bytes of the zip's data.pkl, its name, and the sizes of its storages."""
+@contextmanager
+def _zip_member(path: Path, f: Any) -> Iterator[tuple[Opener, zipfile.ZipInfo, dict[str, int]]]:
+    """How to read the zip's data.pkl (in counted chunks, as often as asked while this is
+    open), its entry, and the sizes of its storages."""
     _check_entries(path, f)
     try:
         archive = zipfile.ZipFile(f)
@@ -96,14 +109,15 @@ def _zip_pickle(path: Path, f: Any) -> tuple[Pickled, str, dict[str, int]]:
     with archive:
         _check_extents(path, archive)
         pkl = _find_data_pkl(path, archive.namelist())
-        data = _read_member(path, archive, archive.getinfo(pkl))
+        member = archive.getinfo(pkl)
+        _check_member(path, member)
         prefix = pkl[: -len("data.pkl")] + "data/"
         sizes = {
             info.filename[len(prefix) :]: info.file_size
             for info in archive.infolist()
             if info.filename.startswith(prefix)
         }
-    return data, pkl, sizes
+        yield (lambda: _counted(f"{path}: {pkl}", archive, member)), member, sizes
 
 
 def load_raw_pickle(
@@ -111,33 +125,55 @@ def load_raw_pickle(
 ) -> LoadedPickle:
     """Unpickle a file that is one pickle (no zip around it), e.g. from `pickle.dump`."""
 
-    def again() -> bytes:
-        return read_untrusted(path, "pickle", within=within, follow_links=follow_links)
+    @contextmanager
+    def again() -> Iterator[Opener]:
+        yield of_bytes(read_untrusted(path, "pickle", within=within, follow_links=follow_links))
 
-    data = again()
-    return unpickle(data, where=str(path), source=path.name, sizes={}, name=path.name, again=again)
+    data = read_untrusted(path, "pickle", within=within, follow_links=follow_links)
+    return unpickle(
+        of_bytes(data),
+        size=len(data),
+        where=str(path),
+        source=path.name,
+        sizes={},
+        name=path.name,
+        again=again,
+    )
 
 
 def unpickle(
-    data: Pickled,
+    data: Opener | bytes,
     *,
     where: str,
     source: str,
     sizes: Mapping[str, int],
     name: str,
-    again: Callable[[], Pickled] | None = None,
+    size: int | None = None,
+    again: Again | None = None,
 ) -> LoadedPickle:
     """Scan, then unpickle with the restricted unpickler; any failure names `where`.
 
-    A pickle with a container past FOLD_AT items is read by the folding unpickler (its big
-    config values kept as digests, read `again` where a diff asks what changed in them)."""
+    The pickle is read twice, a chunk at a time (pickled.py): scanned, then unpickled, every
+    chunk checked to be the one the scan passed. One with a container past FOLD_AT items is
+    read by the folding unpickler (its big config values kept as digests, read `again`
+    where a diff asks what changed in them)."""
+    if isinstance(data, bytes):
+        size, data = len(data), of_bytes(data)
+    assert size is not None
     try:
-        scanned = scan(data, budget())
+        recorded = Recorded(data())
+        scanned = scan(Chunks(iter(recorded), size), budget())
         budget().spend("pickle opcodes", scanned.opcodes, where)
-        reread = _rereader(again, data, scanned, source, sizes)
-        root, stubbed = _unpickled(data, scanned, source, sizes, reread)
+        read = _Reading(scanned, source, sizes, size, recorded.digests)
+        root, stubbed = read.tree(data, _rereader(again, read))
     except Refused as exc:
         raise exc.at(where) from None
+    except Changed:
+        raise OperationError(
+            f"{where} changed while it was read: its second reading (unpickled) differs from "
+            "its first (scanned)",
+            hint="wait until whatever writes the checkpoint is done, then run again",
+        ) from None
     except MemoryError:  # under a memory limit lower than MEMORY_BOUND (limits.py)
         raise OperationError(
             f"{where}: ran out of memory reading it (its pickle is within the budgets, which "
@@ -147,78 +183,61 @@ def unpickle(
     except Exception as exc:  # any failure to parse an untrusted pickle means corruption
         detail = printable(f"{type(exc).__name__}: {exc}", 300)
         raise OperationError(f"{where} is corrupt ({detail})", hint=_CORRUPT_HINT) from exc
-    return LoadedPickle(root, stubbed, name, len(data))
+    return LoadedPickle(root, stubbed, name, size)
 
 
-def _unpickled(
-    data: Pickled, scanned: Scanned, source: str, sizes: Mapping[str, int], reread: Reread | None
-) -> tuple[Any, Counter[str]]:
-    """The tree, folded where a container passes FOLD_AT items, and the globals stubbed."""
-    if scanned.largest > FOLD_AT:
-        folding = _folding(data, scanned, source, sizes, reread)
-        try:
-            return folding.load(), folding.stubbed
-        except Unfoldable:
-            pass  # read whole, as any pickle under FOLD_AT
-    unpickler = RestrictedUnpickler(
-        _file_of(data), source=source, storage_sizes=sizes, work=Work(len(data))
-    )
-    return unpickler.load(), unpickler.stubbed
+@dataclass(frozen=True)
+class _Reading:
+    """What unpickling one scanned pickle needs, for its first reading and any later one."""
+
+    scanned: Scanned
+    source: str
+    sizes: Mapping[str, int]
+    size: int
+    digests: list[bytes]  # of the chunks the scan passed
+
+    def tree(self, opener: Opener, reread: Reread | None) -> tuple[Any, Counter[str]]:
+        """The tree, folded where a container passes FOLD_AT items, and the globals stubbed."""
+        if self.scanned.largest > FOLD_AT:
+            folding = self.folding(opener, reread)
+            try:
+                return folding.load(), folding.stubbed
+            except Unfoldable:
+                pass  # read whole, as any pickle under FOLD_AT
+        unpickler = RestrictedUnpickler(
+            verified(opener(), self.digests),
+            source=self.source,
+            storage_sizes=self.sizes,
+            work=Work(self.size),
+        )
+        return unpickler.load(), unpickler.stubbed
+
+    def folding(self, opener: Opener, reread: Reread | None) -> FoldingUnpickler:
+        return FoldingUnpickler(
+            verified(opener(), self.digests),
+            scanned=self.scanned,
+            reread=reread,
+            source=self.source,
+            storage_sizes=self.sizes,
+            work=Work(self.size),
+        )
 
 
-def _folding(
-    data: Pickled, scanned: Scanned, source: str, sizes: Mapping[str, int], reread: Reread | None
-) -> FoldingUnpickler:
-    return FoldingUnpickler(
-        _file_of(data),
-        scanned=scanned,
-        reread=reread,
-        source=source,
-        storage_sizes=sizes,
-        work=Work(len(data)),
-    )
+def _rereader(again: Again | None, read: _Reading) -> Reread | None:
+    """How a fold of this pickle is read again: its folders, or None if it changed since.
 
-
-def _file_of(data: Pickled) -> Any:
-    """The pickle as the file an unpickler reads: its map from the start, or bytes in memory."""
-    if isinstance(data, mmap.mmap):
-        data.seek(0)
-        return data
-    return io.BytesIO(data)
-
-
-def _release(data: Pickled) -> None:
-    if isinstance(data, mmap.mmap):
-        data.close()
-
-
-def _rereader(
-    again: Callable[[], Pickled] | None,
-    data: Pickled,
-    scanned: Scanned,
-    source: str,
-    sizes: Mapping[str, int],
-) -> Reread | None:
-    """How a fold of this pickle is read again: its folders, or None if its bytes changed.
-
-    The same bytes (by sha256) read the same way: the scan that passed them holds, and only
-    the entries a diff asks for are kept."""
-    if again is None or scanned.largest <= FOLD_AT:
+    The same bytes (each chunk checked against the scan's digests) read the same way: the
+    scan that passed them holds, and only the entries a diff asks for are kept."""
+    if again is None or read.scanned.largest <= FOLD_AT:
         return None
-    first = hashlib.sha256(data).digest()
 
     def reread() -> dict[int, Folder] | None:
-        data: Pickled = b""
         try:
-            data = again()
-            if hashlib.sha256(data).digest() != first:
-                return None
-            folding = _folding(data, scanned, source, sizes, None)
-            folding.load()
+            with again() as opener:
+                folding = read.folding(opener, None)
+                folding.load()
         except Exception:  # changed or unreadable since: nothing is named
             return None
-        finally:
-            _release(data)
         return folding.by_ordinal
 
     return reread
@@ -262,7 +281,9 @@ def _find_data_pkl(path: Path, names: list[str]) -> str:
     return next((n for n in found if n == f"{path.stem}/data.pkl"), found[0])
 
 
-def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Pickled:
+def _check_member(path: Path, info: zipfile.ZipInfo) -> None:
+    """data.pkl as the zip's directory declares it: a method torch reads, a size within the
+    limits and the command's budget (spent here, before a byte is inflated)."""
     where = f"{path}: {info.filename}"
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         # zipfile inflates bzip2 and lzma without an output bound; torch reads neither.
@@ -280,35 +301,24 @@ def _read_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo) ->
             f"{MAX_INFLATION}x compression (past 1 MiB)",
         )
     budget().spend("bytes", declared, where)  # before inflating: the directory is checked
-    return _read_counted(where, archive, info, declared)
 
 
-def _read_counted(
-    where: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int
-) -> Pickled:
-    """The member's bytes, counted as they inflate, into a map of their own: freed whole
-    when closed (a diff reads a big config's pickle twice; the C allocator would keep the
-    first copy's pages as a heap of the process's own)."""
-    if limit == 0:
-        return b""
-    into, total = mmap.mmap(-1, limit), 0
+def _counted(where: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> Iterator[bytes]:
+    """The member's bytes in chunks of CHUNK, counted as they inflate: more than the zip
+    declares is refused, fewer (or a bad CRC, checked at the last byte) is corruption."""
+    total, limit = 0, info.file_size
     try:
-        with archive.open(info) as member:  # checks the CRC once the last byte is read
-            while chunk := member.read(MiB):
-                if total + len(chunk) > limit:  # more than the zip declared: never trust it
-                    raise Refused(f"{where}: inflated size", f"the {limit:,} bytes it declares")
-                into[total : total + len(chunk)] = chunk
+        with archive.open(info) as member:
+            while chunk := member.read(CHUNK):
                 total += len(chunk)
-        if total != limit:
-            raise OperationError(
-                f"{where} is corrupt (the zip declares {limit:,} bytes; {total:,} were read)",
-                hint=_CORRUPT_HINT,
-            )
+                if total > limit:  # more than the zip declared: never trust the directory
+                    raise Refused(f"{where}: inflated size", f"the {limit:,} bytes it declares")
+                yield chunk
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, ValueError) as exc:
-        into.close()
         detail = printable(f"{type(exc).__name__}: {exc}", 300)
         raise OperationError(f"{where} is corrupt ({detail})", hint=_CORRUPT_HINT) from exc
-    except BaseException:
-        into.close()
-        raise
-    return into
+    if total != limit:
+        raise OperationError(
+            f"{where} is corrupt (the zip declares {limit:,} bytes; {total:,} were read)",
+            hint=_CORRUPT_HINT,
+        )

@@ -6,15 +6,17 @@ recursing through a tuple nested two million deep (a segfault), sizing its memo 
 index, copying one shared argument tuple into every call. `scan` runs the same stack machine
 (_pickle.c's rules for marks and the memo) with an abstract value in place of each object (its
 nesting depth, the work hashing it takes, its length) and refuses past the limits of limits.py
-before a single object is built.
+before a single object is built. It reads the pickle through a window a chunk wide (Chunks):
+an argument past the window is read on where the scan needs its bytes (a long, a line) and
+skipped where it does not (a string), so a scan holds a chunk, not the pickle.
 """
 
 from __future__ import annotations
 
-import mmap
 import pickle
 import pickletools
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from envlock.base.limits import (
@@ -46,6 +48,7 @@ _WIDTH = {
     if op.name not in ("NEXT_BUFFER", "READONLY_BUFFER", "BYTEARRAY8")
 }
 _LENGTH_FIELD = {-2: (1, False), -3: (4, True), -4: (4, False), -5: (8, False)}
+_MARGIN = 9  # bytes of an opcode and its fixed argument (8 at most) that a window must hold
 LEAF_NAMES = [
     "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "STRING", "BINSTRING",
     "SHORT_BINSTRING", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "UNICODE", "SHORT_BINUNICODE",
@@ -89,12 +92,25 @@ class Scanned:
     read_slots: frozenset[int] = frozenset()
 
 
-def scan(data: bytes | mmap.mmap, budget: Budget | None = None) -> Scanned:
+class Chunks:
+    """A pickle's bytes as they are read, a chunk at a time (the scan holds one, not all):
+    `size` in all, `next()` the following chunk (b"" at the end)."""
+
+    def __init__(self, chunks: Iterator[bytes], size: int) -> None:
+        self._chunks, self.size = chunks, size
+
+    def next(self) -> bytes:
+        return next(self._chunks, b"")
+
+
+def scan(data: bytes | Chunks, budget: Budget | None = None) -> Scanned:
     """Refuse (Refused) or reject as corrupt (pickle.UnpicklingError) before unpickling.
 
     With the command's `budget`, its pickle opcodes left bound the count too: a directory of
     pickles each under MAX_OPCODES is refused once their sum passes the command's budget."""
     left = budget.left("pickle opcodes") if budget is not None else MAX_OPCODES
+    if not isinstance(data, Chunks):
+        data = Chunks(iter((bytes(data),)), len(data))
     machine = _Machine(data, min(MAX_OPCODES, left))
     try:
         machine.run()
@@ -122,8 +138,11 @@ def _too_deep(depth: int) -> Refused:
 class _Machine:
     """The unpickler's stack, marks and memo, holding `Value`s instead of objects."""
 
-    def __init__(self, data: bytes | mmap.mmap, limit: int = MAX_OPCODES) -> None:
-        self.data, self.limit = data, limit
+    def __init__(self, source: Chunks, limit: int = MAX_OPCODES) -> None:
+        # A window on the pickle: the bytes from the opcode under way on, a chunk or more;
+        # what an opcode's argument spans past it is read on (a string's bytes skipped).
+        self.source, self.limit = source, limit
+        self.data, self.eof, self.done = b"", False, False
         self.stack: list[Value] = []
         self.marks: list[int] = []
         # Python's pickler numbers the memo 0, 1, 2, …, and a slot past the next is refused
@@ -131,16 +150,48 @@ class _Machine:
         self.memo: list[Value] = []
         self.opcodes = self.expansion = self.largest = 0
         self.read_slots: set[int] = set()
-        self.budget = MAX_EXPANSION + EXPANSION_PER_BYTE * len(data)
+        self.budget = MAX_EXPANSION + EXPANSION_PER_BYTE * source.size
 
     def run(self) -> None:
-        # Runs once per opcode: the commonest (small ints, marks) are inline, memo ops and
-        # the other fast kinds one call away, the rest go through `_execute`.
-        data, end, stack, marks = self.data, len(self.data), self.stack, self.marks
-        memo = self.memo
-        pos = opcodes = 0
-        limit = self.limit
-        while pos < end:
+        pos = 0
+        while not self.done:
+            if not self._slide(pos):
+                raise pickle.UnpicklingError(
+                    "the pickle ends without a STOP opcode: it is truncated"
+                )
+            pos = self._window()
+
+    def _slide(self, pos: int) -> bool:
+        """Move the window on to `pos` (past its end: the rest of a string, skipped) and read
+        the next chunk into it; False at the end of the pickle with nothing left to read."""
+        rest = self.data[pos:] if pos <= len(self.data) else b""
+        skip = max(0, pos - len(self.data))
+        while skip:
+            chunk = self.source.next()
+            if not chunk:
+                raise pickle.UnpicklingError("bad length or truncated data")
+            rest, skip = chunk[skip:], max(0, skip - len(chunk))
+        chunk = self.source.next() if not self.eof else b""
+        self.eof = not chunk
+        self.data = rest + chunk
+        return bool(self.data)
+
+    def _more(self) -> bool:
+        """One more chunk onto the window, for an argument that spans past it."""
+        chunk = b"" if self.eof else self.source.next()
+        self.eof = not chunk
+        self.data += chunk
+        return bool(chunk)
+
+    def _window(self) -> int:
+        """The opcodes whose fixed part lies in the window; where the next one starts.
+        Runs once per opcode: the commonest (strings, memo slots, small ints, marks) are
+        inline, the other fast kinds one call away, the rest go through `_execute`."""
+        data, stack, marks, memo = self.data, self.stack, self.marks, self.memo
+        end = len(data)
+        safe = end if self.eof else end - _MARGIN
+        pos, opcodes, limit = 0, self.opcodes, self.limit
+        while pos < safe:
             op = data[pos]
             kind = _KIND[op]
             opcodes += 1  # each makes one object at most
@@ -148,7 +199,7 @@ class _Machine:
                 raise _OverBudget if limit < MAX_OPCODES else _too_many()
             if op == 0x58 and pos + 5 <= end:  # BINUNICODE: a config's strings, each its own
                 pos += 5 + int.from_bytes(data[pos + 1 : pos + 5], "little")
-                if pos > end:
+                if pos > end and self.eof:
                     raise pickle.UnpicklingError("bad length or truncated data")
                 stack.append(LEAF)
             elif op == 0x72 and pos + 5 <= end:  # LONG_BINPUT of the next slot: one per object
@@ -156,6 +207,8 @@ class _Machine:
                     marks[-1] if marks else 0
                 ):
                     pos = self._step(kind, op, pos)
+                    data, end = self.data, len(self.data)
+                    safe = end if self.eof else end - _MARGIN
                     continue
                 memo.append(stack[-1])
                 pos += 5
@@ -168,11 +221,15 @@ class _Machine:
                 pos += 1
             elif kind == _STOP:
                 self._top()
-                self.opcodes = opcodes
-                return
+                self.opcodes, self.done = opcodes, True
+                return pos
             else:
+                self.opcodes = opcodes
                 pos = self._step(kind, op, pos)
-        raise pickle.UnpicklingError("the pickle ends without a STOP opcode: it is truncated")
+                data, end = self.data, len(self.data)  # an argument may have widened it
+                safe = end if self.eof else end - _MARGIN
+        self.opcodes = opcodes
+        return pos
 
     def _step(self, kind: int, op: int, pos: int) -> int:
         """One opcode other than the inline ones; where the next one starts."""
@@ -187,7 +244,7 @@ class _Machine:
             items = self._pop_mark() if kind == _TUPLE else self._pop(_TUPLE_LENGTH[op])
             self._push(self._tuple(items))
         elif kind == _SIZED_LEAF:
-            stop = self._sized(pos)
+            stop = self._sized(pos, content=op in _LONGS)
             self.stack.append(self._long(pos, stop) if op in _LONGS else LEAF)
             return stop
         elif kind == _EMPTY:
@@ -341,13 +398,17 @@ class _Machine:
             pass
         return LEAF
 
-    def _sized(self, pos: int) -> int:
-        """Skip a string, bytes or long with a length field."""
+    def _sized(self, pos: int, content: bool = False) -> int:
+        """Skip a string, bytes or long with a length field: its bytes past the window are
+        read on only where the scan needs them (`content`: a long's value)."""
         size, signed = _LENGTH_FIELD[_WIDTH[self.data[pos]]]
         length = int.from_bytes(self.data[pos + 1 : pos + 1 + size], "little", signed=signed)
         stop = pos + 1 + size + length
-        if length < 0 or stop > len(self.data):
+        if length < 0 or pos + 1 + size > len(self.data):
             raise pickle.UnpicklingError(f"bad length or truncated data at byte {pos}")
+        while stop > len(self.data) and (content or self.eof):
+            if not self._more():
+                raise pickle.UnpicklingError(f"bad length or truncated data at byte {pos}")
         return stop
 
     def _skip(self, op: int, width: int, pos: int) -> int:
@@ -355,17 +416,25 @@ class _Machine:
         if width >= 0:
             stop = pos + width
         elif width == -1:
-            stop = data.find(b"\n", pos)
-            if op in _TWO_LINES and stop >= 0:
-                stop = data.find(b"\n", stop + 1)
-            if stop < 0:
-                raise pickle.UnpicklingError(f"opcode at byte {pos - 1} lacks its newline")
-            stop += 1
+            stop = self._line_end(pos, 2 if op in _TWO_LINES else 1)
+            data = self.data
         else:
-            return self._sized(pos - 1)
+            return self._sized(pos - 1, content=True)
         if stop > len(data):
             raise pickle.UnpicklingError("pickle data was truncated")
         return stop
+
+    def _line_end(self, pos: int, lines: int) -> int:
+        """Where the `lines`th newline from `pos` ends, the window widened to it."""
+        stop = pos - 1
+        for _ in range(lines):
+            found = self.data.find(b"\n", stop + 1)
+            while found < 0 and self._more():
+                found = self.data.find(b"\n", stop + 1)
+            if found < 0:
+                raise pickle.UnpicklingError(f"opcode at byte {pos - 1} lacks its newline")
+            stop = found
+        return stop + 1
 
     def _execute(self, c: str, arg: bytes) -> None:
         if ord(c) in _LEAVES:  # the text forms of protocol 0, GLOBAL and PERSID

@@ -10,6 +10,8 @@ import io
 import pickle
 import pickletools
 import zipfile
+from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,10 @@ from envlock.checkpoint.archive import unpickle
 from envlock.checkpoint.digest import Digester
 from envlock.checkpoint.fold import FOLD_AT, Fold, entries, remembered
 from envlock.checkpoint.folding import FoldingUnpickler, Unfoldable
-from envlock.checkpoint.scan import scan
+from envlock.checkpoint.pickled import of_bytes
+from envlock.checkpoint.scan import Chunks, scan
 from envlock.checkpoint.unpickler import RestrictedUnpickler
+from envlock.errors import OperationError
 from envlock.runs.diff_folds import inside_of
 from tests.hostile_checkpoints import make_corpus
 
@@ -72,7 +76,12 @@ def test_it_builds_what_the_c_unpickler_builds(value: object, protocol: int, sha
 
 def _read(obj: object, protocol: int = 2) -> Any:
     data = pickletools.optimize(pickle.dumps(obj, protocol=protocol))
-    return unpickle(data, where="t", source="t", sizes={}, name="t", again=lambda: data).root
+    return unpickle(data, where="t", source="t", sizes={}, name="t", again=_again(data)).root
+
+
+def _again(data: bytes) -> Any:
+    """How archive.py reads a pickle again: its opener, while its file is open."""
+    return lambda: nullcontext(of_bytes(data))
 
 
 @pytest.mark.parametrize("protocol", [0, 1, 2, 4])
@@ -163,18 +172,21 @@ def _scanned_pickle(path: Path) -> bytes | None:
     return data
 
 
-def test_every_hostile_pickle_reads_alike_folding_or_not(tmp_path: Path) -> None:
-    """The corpus of hostile checkpoints (test_hostile.py), every pickle that passes the
-    scan read by both unpicklers: the same tree, or a failure in both."""
-    compared = 0
-    for case in make_corpus.build(tmp_path).values():
-        data = _scanned_pickle(case.path)
-        if data is None:
-            continue
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The pickle of every case of the hostile corpus (test_hostile.py) that the scan passes."""
+    cases = make_corpus.build(tmp_path_factory.mktemp("hostile")).values()
+    found = {case.name: _scanned_pickle(case.path) for case in cases}
+    return {name: data for name, data in found.items() if data is not None}
+
+
+def test_every_hostile_pickle_reads_alike_folding_or_not(hostile: dict[str, bytes]) -> None:
+    """Every pickle of the corpus that passes the scan, read by both unpicklers: the same
+    tree, or a failure in both."""
+    assert len(hostile) > 20
+    for name, data in hostile.items():
         c, folding = _outcome(_c, data), _outcome(_folding, data)
-        assert (c == folding) or ("fails" in c and "fails" in folding), (case.name, c, folding)
-        compared += 1
-    assert compared > 20
+        assert (c == folding) or ("fails" in c and "fails" in folding), (name, c, folding)
 
 
 class TensorMeta:
@@ -206,7 +218,7 @@ def test_a_pickle_changed_since_it_was_read_is_not_read_again() -> None:
     config = {f"k{i}": i for i in range(FOLD_AT + 5)}
     data = pickle.dumps({"config": config}, protocol=2)
     changed = pickle.dumps({"config": {**config, "k1": -1}}, protocol=2)
-    for again, readable in ((lambda: data, True), (lambda: changed, False)):
+    for again, readable in ((_again(data), True), (_again(changed), False)):
         fold = unpickle(data, where="t", source="t", sizes={}, name="t", again=again).root
         assert (entries(fold["config"], {0}) is not None) is readable
 
@@ -217,3 +229,56 @@ def test_a_dict_become_an_ordered_dict_says_its_type_changed() -> None:
     fb = _read({"config": collections.OrderedDict(items)})["config"]
     assert (fa.kind, fb.kind) == ("dict", "OrderedDict") and fa.digest != fb.digest
     assert inside_of(fa, fb).note == "type dict → OrderedDict"
+
+
+def _in_chunks(data: bytes, sizes: list[int]) -> Chunks:
+    """`data` as a scan reads a file: in chunks, here of the given sizes (cycled)."""
+
+    def chunks() -> Iterator[bytes]:
+        at, i = 0, 0
+        while at < len(data):
+            yield data[at : at + sizes[i % len(sizes)]]
+            at, i = at + sizes[i % len(sizes)], i + 1
+
+    return Chunks(chunks(), len(data))
+
+
+def _scanned(data: bytes | Chunks) -> object:
+    try:
+        return scan(data)
+    except Refused:
+        return "refused"
+    except Exception as exc:
+        return type(exc).__name__
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values,
+    st.integers(min_value=0, max_value=4),
+    st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=5),
+)
+def test_a_scan_in_chunks_is_the_scan_of_the_whole(
+    value: object, protocol: int, sizes: list[int]
+) -> None:
+    """Strings, lines and longs that span chunks: the window reads on, or skips, alike."""
+    data = pickle.dumps([value, 2**70, "x" * 100, value], protocol=protocol)
+    assert _scanned(_in_chunks(data, sizes)) == _scanned(data)
+    assert _scanned(_in_chunks(data[:-7], sizes)) == _scanned(data[:-7])  # truncated alike
+
+
+def test_every_hostile_pickle_scans_alike_in_chunks(hostile: dict[str, bytes]) -> None:
+    """Chunks of 1 to 4,096 bytes (a byte at a time for the small ones: every boundary)."""
+    for name, data in hostile.items():
+        for sizes in ([1], [7, 3], [4096]):
+            if len(data) <= 4096 * sizes[0]:
+                assert _scanned(_in_chunks(data, sizes)) == _scanned(data), name
+
+
+def test_a_pickle_changed_between_its_two_readings_is_refused() -> None:
+    """The unpickler reads the pickle again: a chunk unlike the scanned one stops it."""
+    data = pickle.dumps({"config": {"lr": 0.1}}, protocol=2)
+    readings = iter([data, data.replace(b"lr", b"LR")])
+    with pytest.raises(OperationError, match="changed while it was read"):
+        unpickle(lambda: iter([next(readings)]), size=len(data), where="t", source="t",
+                 sizes={}, name="t")  # fmt: skip
