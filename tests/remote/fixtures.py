@@ -457,8 +457,8 @@ def lxc_container(rootfs_tree: Path) -> Iterator[MakeContainer]:
     """Factory: ``make(vmid=None, mounts=()) -> vmid`` of a running LXC container.
 
     The container is named ``str(vmid)`` under /var/lib/lxc/<vmid>/, its rootfs there too
-    (a dir-backed container, so lxc-snapshot works once it is stopped): an overlay mounted
-    at /var/lib/lxc/<vmid>/rootfs whose lower layer is the session's unpacked rootfs
+    (a dir-backed container): an overlay mounted at /var/lib/lxc/<vmid>/rootfs (what the
+    host and the container see alike) whose lower layer is the session's unpacked rootfs
     (``rootfs_tree``, never written) and whose upper layer is the container's own, so a
     container starts with the tarball's files without unpacking 130 MB each time, with
     ``lxc.net.0.type = empty``, ``lxc.apparmor.profile = unconfined``,
