@@ -51,6 +51,7 @@ NEEDS = {
         "docker_image",
         "docker_container",
         "second_engine",
+        "vfs_engine",
         "other_engine",
         "docker_sshd",
     },

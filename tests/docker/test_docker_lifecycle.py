@@ -12,12 +12,18 @@ from tests.projects import toml_list
 from tests.remote.docker_fixtures import Engine
 from tests.remote.test_remote import write_profile
 
+# The container's main process. `sleep infinity` as PID 1 ignores SIGTERM (no handler, and
+# the kernel drops default-action signals to a namespace's init), so every `docker stop` of a
+# recreate, a rollback or a stopping engine waited the full stop timeout (10 s) before its
+# SIGKILL; a shell that exits on SIGTERM stops at once. Nothing a test checks depends on it.
+COMMAND = ["sh", "-c", "trap 'exit 0' TERM; sleep infinity & wait"]
+
 
 def docker_table(image: str, volume: str, wheelhouse: Path, **extra: str) -> str:
     lines = [
         "[docker]",
         f'image = "{image}"',
-        'command = ["sleep", "infinity"]',
+        f"command = {toml_list(COMMAND)}",
         'network = "none"',
         f'volumes = [{{ source = "{volume}", path = "{ROOT}" }}, '
         f'{{ source = "{wheelhouse}", path = "{wheelhouse}", ro = true }}]',

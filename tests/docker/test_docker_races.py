@@ -14,13 +14,18 @@ from tests.remote.test_remote import write_profile
 
 
 def test_two_applies_at_once_converge_to_one_container(
-    tmp_path: Path, wheelhouse: Path, docker_engine: Engine, docker_image: str
+    tmp_path: Path, wheelhouse: Path, vfs_engine: Engine
 ) -> None:
     """Both find no container and create it: the engine takes one name once, the other
-    apply uses that container, and the root's lock orders the builds."""
+    apply uses that container, and the root's lock orders the builds. On vfs (as this test
+    always ran): a create takes seconds, so both applies find no container. (On overlay2 a
+    create takes a moment and the second apply can find the first's container created but
+    not started, commit it with pause=True while the first starts it, and the first then
+    fails with "is not running": a race left to its own issue.)"""
+    docker_engine = vfs_engine
     name, volume = f"twice-{tmp_path.name}"[:60], f"tw-{tmp_path.name}"[:60]
     try:
-        table = docker_table(docker_image, volume, wheelhouse)
+        table = docker_table(IMAGE, volume, wheelhouse)
         profile = write_profile(
             tmp_path / "p", wheelhouse, docker_target(docker_engine, name), extra=table
         )
@@ -63,7 +68,7 @@ def test_the_engine_stopped_mid_apply_then_a_rerun_converges(
     assert proc.returncode == 3, out + said
     assert "Traceback" not in said and "error:" in said, said
 
-    again = start_engine(engine.directory)
+    again = start_engine(engine.directory, engine.driver)
     try:
         healed = cli("apply", "-y", profile)
         assert healed.returncode == 0, healed.stdout + healed.stderr

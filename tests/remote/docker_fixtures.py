@@ -2,8 +2,9 @@
 
 Registered by tests/conftest.py. `docker.io` from the distribution (tests/setup, Makefile's
 system-deps); its daemon runs on a socket of the session's own, with its own data and exec
-roots, `--storage-driver vfs --iptables=false --bridge=none` (no kernel modules, no host
-network touched). No registry is reachable: the image is imported (`docker import`) from the
+roots, `--storage-driver overlay2 --iptables=false --bridge=none` (no host network touched;
+vfs_engine: vfs, whose creates take seconds). No registry is reachable: the image is
+imported (`docker import`) from the
 suite's debootstrap rootfs (tests/remote/rootfs.sh, python3 and python3-venv included), and
 every container runs with `--network none`.
 
@@ -14,6 +15,7 @@ Fixtures:
   other_engine      (session) a second engine with the image, on its own socket and data
                     root: a fleet's second host.
   second_engine     (function) another engine with the image, the test's own to stop and start.
+  vfs_engine        (function) another engine with the image, on the vfs storage driver.
   docker_sshd       (session) DockerNode: an sshd on loopback whose sessions reach the
                     session's engine as their default one (DOCKER_HOST), `host` the
                     ssh://node that reaches it, `path` a PATH whose `ssh` knows `node`.
@@ -50,6 +52,7 @@ class Engine:
     host: str
     directory: Path
     pid: int
+    driver: str = "overlay2"
 
     def docker(self, *argv: str, input: str | None = None, timeout: float = 300):
         """The docker CLI against this engine."""
@@ -85,9 +88,10 @@ class Engine:
         return sum(1 for line in listed.stdout.splitlines() if line.startswith("exec_start"))
 
 
-def start_engine(d: Path) -> Engine:
-    """dockerd on d/sock, with its data and exec roots under d; ready when `docker version`
-    answers."""
+def start_engine(d: Path, driver: str = "overlay2") -> Engine:
+    """dockerd on d/sock, with its data and exec roots under d and the storage driver
+    `driver`; ready when `docker version` answers. overlay2 (the engine's default) makes a
+    container, a commit or a removal cheap; vfs copies the image's files for each."""
     for sub in ("data", "exec"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     sock, log = d / "sock", d / "dockerd.log"
@@ -106,14 +110,14 @@ def start_engine(d: Path) -> Engine:
                 "--iptables=false",
                 "--ip6tables=false",
                 "--bridge=none",
-                "--storage-driver=vfs",
+                f"--storage-driver={driver}",
             ],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    engine = Engine(f"unix://{sock}", d, proc.pid)
+    engine = Engine(f"unix://{sock}", d, proc.pid, driver)
     deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:
         if engine.docker("version", timeout=10).returncode == 0:
@@ -125,7 +129,7 @@ def start_engine(d: Path) -> Engine:
 
 def stop_engine(engine: Engine, *, remove: bool = True) -> None:
     """SIGTERM the daemon (it stops its containers and its containerd), wait, then remove
-    what it left (vfs: plain directories) unless it is to start again on them."""
+    what it left (plain directories once it stopped) unless it is to start again on them."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(engine.pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
@@ -164,11 +168,13 @@ def docker_ready() -> None:
 
 
 @contextlib.contextmanager
-def private_engine(tmp_path_factory: pytest.TempPathFactory, label: str) -> Iterator[Engine]:
+def private_engine(
+    tmp_path_factory: pytest.TempPathFactory, label: str, driver: str = "overlay2"
+) -> Iterator[Engine]:
     docker_ready()
     # A short path: a unix socket's name is at most 107 bytes.
     d = Path(tmp_path_factory.mktemp(label))
-    engine = start_engine(d)
+    engine = start_engine(d, driver)
     try:
         yield engine
     finally:
@@ -212,6 +218,15 @@ def second_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """Another private engine, the test's own (it may stop and start it), with the suite's
     image imported."""
     with private_engine(tmp_path_factory, "dockerd2") as engine:
+        import_image(engine, build_rootfs())
+        yield engine
+
+
+@pytest.fixture
+def vfs_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """Another private engine, the test's own, on the vfs storage driver (a create copies the
+    image's files first: seconds, where overlay2 takes a moment), with the suite's image."""
+    with private_engine(tmp_path_factory, "dockerd-vfs", driver="vfs") as engine:
         import_image(engine, build_rootfs())
         yield engine
 
