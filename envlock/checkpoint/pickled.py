@@ -51,12 +51,12 @@ class _Verified(io.RawIOBase):
 
     def readinto(self, into: Any) -> int:
         if self._at >= len(self._chunk):
-            chunk = next(self._chunks, b"")
+            # Past the chunks the scan read (it stopped at STOP): bytes after the pickle,
+            # never unpickled; an unpickler that asks for them meets the end of its file.
+            chunk = next(self._chunks, b"") if self._index < len(self._digests) else b""
             if not chunk:
                 return 0
-            if self._index >= len(self._digests) or (
-                hashlib.sha256(chunk).digest() != self._digests[self._index]
-            ):
+            if hashlib.sha256(chunk).digest() != self._digests[self._index]:
                 raise Changed("the pickle changed since it was scanned")
             self._chunk, self._at, self._index = chunk, 0, self._index + 1
         size = min(len(into), len(self._chunk) - self._at)

@@ -6,6 +6,7 @@ No torch needed: the pickles are Python's own, of the values a config holds."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import io
 import pickle
 import pickletools
@@ -25,7 +26,7 @@ from envlock.checkpoint.archive import unpickle
 from envlock.checkpoint.digest import Digester
 from envlock.checkpoint.fold import FOLD_AT, Fold, entries, remembered
 from envlock.checkpoint.folding import FoldingUnpickler, Unfoldable
-from envlock.checkpoint.pickled import of_bytes
+from envlock.checkpoint.pickled import CHUNK, Changed, of_bytes, verified
 from envlock.checkpoint.scan import Chunks, scan
 from envlock.checkpoint.unpickler import RestrictedUnpickler
 from envlock.errors import OperationError
@@ -282,3 +283,16 @@ def test_a_pickle_changed_between_its_two_readings_is_refused() -> None:
     with pytest.raises(OperationError, match="changed while it was read"):
         unpickle(lambda: iter([next(readings)]), size=len(data), where="t", source="t",
                  sizes={}, name="t")  # fmt: skip
+
+
+def test_bytes_after_the_pickle_are_neither_scanned_nor_read() -> None:
+    """A pickle ends at STOP: chunks after it, which the scan never read (no digest), read
+    as the end of the file, never as a change; a chunk unlike the scanned one is a change."""
+    value = {"config": [f"f{i}" for i in range(100)]}
+    data = pickle.dumps(value, protocol=2) + b"\0" * (3 * CHUNK)
+    assert unpickle(data, where="t", source="t", sizes={}, name="t").root == value
+    first, after = b"a" * CHUNK, b"b" * CHUNK
+    scanned = [hashlib.sha256(first).digest()]
+    assert verified(iter([first, after]), scanned).read() == first
+    with pytest.raises(Changed):
+        verified(iter([after]), scanned).read()
