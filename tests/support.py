@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 from uv import find_uv_bin
@@ -51,3 +54,27 @@ def uv_install(python: Path, wheelhouses: list[Path], *requirements: str) -> Non
     for wheelhouse in wheelhouses:
         argv += ["--find-links", str(wheelhouse)]
     subprocess.run([*argv, *requirements], check=True)
+
+
+def ctrl_c_during_install(
+    profile: Path, *, timeout: int, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """`envlock apply -y PROFILE`, interrupted as a terminal's Ctrl-C does (SIGINT to its
+    process group, envlock and ssh) once it installs the lock's packages: its exit code, its
+    stdout, and its stderr (what it said before the signal, then after)."""
+    apply = subprocess.Popen(
+        [sys.executable, "-m", "envlock", "apply", "-y", str(profile)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    assert apply.stderr is not None
+    said = [apply.stderr.readline()]
+    while "packages from the lock" not in said[-1] and said[-1]:
+        said.append(apply.stderr.readline())
+    time.sleep(0.3)
+    os.killpg(apply.pid, signal.SIGINT)
+    out, err = apply.communicate(timeout=timeout)
+    return apply.returncode, out, "".join(said) + err

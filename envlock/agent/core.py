@@ -667,10 +667,15 @@ SPARSE_FROM = 64 << 20
 MAX_EXTENTS = 100000  # holes counted in one file before it is called sparse on what it has
 
 
+def may_be_sparse(st):
+    """Over SPARSE_FROM with less than half of it on disk: worth asking where its holes are."""
+    return st.st_size > SPARSE_FROM and st.st_blocks * 512 < st.st_size // 2
+
+
 def sparse(fd, st):
     """Why the regular file open on `fd` (its fstat `st`) is not to be read whole — "a
     sparse file (N bytes, M on disk)" — or None."""
-    if st.st_size <= SPARSE_FROM or st.st_blocks * 512 >= st.st_size // 2:
+    if not may_be_sparse(st):
         return None
     found = hole_bytes(fd, st.st_size)
     if found is not None and found < st.st_size // 2:
@@ -708,7 +713,7 @@ def hole_bytes(fd, size):
 
 def sparse_at(path, st):
     """`sparse` for a path `lstat` showed to be a regular file (opened without blocking)."""
-    if st.st_size <= SPARSE_FROM or st.st_blocks * 512 >= st.st_size // 2:
+    if not may_be_sparse(st):
         return None
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     try:

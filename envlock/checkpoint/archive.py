@@ -125,11 +125,14 @@ def load_raw_pickle(
 ) -> LoadedPickle:
     """Unpickle a file that is one pickle (no zip around it), e.g. from `pickle.dump`."""
 
+    def read() -> bytes:
+        return read_untrusted(path, "pickle", within=within, follow_links=follow_links)
+
     @contextmanager
     def again() -> Iterator[Opener]:
-        yield of_bytes(read_untrusted(path, "pickle", within=within, follow_links=follow_links))
+        yield of_bytes(read())
 
-    data = read_untrusted(path, "pickle", within=within, follow_links=follow_links)
+    data = read()
     return unpickle(
         of_bytes(data),
         size=len(data),
@@ -212,11 +215,14 @@ class _Reading:
         )
         return unpickler.load(), unpickler.stubbed
 
-    def folding(self, opener: Opener, reread: Reread | None) -> FoldingUnpickler:
+    def folding(
+        self, opener: Opener, reread: Reread | None, keep: dict[int, set[int]] | None = None
+    ) -> FoldingUnpickler:
         return FoldingUnpickler(
             verified(opener(), self.digests),
             scanned=self.scanned,
             reread=reread,
+            keep=keep,
             source=self.source,
             storage_sizes=self.sizes,
             work=Work(self.size),
@@ -224,21 +230,21 @@ class _Reading:
 
 
 def _rereader(again: Again | None, read: _Reading) -> Reread | None:
-    """How a fold of this pickle is read again: its folders, or None if it changed since.
+    """How a fold of this pickle is read again: its Folder, or None if it changed since.
 
     The same bytes (each chunk checked against the scan's digests) read the same way: the
     scan that passed them holds, and only the entries a diff asks for are kept."""
     if again is None or read.scanned.largest <= FOLD_AT:
         return None
 
-    def reread() -> dict[int, Folder] | None:
+    def reread(ordinal: int, parts: set[int]) -> Folder | None:
         try:
             with again() as opener:
-                folding = read.folding(opener, None)
+                folding = read.folding(opener, None, keep={ordinal: parts})
                 folding.load()
         except Exception:  # changed or unreadable since: nothing is named
             return None
-        return folding.by_ordinal
+        return folding.by_ordinal.get(ordinal)
 
     return reread
 

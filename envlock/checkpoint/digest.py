@@ -110,10 +110,8 @@ class Digester:
         return obj
 
     def _leaf(self, obj: Any) -> bytes | None:
-        leaf = leaf_bytes(obj)
-        if leaf is not None and leaf[:1] == b"t":  # a TensorInfo (leaf_bytes' only "t")
-            self.objects += 1
-        return leaf
+        self.objects += type(obj) is TensorInfo
+        return leaf_bytes(obj)
 
     def feed(self, digest: Any, obj: Any) -> None:
         """`obj` written into its parent's `digest`: a short leaf as its bytes, anything

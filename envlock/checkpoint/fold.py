@@ -33,8 +33,9 @@ MAX_KEPT = 200_000  # entries one reading again keeps, in all
 _LENGTH = struct.Struct("<Q")
 _NOTHING = hashlib.sha256().digest()
 
-# How a fold is read again: the pickle's bytes as the first reading had them (None: cannot be).
-Reread = Callable[[], "dict[int, Folder] | None"]
+# How a fold is read again: the pickle read once more, keeping the entries of the given parts
+# of its `ordinal`th fold; that fold's Folder, or None if the pickle changed or cannot be read.
+Reread = Callable[[int, set[int]], "Folder | None"]
 
 
 @dataclass(eq=False)
@@ -111,8 +112,8 @@ class Folder:
             else:
                 self.kept_all = False
 
-    def fold(self, reread: Reread | None = None) -> Fold:
-        if self._fold is None or reread is not None:
+    def fold(self) -> Fold:
+        if self._fold is None:
             if self.is_dict:
                 parts = tuple(_NOTHING if b is None else b.digest() for b in self.buckets)
             else:
@@ -121,7 +122,7 @@ class Folder:
             whole = hashlib.sha256(b"fold" + self.kind.encode() + _LENGTH.pack(self.count))
             whole.update(b"".join(parts))
             self._fold = Fold(
-                self.kind, self.is_dict, self.count, parts, whole.digest(), self.ordinal, reread
+                self.kind, self.is_dict, self.count, parts, whole.digest(), self.ordinal
             )
         return self._fold
 
@@ -155,28 +156,7 @@ def differing_parts(a: Fold, b: Fold) -> list[int]:
 def entries(fold: Fold, parts: set[int]) -> list[tuple[Any, Any]] | None:
     """The (key or index, value) entries of `parts` of `fold`, read again from its pickle;
     None if it cannot be read again, or its bytes changed since the first reading."""
-    if fold.reread is None:
-        return None
-    with _keeping({fold.ordinal: parts}):
-        folders = fold.reread()
-    folder = (folders or {}).get(fold.ordinal)
+    folder = fold.reread(fold.ordinal, parts) if fold.reread is not None else None
     if folder is None or not folder.kept_all:  # a part of it missing would read as removed
         return None
     return [(key, value) for _, key, value in folder.kept]
-
-
-_KEEP: ContextVar[dict[int, set[int]]] = ContextVar("envlock_fold_keep", default={})  # noqa: B039
-
-
-@contextmanager
-def _keeping(parts: dict[int, set[int]]) -> Iterator[None]:
-    token = _KEEP.set(parts)
-    try:
-        yield
-    finally:
-        _KEEP.reset(token)
-
-
-def kept_parts(ordinal: int) -> set[int]:
-    """The parts of the `ordinal`th fold whose entries the reading under way must keep."""
-    return _KEEP.get().get(ordinal, set())

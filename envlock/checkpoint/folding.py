@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import pickle
 import struct
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from envlock.checkpoint.allowed import OrderedDict
 from envlock.checkpoint.digest import Digester, TooBig
-from envlock.checkpoint.fold import FOLD_AT, Folder, Reread, kept_parts, remember
+from envlock.checkpoint.fold import FOLD_AT, Folder, Reread, remember
 from envlock.checkpoint.inert import Stub
 from envlock.checkpoint.scan import Scanned
 from envlock.checkpoint.unpickler import Restricted
@@ -39,7 +40,15 @@ class FoldingUnpickler(Restricted, _Base):
 
     dispatch: ClassVar[dict[int, Any]] = dict(_Base.dispatch)
 
-    def __init__(self, file: Any, *, scanned: Scanned, reread: Reread | None, **kw: Any) -> None:
+    def __init__(
+        self,
+        file: Any,
+        *,
+        scanned: Scanned,
+        reread: Reread | None,
+        keep: dict[int, set[int]] | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(file, **kw)
         self.pickled = file  # the pickle's bytes, in memory: read through the gate before
         self._read_slots, self._slots = scanned.read_slots, 0
@@ -49,6 +58,7 @@ class FoldingUnpickler(Restricted, _Base):
         self.by_ordinal: dict[int, Folder] = {}
         self._never: dict[int, Any] = {}  # containers found to hold objects: kept whole
         self._reread = reread
+        self._kept_parts = keep or {}  # {a fold's ordinal: its parts whose entries are kept}
 
     def load(self) -> Any:
         try:
@@ -236,7 +246,7 @@ class FoldingUnpickler(Restricted, _Base):
         if not self.metastack and self.stack and self.stack[0] is target:
             return  # the pickle's root, or so far: inspect reads it entry by entry
         ordinal = len(self.by_ordinal)
-        folder = Folder(target, self.digester, ordinal, kept_parts(ordinal))
+        folder = Folder(target, self.digester, ordinal, self._kept_parts.get(ordinal, set()))
         items = target.items() if folder.is_dict else ((None, v) for v in target)
         for key, value in items:
             folder.add(key, value) if folder.is_dict else folder.append(value)
@@ -254,7 +264,7 @@ class FoldingUnpickler(Restricted, _Base):
         """Every folded container, wherever the tree holds it, replaced by its Fold."""
         swap: dict[int, Any] = {}
         for target, folder in self.folders.values():
-            fold = folder.fold(self._reread)
+            fold = replace(folder.fold(), reread=self._reread)
             remember(fold)
             swap[id(target)] = fold
         done: dict[int, Any] = {}

@@ -183,13 +183,18 @@ class _Machine:
         self.data += chunk
         return bool(chunk)
 
+    def _view(self) -> tuple[bytes, int, int]:
+        """The window, its end, and where the last opcode whose fixed part it holds starts
+        (at the end of the pickle, its end)."""
+        end = len(self.data)
+        return self.data, end, end if self.eof else end - _MARGIN
+
     def _window(self) -> int:
         """The opcodes whose fixed part lies in the window; where the next one starts.
         Runs once per opcode: the commonest (strings, memo slots, small ints, marks) are
         inline, the other fast kinds one call away, the rest go through `_execute`."""
-        data, stack, marks, memo = self.data, self.stack, self.marks, self.memo
-        end = len(data)
-        safe = end if self.eof else end - _MARGIN
+        stack, marks, memo = self.stack, self.marks, self.memo
+        data, end, safe = self._view()
         pos, opcodes, limit = 0, self.opcodes, self.limit
         while pos < safe:
             op = data[pos]
@@ -207,8 +212,7 @@ class _Machine:
                     marks[-1] if marks else 0
                 ):
                     pos = self._step(kind, op, pos)
-                    data, end = self.data, len(self.data)
-                    safe = end if self.eof else end - _MARGIN
+                    data, end, safe = self._view()
                     continue
                 memo.append(stack[-1])
                 pos += 5
@@ -226,8 +230,7 @@ class _Machine:
             else:
                 self.opcodes = opcodes
                 pos = self._step(kind, op, pos)
-                data, end = self.data, len(self.data)  # an argument may have widened it
-                safe = end if self.eof else end - _MARGIN
+                data, end, safe = self._view()  # an argument may have widened it
         self.opcodes = opcodes
         return pos
 

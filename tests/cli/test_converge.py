@@ -12,17 +12,15 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Envlock
 from tests.projects import write_seed_project
-from tests.support import UV, uv_install
+from tests.support import UV, ctrl_c_during_install, uv_install
 from tests.wheelhouse import build_wheel
 
 
@@ -251,21 +249,8 @@ def test_ctrl_c_during_a_build_says_what_it_left(
     build_wheel(own, "bulkpkg", "1.0", files={f"bulkpkg/m{n}.py": "X = 1\n" for n in range(15000)})
     profile = write_seed_project(tmp_path / "proj", own)
     relock(envlock, profile, '"tinydep==1.0"', '"tinydep==1.0", "bulkpkg==1.0"')
-    apply = subprocess.Popen(
-        [sys.executable, "-m", "envlock", "apply", "-y", str(profile)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert apply.stderr is not None
-    said = [apply.stderr.readline()]
-    while "packages from the lock" not in said[-1] and said[-1]:
-        said.append(apply.stderr.readline())
-    time.sleep(0.3)
-    os.killpg(apply.pid, signal.SIGINT)
-    out, err = apply.communicate(timeout=60)
-    assert apply.returncode == 130, out + "".join(said) + err
+    code, out, err = ctrl_c_during_install(profile, timeout=60)
+    assert code == 130, out + err
     left = [
         p.name
         for p in (profile.parent / "root" / "generations").iterdir()

@@ -1,7 +1,9 @@
-"""What the crash tests share: a LazyFS built once per session, and one mounted per test."""
+"""What the crash tests share: a LazyFS built once per session, and one mounted per test;
+strace, for the tests that follow envlock's syscalls."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,14 @@ from tests.lazyfs import LazyFS, lazyfs_binary
 @pytest.fixture(scope="session")
 def lazyfs_bin() -> Path:
     return lazyfs_binary()
+
+
+@pytest.fixture(scope="session")
+def strace() -> str:
+    found = shutil.which("strace")
+    if found is None:
+        pytest.fail("strace is missing: `make system-deps` installs it")
+    return found
 
 
 # A test here takes well under a minute; past this bound it hangs, on LazyFS or on a

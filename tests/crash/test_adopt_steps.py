@@ -22,8 +22,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from tests.cli.test_adopt import tree_digest
 from tests.conftest import Envlock
 
@@ -44,14 +42,6 @@ class Step:
 
     def __str__(self) -> str:
         return f"{self.syscall} #{self.nth}: {self.text[:160]}"
-
-
-@pytest.fixture(scope="session")
-def strace() -> str:
-    found = shutil.which("strace")
-    if found is None:
-        pytest.fail("strace is missing: `make system-deps` installs it")
-    return found
 
 
 def calls(log: Path) -> list[tuple[str, str, int]]:

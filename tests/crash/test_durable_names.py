@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 from tests.projects import write_seed_project
 
@@ -118,14 +115,6 @@ def read_trace(prefix: Path, project: Path) -> Trace:
             trace.steps.append(pending[0])
         trace.unsynced += [f"{s.call} {s.path} (at the end)" for s in pending if not s.synced]
     return trace
-
-
-@pytest.fixture(scope="session")
-def strace() -> str:
-    found = shutil.which("strace")
-    if found is None:
-        pytest.fail("strace is missing: `make system-deps` installs it")
-    return found
 
 
 def traced(strace: str, prefix: Path, *args: str | Path) -> None:

@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.docker.test_docker_target import ROOT, VENV, cli
+from tests.docker.test_docker_target import ROOT, VENV, cli, pollute
 from tests.json_shapes import conforms
 from tests.remote.docker_fixtures import Engine, MakeDocker
 from tests.remote.test_remote import write_profile
@@ -63,20 +63,7 @@ def test_a_fleet_by_label_on_two_engines(
     assert cli("check", profile).returncode == 0
 
     # One member polluted: its row says so (first), the other is clean; exit 1, the worst.
-    polluted = docker_engine.exec(
-        a,
-        f"{ROOT}/bin/uv",
-        "pip",
-        "install",
-        "-q",
-        "--offline",
-        "--no-index",
-        "--python",
-        f"{VENV}/bin/python",
-        "--find-links",
-        str(wheelhouse),
-        "sglang==0.5.0",
-    )
+    polluted = pollute(docker_engine, a, wheelhouse)
     assert polluted.returncode == 0, polluted.stderr
     drift = cli("check", "--json", profile)
     assert drift.returncode == 1, drift.stderr

@@ -41,6 +41,24 @@ def docker_target(engine: Engine, container: str) -> list[str]:
     ]
 
 
+def pollute(engine: Engine, box: str, wheelhouse: Path) -> subprocess.CompletedProcess[str]:
+    """A user's `uv pip install` of a package that swaps torch's extras, inside the box."""
+    return engine.exec(
+        box,
+        f"{ROOT}/bin/uv",
+        "pip",
+        "install",
+        "-q",
+        "--offline",
+        "--no-index",
+        "--python",
+        f"{VENV}/bin/python",
+        "--find-links",
+        str(wheelhouse),
+        "sglang==0.5.0",
+    )
+
+
 def kinds(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [d["kind"] for d in json.loads(result.stdout)["drift"]]
 
@@ -76,20 +94,7 @@ def test_the_seed_scenario_in_a_docker_container(
     assert link.stdout.strip() == f"{ROOT}/current"
 
     # Pollute inside the container, as a user would.
-    polluted = docker_engine.exec(
-        box,
-        f"{ROOT}/bin/uv",
-        "pip",
-        "install",
-        "-q",
-        "--offline",
-        "--no-index",
-        "--python",
-        f"{VENV}/bin/python",
-        "--find-links",
-        str(wheelhouse),
-        "sglang==0.5.0",
-    )
+    polluted = pollute(docker_engine, box, wheelhouse)
     assert polluted.returncode == 0, polluted.stderr
     drift = cli("check", "--json", profile)
     assert drift.returncode == 1

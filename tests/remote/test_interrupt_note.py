@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from tests.remote.fixtures import Node
 from tests.remote.test_remote import cli, envlock_env, ssh_target, write_profile
+from tests.support import ctrl_c_during_install
 from tests.wheelhouse import build_wheel
 
 
@@ -36,22 +33,8 @@ def test_ctrl_c_during_a_remote_build_says_what_the_target_holds(
     assert cli("lock", profile).returncode == 0
 
     # Ctrl-C as a terminal sends it: SIGINT to the whole process group (envlock and ssh).
-    apply = subprocess.Popen(
-        [sys.executable, "-m", "envlock", "apply", "-y", str(profile)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env=envlock_env(),
-    )
-    assert apply.stderr is not None
-    said = [apply.stderr.readline()]
-    while "packages from the lock" not in said[-1] and said[-1]:
-        said.append(apply.stderr.readline())
-    time.sleep(0.3)
-    os.killpg(apply.pid, signal.SIGINT)
-    out, err = apply.communicate(timeout=120)
-    assert apply.returncode == 130, out + "".join(said) + err
+    code, out, err = ctrl_c_during_install(profile, timeout=120, env=envlock_env())
+    assert code == 130, out + err
     note = next(line for line in err.splitlines() if line.startswith("error: interrupted: "))
     assert "if one was left" not in note and "may still be finishing" not in note, note
 
