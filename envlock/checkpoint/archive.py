@@ -125,14 +125,14 @@ def load_raw_pickle(
 ) -> LoadedPickle:
     """Unpickle a file that is one pickle (no zip around it), e.g. from `pickle.dump`."""
 
-    def read() -> bytes:
+    def through_gate() -> bytes:
         return read_untrusted(path, "pickle", within=within, follow_links=follow_links)
 
     @contextmanager
     def again() -> Iterator[Opener]:
-        yield of_bytes(read())
+        yield of_bytes(through_gate())
 
-    data = read()
+    data = through_gate()
     return unpickle(
         of_bytes(data),
         size=len(data),
