@@ -270,6 +270,10 @@ def probe(req):
     fingerprint = root_fingerprint(root)
     trust = trust_facts(root, req.get("cache_dir"))
     ours = trust["root"] is None  # a root another user may write is neither read nor written
+    # Asked before the root is read and again after: an operation that held the lock at
+    # either moment may have changed it in between (switched, then let go), so the state is
+    # reported busy, and the controller asks again, rather than taken as settled.
+    busy_before = root_busy(root) if ours else None
     state = {
         "agent": 1,
         "root_fingerprint": fingerprint,
@@ -289,7 +293,7 @@ def probe(req):
         "trust": trust,
     }
     state["hold"] = hold_state(root, state["current"]) if ours else None
-    state["busy"] = root_busy(root) if ours else None
+    state["busy"] = busy_before or (root_busy(root) if ours else None)
     if state["current"] and (state["hold"] or req.get("active_lock")):
         # The active generation's own lock: what a hold is judged by, what a snapshot records.
         lock_path = os.path.join(root, "generations", state["current"], LOCK_COPY)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from envlock.agent import apply as agent_apply
+from envlock.agent import probe as agent_probe
 from envlock.agent.apply import (
     ACTIONS,
     LOCKED,
@@ -126,6 +127,28 @@ def test_the_handshake_waits_for_the_controller_s_word(
     assert apply(request(root, switch(A), handshake=True))["aborted"] is True
     monkeypatch.setattr(sys, "stdin", io.StringIO(" go \n"))
     assert apply(request(root, switch(A), handshake=True))["current"] == A
+
+
+def test_a_probe_that_saw_the_lock_held_says_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An apply that switches and lets go of the lock while a probe reads the root: the
+    probe read `current` after or before the switch, it cannot tell, so it says busy and its
+    caller asks again (an interrupted remote apply's note said "untouched" of a root its
+    agent then had switched)."""
+    root = make_root(tmp_path, A)
+    holder = RootLock(str(root), wait=False).__enter__()
+    read_current = agent_probe.current_generation
+
+    def finished_meanwhile(where: str) -> str | None:
+        if holder.fd >= 0:  # the apply lets go while the probe reads
+            holder.__exit__(None, None, None)
+            holder.fd = -1
+        return read_current(where)
+
+    monkeypatch.setattr(agent_probe, "current_generation", finished_meanwhile)
+    assert agent_probe.probe({"root": str(root)})["busy"] is not None
+    assert agent_probe.probe({"root": str(root)})["busy"] is None  # asked again: settled
 
 
 def test_one_operation_per_root_at_a_time(tmp_path: Path) -> None:
